@@ -1,0 +1,7 @@
+//! Building blocks shared by Lazaret's binaries. Raw system calls live here,
+//! each module small enough to audit on its own.
+
+pub mod fds;
+pub mod memfd;
+pub mod runsc;
+pub mod userns;

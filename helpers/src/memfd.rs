@@ -1,0 +1,108 @@
+//! Inputs handed to a child as sealed memfds.
+//!
+//! The parent writes the bytes and adds every seal, so the child can trust
+//! that what it reads is exactly what the parent decided, and that nobody,
+//! the parent included, can change it afterwards. The child checks the
+//! seals and a size bound before it reads.
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemfdError {
+    #[error("memfd {name}: missing seals (has {has:?}, needs {needs:?})")]
+    Unsealed {
+        name: String,
+        has: SealFlags,
+        needs: SealFlags,
+    },
+    #[error("memfd {name}: {size} bytes exceed the limit of {limit}")]
+    TooLarge { name: String, size: u64, limit: u64 },
+    #[error("memfd {name}: {source}")]
+    Io {
+        name: String,
+        source: std::io::Error,
+    },
+}
+
+const REQUIRED: SealFlags = SealFlags::SEAL
+    .union(SealFlags::SHRINK)
+    .union(SealFlags::GROW)
+    .union(SealFlags::WRITE);
+
+fn io(name: &str) -> impl FnOnce(std::io::Error) -> MemfdError + '_ {
+    move |source| MemfdError::Io {
+        name: name.to_string(),
+        source,
+    }
+}
+
+/// Creates a memfd holding `bytes`, with every seal applied. The fd is
+/// close-on-exec; pass it to a child with [`crate::fds`].
+pub fn sealed(name: &str, bytes: &[u8]) -> Result<OwnedFd, MemfdError> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| io(name)(e.into()))?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes).map_err(io(name))?;
+    f.seek(SeekFrom::Start(0)).map_err(io(name))?;
+    rustix::fs::fcntl_add_seals(&f, REQUIRED).map_err(|e| io(name)(e.into()))?;
+    Ok(f.into())
+}
+
+/// Reads a sealed memfd after checking its seals and size.
+pub fn read_sealed(name: &str, fd: impl AsFd, limit: u64) -> Result<Vec<u8>, MemfdError> {
+    let has = rustix::fs::fcntl_get_seals(&fd).map_err(|e| io(name)(e.into()))?;
+    if !has.contains(REQUIRED) {
+        return Err(MemfdError::Unsealed {
+            name: name.to_string(),
+            has,
+            needs: REQUIRED,
+        });
+    }
+    let size = rustix::fs::fstat(&fd)
+        .map_err(|e| io(name)(e.into()))?
+        .st_size as u64;
+    if size > limit {
+        return Err(MemfdError::TooLarge {
+            name: name.to_string(),
+            size,
+            limit,
+        });
+    }
+    let dup = fd.as_fd().try_clone_to_owned().map_err(io(name))?;
+    let mut f = std::fs::File::from(dup);
+    let mut buf = Vec::with_capacity(size as usize);
+    // pread from 0: the offset is shared with whoever else holds the fd.
+    f.seek(SeekFrom::Start(0)).map_err(io(name))?;
+    f.take(limit).read_to_end(&mut buf).map_err(io(name))?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_round_trip() {
+        let fd = sealed("t", b"hello").unwrap();
+        assert_eq!(read_sealed("t", &fd, 16).unwrap(), b"hello");
+        // Writing is refused by the seal.
+        let mut f = std::fs::File::from(fd.try_clone().unwrap());
+        assert!(f.write_all(b"x").is_err());
+    }
+
+    #[test]
+    fn unsealed_or_large_is_refused() {
+        let fd = rustix::fs::memfd_create("u", MemfdFlags::ALLOW_SEALING).unwrap();
+        assert!(matches!(
+            read_sealed("u", &fd, 16),
+            Err(MemfdError::Unsealed { .. })
+        ));
+        let fd = sealed("big", &[0u8; 64]).unwrap();
+        assert!(matches!(
+            read_sealed("big", &fd, 16),
+            Err(MemfdError::TooLarge { .. })
+        ));
+    }
+}

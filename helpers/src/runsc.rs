@@ -1,0 +1,1 @@
+//! Detection of the installed runsc (filled in by the runsc-detection work).

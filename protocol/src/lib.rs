@@ -1,0 +1,12 @@
+//! The shared vocabulary of Lazaret's processes.
+//!
+//! Every record that crosses a process boundary is defined here and encoded
+//! with postcard. File descriptors never travel inside payloads: they are
+//! inherited at fixed numbers or passed out of band.
+
+pub mod domain;
+pub mod frame;
+pub mod plan;
+pub mod session;
+
+pub use domain::DomainIdV1;

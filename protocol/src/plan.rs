@@ -1,0 +1,87 @@
+//! The sandbox plan: everything the Runtime Supervisor needs to create the
+//! namespaces, mount the root and start `runsc`, decided by the coordinator
+//! and handed over as a sealed memfd. The supervisor applies it and decides
+//! nothing of its own.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxPlan {
+    /// The Agent Sandbox ID, also the runsc container ID.
+    pub sandbox_id: String,
+    pub runsc: RunscInvocation,
+    /// The runsc state directory (`--root`).
+    pub state_dir: PathBuf,
+    /// Where config.json is written.
+    pub bundle_dir: PathBuf,
+    pub root: RootLayout,
+    /// Mounts in order; later ones may sit inside earlier ones.
+    pub mounts: Vec<PlannedMount>,
+    pub hostname: String,
+    /// Environment of the sandbox's init process.
+    pub env: Vec<String>,
+    /// Subordinate ID ranges of the developer, for the user namespace.
+    pub id_map: IdMap,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunscInvocation {
+    pub path: PathBuf,
+    /// Global flags placed before the verb (`--root` excluded).
+    pub global_flags: Vec<String>,
+}
+
+impl RunscInvocation {
+    /// The argv for one runsc verb.
+    pub fn command(&self, state_dir: &std::path::Path, verb_and_args: &[&str]) -> Vec<String> {
+        let mut argv = vec![self.path.to_string_lossy().into_owned()];
+        argv.push(format!("--root={}", state_dir.display()));
+        argv.extend(self.global_flags.iter().cloned());
+        argv.extend(verb_and_args.iter().map(|s| s.to_string()));
+        argv
+    }
+}
+
+/// The sandbox's root file system: a kernel overlayfs with the prepared
+/// image as its read-only lower.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RootLayout {
+    pub lower: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// The empty directory where the merged root is mounted.
+    pub merged: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum MountKind {
+    /// A bind of a host path.
+    Bind { source: PathBuf, read_only: bool },
+    /// Sandbox-local transient storage.
+    Tmpfs,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PlannedMount {
+    pub destination: String,
+    pub kind: MountKind,
+    /// Why this mount exists, for logs and `--print-plan`.
+    pub purpose: MountPurpose,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum MountPurpose {
+    Workspace,
+    GitSentry,
+    Volume,
+}
+
+/// `0 -> uid` and `1.. -> subordinate range`, the same shape for gids.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IdMap {
+    pub uid: u32,
+    pub gid: u32,
+    pub sub_uid: (u32, u32),
+    pub sub_gid: (u32, u32),
+}

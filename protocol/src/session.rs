@@ -1,0 +1,58 @@
+//! Client Session records between the `lazaret` CLI and the Session
+//! Coordinator, over the Domain's host-private Unix socket.
+
+use serde::{Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Terminal facts of the client, present when the session gets a PTY.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TtyInfo {
+    pub term: String,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// The first record a client sends.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u32,
+    /// The Configuration Fingerprint of the config the client loaded; a
+    /// client whose config differs from the running Domain's is refused.
+    pub config_fingerprint: String,
+    /// `None`: an interactive login shell.
+    pub argv: Option<Vec<String>>,
+    /// `Some`: run on a coordinator-owned PTY.
+    pub tty: Option<TtyInfo>,
+}
+
+/// Signals a client forwards when it has no PTY (with a PTY, Ctrl-C and
+/// friends travel in-band and the sandbox's line discipline handles them).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Signal {
+    Interrupt,
+    Quit,
+    Terminate,
+    Hangup,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ClientMsg {
+    Stdin(Vec<u8>),
+    StdinEof,
+    Resize { rows: u16, cols: u16 },
+    Signal(Signal),
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ServerMsg {
+    /// The session is registered and its command is starting.
+    Accepted { session_id: String },
+    /// Stdout, or the merged PTY output.
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// The command ended with this exit status (podman's conventions).
+    Exit { status: i32 },
+    /// The session could not be served; the text says what to do next.
+    Refused { reason: String },
+}
