@@ -1,1 +1,57 @@
-fn main() {}
+//! `lazaret`: the developer's command.
+//!
+//! Exit codes (as podman's `run`): the command's own status; 125 when
+//! Lazaret itself fails; 126 when the command cannot be invoked; 127 when
+//! it is not found. `lazaret doctor` exits 0 only when every check passes.
+
+mod doctor;
+mod error;
+mod leader;
+mod run;
+mod terminal;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "lazaret", version, about = "Run an AI coding agent in a rootless gVisor sandbox over the current workspace")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Open a shell (or run CMD) in the Domain's sandbox, starting it if needed
+    Run(run::RunArgs),
+    /// Check this machine's prerequisites, one line each
+    Doctor {
+        /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() {
+    terminal::install_panic_restore();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Cmd::Run(args) => match run::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                terminal::restore();
+                eprintln!("lazaret: error: {e}");
+                error::LAZARET_FAILED
+            }
+        },
+        Cmd::Doctor { config } => {
+            let env = lazaret_config::EnvVars::from_process();
+            let runsc = lazaret_config::load(config.as_deref(), &env, rustix::process::getuid().as_raw())
+                .ok()
+                .and_then(|l| l.config.runtime.runsc.clone());
+            doctor::run(runsc.as_deref())
+        }
+    };
+    terminal::restore();
+    std::process::exit(code);
+}

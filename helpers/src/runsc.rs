@@ -1,1 +1,682 @@
-//! Detection of the installed runsc (filled in by the runsc-detection work).
+//! Detection of the installed runsc: where it is, which release it is, which
+//! platforms and top-level flags it knows, and so which flags Lazaret passes
+//! it and which workarounds for old releases it needs.
+//!
+//! Every runsc invocation here runs under a timeout and is killed (with its
+//! whole process group) when it runs over: a runsc that hangs must never
+//! hang Lazaret.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one `runsc --version` / `runsc flags` / `runsc help platforms`
+/// may take before it is killed.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Releases older than this reject `AT_NO_AUTOMOUNT` in statx (runsc
+/// 20221219 does), which breaks coreutils' `ls`/`stat`; images then need the
+/// statx LD_PRELOAD shim.
+pub const STATX_FIXED_RELEASE: u32 = 20230301;
+
+/// Releases older than this take "`/proc/sys/net/core/rmem_default` exists"
+/// as "in the root network namespace" (`isRootNS`) and refuse
+/// `--network=sandbox`; a tmpfs over `/proc/sys/net` works around it.
+pub const ROOT_NS_CHECK_FIXED_RELEASE: u32 = 20231001;
+
+/// The first release whose systrap platform Lazaret trusts. Older ones may
+/// list systrap (it was experimental for a while); they get ptrace.
+pub const SYSTRAP_MIN_RELEASE: u32 = 20230801;
+
+/// Where the search for `runsc` looks when `PATH` is not set.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// At most this much output of one probe is kept.
+const MAX_OUTPUT: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunscError {
+    #[error("runsc not found on PATH: install it with `sudo apt-get install runsc`, or set runtime.runsc in the config")]
+    NotFound,
+    #[error("runsc {path} (runtime.runsc in the config) is not an executable file: {detail}; point runtime.runsc at the runsc binary, or remove it to search PATH")]
+    NotExecutable { path: PathBuf, detail: String },
+    #[error("cannot run `{path} {args}`: {source}; check that {path} is a working runsc binary")]
+    Spawn {
+        path: PathBuf,
+        args: String,
+        source: std::io::Error,
+    },
+    #[error("`{path} {args}` did not finish within {} s and was killed; check that {path} is a working runsc binary (try running it by hand)", timeout.as_secs())]
+    Timeout {
+        path: PathBuf,
+        args: String,
+        timeout: Duration,
+    },
+    #[error("`{path} {args}` failed ({status}): {output}; check that {path} is a working runsc binary, or reinstall it with `sudo apt-get install --reinstall runsc`")]
+    Failed {
+        path: PathBuf,
+        args: String,
+        status: ExitStatus,
+        output: String,
+    },
+}
+
+impl RunscError {
+    /// A command (or config change) that should cure this error, for
+    /// `lazaret doctor`.
+    pub fn fix(&self) -> String {
+        match self {
+            RunscError::NotFound => {
+                "sudo apt-get install runsc (or set runtime.runsc in the config)".into()
+            }
+            RunscError::NotExecutable { .. } => {
+                "set runtime.runsc in the config to the runsc binary, or remove it to search PATH"
+                    .into()
+            }
+            RunscError::Spawn { .. } | RunscError::Timeout { .. } | RunscError::Failed { .. } => {
+                "sudo apt-get install --reinstall runsc".into()
+            }
+        }
+    }
+}
+
+/// What Lazaret knows about the installed runsc.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunscInfo {
+    /// The binary (absolute unless the override was a relative path that
+    /// could not be made absolute).
+    pub path: PathBuf,
+    /// The version as printed, e.g. `0.0~20221219.0` or `release-20240101.0`.
+    pub version: String,
+    /// The release date (`yyyymmdd`) found in the version, if any.
+    pub release_date: Option<u32>,
+    /// The platforms this runsc offers (`runsc help platforms`), e.g.
+    /// `["kvm", "ptrace"]`.
+    pub platforms: Vec<String>,
+    /// Names of the top-level flags (`runsc flags`), without dashes.
+    pub flags: BTreeSet<String>,
+}
+
+impl RunscInfo {
+    /// Finds runsc (`path`, the config's `runtime.runsc`, else `runsc` on
+    /// `PATH`) and asks it for its version, flags and platforms. A bare name
+    /// as override (no `/`) is looked up on `PATH` too.
+    pub fn detect(path: Option<&Path>) -> Result<RunscInfo, RunscError> {
+        let path = resolve(path)?;
+        let version_out = probe(&path, &["--version"], PROBE_TIMEOUT)?;
+        let flags_out = probe(&path, &["flags"], PROBE_TIMEOUT)?;
+        // Older or newer releases may lack the topic; the -platform flag's
+        // usage text is the fallback.
+        let platforms_out = probe(&path, &["help", "platforms"], PROBE_TIMEOUT).ok();
+        Ok(RunscInfo::from_outputs(
+            path,
+            &version_out,
+            &flags_out,
+            platforms_out.as_deref(),
+        ))
+    }
+
+    /// Builds the info from the outputs of `runsc --version`, `runsc flags`
+    /// and (if it worked) `runsc help platforms`.
+    pub fn from_outputs(
+        path: PathBuf,
+        version_output: &str,
+        flags_output: &str,
+        platforms_output: Option<&str>,
+    ) -> RunscInfo {
+        let version = parse_version(version_output).unwrap_or_else(|| "unknown".to_string());
+        let release_date = parse_release_date(&version);
+        let mut platforms = platforms_output
+            .map(parse_platform_list)
+            .unwrap_or_default();
+        if platforms.is_empty() {
+            platforms = parse_platforms_from_flags(flags_output);
+        }
+        RunscInfo {
+            path,
+            version,
+            release_date,
+            platforms,
+            flags: parse_flags(flags_output),
+        }
+    }
+
+    /// The platform Lazaret uses: systrap when this runsc offers it and is
+    /// recent enough to trust it, else ptrace. Never kvm: it hangs forever
+    /// on machines without VMX (`kvm_pvm`).
+    pub fn platform(&self) -> &'static str {
+        let has = |p: &str| self.platforms.iter().any(|x| x == p);
+        let recent = self.release_date.is_some_and(|d| d >= SYSTRAP_MIN_RELEASE);
+        if has("systrap") && (recent || (!self.platforms.is_empty() && !has("ptrace"))) {
+            "systrap"
+        } else {
+            "ptrace"
+        }
+    }
+
+    /// The top-level flags for every runsc invocation, for rootless use
+    /// inside Lazaret's own user namespace: no `--rootless`, cgroups
+    /// ignored (v1 has no delegation), the safe platform, no gVisor-side
+    /// overlay (writes must reach the host) and shared file access on bind
+    /// mounts (host<->sandbox coherence). Network flags are the caller's.
+    pub fn global_flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--ignore-cgroups".to_string(),
+            format!("--platform={}", self.platform()),
+        ];
+        if self.flags.contains("overlay2") {
+            flags.push("--overlay2=none".to_string());
+        }
+        if self.flags.contains("file-access-mounts") {
+            flags.push("--file-access-mounts=shared".to_string());
+        }
+        flags
+    }
+
+    /// Whether images need the statx shim (the release rejects
+    /// `AT_NO_AUTOMOUNT`); true when the release is unknown.
+    pub fn needs_statx_shim(&self) -> bool {
+        !matches!(self.release_date, Some(d) if d >= STATX_FIXED_RELEASE)
+    }
+
+    /// Whether `--network=sandbox` needs the tmpfs over `/proc/sys/net`
+    /// (the `isRootNS` bug); true when the release is unknown.
+    pub fn needs_proc_sys_net_hack(&self) -> bool {
+        !matches!(self.release_date, Some(d) if d >= ROOT_NS_CHECK_FIXED_RELEASE)
+    }
+}
+
+/// Finds an executable `name` on `PATH` (empty entries, meaning the current
+/// directory, are skipped).
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p).is_ok())
+}
+
+fn is_executable(p: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(p).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err("no execute permission".into());
+    }
+    rustix::fs::access(p, rustix::fs::Access::EXEC_OK).map_err(|e| e.to_string())
+}
+
+fn resolve(path: Option<&Path>) -> Result<PathBuf, RunscError> {
+    let Some(p) = path else {
+        return find_on_path("runsc").ok_or(RunscError::NotFound);
+    };
+    if p.components().count() == 1 && !p.is_absolute() {
+        if let Some(name) = p.to_str() {
+            return find_on_path(name).ok_or_else(|| RunscError::NotExecutable {
+                path: p.to_path_buf(),
+                detail: "not found on PATH".into(),
+            });
+        }
+    }
+    is_executable(p).map_err(|detail| RunscError::NotExecutable {
+        path: p.to_path_buf(),
+        detail,
+    })?;
+    Ok(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+}
+
+/// Runs `path args` with stdin from /dev/null and stdout+stderr into one
+/// memfd (no pipes, so no reader threads and no EOF to wait for), in its
+/// own process group, which is killed when `timeout` passes. Returns the
+/// combined output when the command exits with status 0.
+fn probe(path: &Path, args: &[&str], timeout: Duration) -> Result<String, RunscError> {
+    let args_s = args.join(" ");
+    let spawn_err = |source: std::io::Error| RunscError::Spawn {
+        path: path.to_path_buf(),
+        args: args_s.clone(),
+        source,
+    };
+    let out = rustix::fs::memfd_create("lazaret-runsc-probe", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| spawn_err(e.into()))?;
+    let mut out = std::fs::File::from(out);
+    let stdout = out.try_clone().map_err(spawn_err)?;
+    let stderr = out.try_clone().map_err(spawn_err)?;
+    let mut cmd = Command::new(path);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    // ETXTBSY: a just-written binary whose fd another thread's fork still
+    // holds for a moment (seen with freshly installed or test binaries).
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 5 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.map_err(spawn_err)?,
+        }
+    };
+    drop(cmd);
+    let start = Instant::now();
+    let mut nap = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => {
+                kill_group(&mut child);
+                return Err(spawn_err(e));
+            }
+        }
+        if start.elapsed() >= timeout {
+            kill_group(&mut child);
+            return Err(RunscError::Timeout {
+                path: path.to_path_buf(),
+                args: args_s,
+                timeout,
+            });
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    };
+    let mut bytes = Vec::new();
+    out.seek(SeekFrom::Start(0))
+        .and_then(|_| out.take(MAX_OUTPUT).read_to_end(&mut bytes))
+        .map_err(spawn_err)?;
+    let output = String::from_utf8_lossy(&bytes).into_owned();
+    if !status.success() {
+        return Err(RunscError::Failed {
+            path: path.to_path_buf(),
+            args: args_s,
+            status,
+            output: output.trim().chars().take(500).collect(),
+        });
+    }
+    Ok(output)
+}
+
+/// Kills the child's process group (it leads one) and reaps the child.
+fn kill_group(child: &mut std::process::Child) {
+    let pid = rustix::process::Pid::from_child(child);
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The version from `runsc --version` output (`runsc version X`); else the
+/// first non-empty line; `None` for empty output.
+pub fn parse_version(output: &str) -> Option<String> {
+    let lines = || output.lines().map(str::trim).filter(|l| !l.is_empty());
+    for line in lines() {
+        if let Some(rest) = line.strip_prefix("runsc version") {
+            if let Some(v) = rest.split_whitespace().next() {
+                return Some(v.to_string());
+            }
+        }
+    }
+    lines().next().map(str::to_string)
+}
+
+/// The release date (`yyyymmdd`) in a version string: the first run of
+/// exactly eight digits that is a plausible date.
+pub fn parse_release_date(version: &str) -> Option<u32> {
+    let bytes = version.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i - start == 8 {
+            let d: u32 = version[start..i].parse().ok()?;
+            let (year, month, day) = (d / 10000, d / 100 % 100, d % 100);
+            if (2015..=2099).contains(&year) && (1..=12).contains(&month) && (1..=31).contains(&day)
+            {
+                return Some(d);
+            }
+        }
+    }
+    None
+}
+
+/// Names of the top-level flags in `runsc flags` output (Go's flag
+/// package: a flag line is two spaces, a dash and the name, optionally
+/// followed by a type word or, for short flags, a tab and the usage; usage
+/// lines are indented further).
+pub fn parse_flags(output: &str) -> BTreeSet<String> {
+    output
+        .lines()
+        .filter_map(|line| line.strip_prefix("  -"))
+        .filter_map(|rest| rest.trim_start_matches('-').split_whitespace().next())
+        .filter(|name| {
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Platforms from `runsc help platforms` (one name per line).
+pub fn parse_platform_list(output: &str) -> Vec<String> {
+    let names: Vec<String> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    let valid = names.iter().all(|n| {
+        n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+    });
+    if valid {
+        names
+    } else {
+        Vec::new()
+    }
+}
+
+/// Platforms from the usage text of `-platform` in `runsc flags` output
+/// ("specifies which platform to use: ptrace (default), kvm.").
+pub fn parse_platforms_from_flags(output: &str) -> Vec<String> {
+    let mut lines = output.lines().skip_while(|l| {
+        l.strip_prefix("  -")
+            .and_then(|r| r.split_whitespace().next())
+            != Some("platform")
+    });
+    let Some(first) = lines.next() else {
+        return Vec::new();
+    };
+    // The usage follows on the indented lines (or the same line for short
+    // flags).
+    let mut usage = first.to_string();
+    for l in lines.take_while(|l| !l.starts_with("  -")) {
+        usage.push(' ');
+        usage.push_str(l.trim());
+    }
+    let Some((_, list)) = usage.split_once("use:") else {
+        return Vec::new();
+    };
+    let list = list.split('.').next().unwrap_or("");
+    list.split(',')
+        .map(|p| p.replace("(default)", "").trim().to_string())
+        .filter(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Excerpt of `runsc flags 2>&1` from runsc 0.0~20221219.0 (Debian
+    /// bookworm), with its odd lines kept (`-net-raw runsc exec`, short
+    /// descriptions, defaults).
+    const FLAGS_20221219: &str = "  -EXPERIMENTAL-afxdp
+    \tEXPERIMENTAL. Use an AF_XDP socket to receive packets.
+  -TESTONLY-test-name-env string
+    \tTEST ONLY; do not ever use! Used for automated tests to improve logging.
+  -debug
+    \tenable debug logging.
+  -debug-log string
+    \tadditional location for logs. If it ends with '/', log files are created inside the directory with default names. The following variables are available: %TIMESTAMP%, %COMMAND%.
+  -file-access value
+    \tspecifies which filesystem validation to use for the root mount: exclusive (default), shared.
+  -file-access-mounts value
+    \tspecifies which filesystem validation to use for volumes other than the root mount: shared (default), exclusive. (default shared)
+  -ignore-cgroups
+    \tdon't configure cgroups.
+  -net-raw runsc exec
+    \tenable raw sockets. When false, raw sockets are disabled by removing CAP_NET_RAW from containers (runsc exec will still be able to utilize raw sockets). Raw sockets allow malicious containers to craft packets and potentially attack the network.
+  -network value
+    \tspecifies which network to use: sandbox (default), host, none. Using network inside the sandbox is more secure because it's isolated from the host network.
+  -overlay
+    \tDEPRECATED: use --overlay2=all:memory to achieve the same effect
+  -overlay2 value
+    \twrap mounts with overlayfs. Format is {mount}:{medium}, where 'mount' can be 'root' or 'all' and medium can be 'memory' or existing directory path in which filestore will be created. 'none' will turn overlay mode off.
+  -panic-signal int
+    \tregister signal handling that panics. Usually set to SIGUSR2(12) to troubleshoot hangs. -1 disables it. (default -1)
+  -platform string
+    \tspecifies which platform to use: ptrace (default), kvm. (default \"ptrace\")
+  -platform_device_path string
+    \tpath to a platform-specific device file (e.g. /dev/kvm for KVM platform). If unset, will use a sane platform-specific default.
+  -rootless
+    \tit allows the sandbox to be started with a user that is not root. Sandbox and Gofer processes may run with same privileges as current user.
+  -version
+    \tshow version and exit.
+  -watchdog-action value
+    \tsets what action the watchdog takes when triggered: log (default), panic.
+";
+
+    /// The same for a recent release (multi-line usage, systrap default).
+    const FLAGS_RECENT: &str = "  -ignore-cgroups
+    \tdon't configure cgroups.
+  -overlay2 value
+    \twrap mounts with overlayfs. Format is
+    \t* 'none' to turn overlay mode off
+    \t* {mount}:{medium}[,size={size}], where
+    \t    'mount' can be 'root' or 'all'
+    \t    'medium' can be 'memory', 'self' or 'dir=/abs/dir/path' in which filestore will be created
+    \t (default root:self)
+  -platform string
+    \tspecifies which platform to use: systrap (default), ptrace, kvm. (default \"systrap\")
+  -x\tshort flag
+";
+
+    fn info(version_out: &str, flags: &str, platforms: Option<&str>) -> RunscInfo {
+        RunscInfo::from_outputs("/usr/bin/runsc".into(), version_out, flags, platforms)
+    }
+
+    #[test]
+    fn parses_versions() {
+        let debian = "runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n";
+        assert_eq!(parse_version(debian).as_deref(), Some("0.0~20221219.0"));
+        assert_eq!(parse_release_date("0.0~20221219.0"), Some(20221219));
+        let upstream = "runsc version release-20240513.0\nspec: 1.1.0\n";
+        assert_eq!(
+            parse_version(upstream).as_deref(),
+            Some("release-20240513.0")
+        );
+        assert_eq!(parse_release_date("release-20240513.0"), Some(20240513));
+        assert_eq!(
+            parse_release_date("release-20240513.0-12-gdeadbee"),
+            Some(20240513)
+        );
+        assert_eq!(parse_release_date("20231002.0"), Some(20231002));
+        // Not dates: wrong length, impossible month, none at all.
+        assert_eq!(parse_release_date("google-123456789"), None);
+        assert_eq!(parse_release_date("0.0~20221319.0"), None);
+        assert_eq!(parse_release_date("unknown"), None);
+        // Odd output: the first line is kept, the date still found.
+        assert_eq!(
+            parse_version("\n  gvisor 20230105\n").as_deref(),
+            Some("gvisor 20230105")
+        );
+        assert_eq!(parse_version(" \n"), None);
+    }
+
+    #[test]
+    fn parses_flags() {
+        let flags = parse_flags(FLAGS_20221219);
+        for f in [
+            "EXPERIMENTAL-afxdp",
+            "TESTONLY-test-name-env",
+            "debug",
+            "debug-log",
+            "file-access",
+            "file-access-mounts",
+            "ignore-cgroups",
+            "net-raw",
+            "network",
+            "overlay",
+            "overlay2",
+            "panic-signal",
+            "platform",
+            "platform_device_path",
+            "rootless",
+            "version",
+            "watchdog-action",
+        ] {
+            assert!(flags.contains(f), "{f} missing from {flags:?}");
+        }
+        assert_eq!(flags.len(), 17, "{flags:?}");
+        let recent = parse_flags(FLAGS_RECENT);
+        assert_eq!(
+            recent.into_iter().collect::<Vec<_>>(),
+            ["ignore-cgroups", "overlay2", "platform", "x"]
+        );
+    }
+
+    #[test]
+    fn parses_platforms() {
+        assert_eq!(parse_platform_list("kvm\nptrace\n"), ["kvm", "ptrace"]);
+        assert!(parse_platform_list("Usage: runsc help <topic>\n").is_empty());
+        assert_eq!(
+            parse_platforms_from_flags(FLAGS_20221219),
+            ["ptrace", "kvm"]
+        );
+        assert_eq!(
+            parse_platforms_from_flags(FLAGS_RECENT),
+            ["systrap", "ptrace", "kvm"]
+        );
+        assert!(parse_platforms_from_flags("  -debug\n    \tenable debug.\n").is_empty());
+    }
+
+    #[test]
+    fn debian_20221219_gets_ptrace_and_workarounds() {
+        let i = info(
+            "runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n",
+            FLAGS_20221219,
+            Some("kvm\nptrace\n"),
+        );
+        assert_eq!(i.version, "0.0~20221219.0");
+        assert_eq!(i.release_date, Some(20221219));
+        assert_eq!(i.platforms, ["kvm", "ptrace"]);
+        assert_eq!(
+            i.global_flags(),
+            [
+                "--ignore-cgroups",
+                "--platform=ptrace",
+                "--overlay2=none",
+                "--file-access-mounts=shared"
+            ]
+        );
+        assert!(i.needs_statx_shim());
+        assert!(i.needs_proc_sys_net_hack());
+    }
+
+    #[test]
+    fn recent_release_gets_systrap_and_no_workarounds() {
+        let i = info(
+            "runsc version release-20240513.0\nspec: 1.1.0\n",
+            FLAGS_RECENT,
+            None,
+        );
+        assert_eq!(i.platforms, ["systrap", "ptrace", "kvm"]);
+        assert_eq!(i.platform(), "systrap");
+        assert_eq!(
+            i.global_flags(),
+            ["--ignore-cgroups", "--platform=systrap", "--overlay2=none"]
+        );
+        assert!(!i.needs_statx_shim());
+        assert!(!i.needs_proc_sys_net_hack());
+        // Between the two fixes.
+        let mid = info("runsc version release-20230605.0\n", FLAGS_RECENT, None);
+        assert!(!mid.needs_statx_shim());
+        assert!(mid.needs_proc_sys_net_hack());
+        // Systrap listed, but too old to trust: ptrace.
+        assert_eq!(mid.platform(), "ptrace");
+    }
+
+    #[test]
+    fn unknown_version_is_treated_as_old() {
+        let i = info("", FLAGS_RECENT, Some("systrap\nptrace\n"));
+        assert_eq!(i.version, "unknown");
+        assert_eq!(i.release_date, None);
+        assert_eq!(i.platform(), "ptrace");
+        assert!(i.needs_statx_shim());
+        assert!(i.needs_proc_sys_net_hack());
+        // Only systrap offered: systrap, whatever the date.
+        let only = info("", "", Some("systrap\n"));
+        assert_eq!(only.platform(), "systrap");
+        // Nothing known: ptrace, the safe default.
+        assert_eq!(
+            info("", "", None).global_flags(),
+            ["--ignore-cgroups", "--platform=ptrace"]
+        );
+    }
+
+    #[test]
+    fn missing_override_is_a_clear_error() {
+        let e = RunscInfo::detect(Some(Path::new("/nonexistent/runsc"))).unwrap_err();
+        assert!(matches!(e, RunscError::NotExecutable { .. }), "{e}");
+        assert!(e.to_string().contains("runtime.runsc"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = RunscInfo::detect(Some(dir.path())).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(RunscError::NotFound
+            .to_string()
+            .contains("sudo apt-get install runsc"));
+    }
+
+    #[test]
+    fn fake_runsc_is_probed_and_a_hanging_one_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("runsc");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\ncase \"$1\" in\n--version) echo 'runsc version release-20240513.0'; echo 'spec: 1.1.0';;\n\
+             flags) printf '  -overlay2 value\\n    \\tx\\n  -platform string\\n    \\tspecifies which platform to use: systrap (default), ptrace, kvm.\\n' >&2;;\n\
+             *) exit 2;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let i = RunscInfo::detect(Some(&fake)).unwrap();
+        assert_eq!(i.path, fake);
+        assert_eq!(i.version, "release-20240513.0");
+        // `help platforms` failed: the platforms come from the flag's usage.
+        assert_eq!(i.platforms, ["systrap", "ptrace", "kvm"]);
+        assert_eq!(i.flags.iter().collect::<Vec<_>>(), ["overlay2", "platform"]);
+
+        // A runsc whose child keeps running is killed with its group.
+        let hang = dir.path().join("hang");
+        std::fs::write(&hang, "#!/bin/sh\nsleep 30 &\nsleep 30\n").unwrap();
+        std::fs::set_permissions(&hang, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = Instant::now();
+        let e = probe(&hang, &["--version"], Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(e, RunscError::Timeout { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+
+        let fail = probe(&fake, &["bogus"], PROBE_TIMEOUT).unwrap_err();
+        assert!(matches!(fail, RunscError::Failed { .. }), "{fail}");
+    }
+
+    #[test]
+    fn detects_the_installed_runsc_if_any() {
+        // Only meaningful where runsc is installed (this project's machines).
+        if find_on_path("runsc").is_none() {
+            return;
+        }
+        let i = RunscInfo::detect(None).unwrap();
+        assert!(i.flags.contains("ignore-cgroups"), "{i:?}");
+        assert!(i.platforms.iter().any(|p| p == "ptrace"), "{i:?}");
+        assert!(!i
+            .global_flags()
+            .iter()
+            .any(|f| f.contains("kvm") || f == "--rootless"));
+    }
+}

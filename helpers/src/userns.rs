@@ -141,8 +141,8 @@ pub fn clone_mapped<F>(map: &IdMap, extra: CloneFlags, child: F) -> Result<Pid, 
 where
     F: FnOnce() -> isize,
 {
-    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(std::io::Error::from)?;
+    let (go_r, go_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)?;
     let mut child = Some(child);
     let go_r_raw = go_r.as_raw_fd();
     let mut stack = vec![0u8; 1 << 20];
@@ -208,8 +208,8 @@ where
 /// developer's subordinate IDs.
 pub fn run_mapped(map: &IdMap, cmd: &mut Command) -> Result<std::process::ExitStatus, UsernsError> {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(std::io::Error::from)?;
+    let (err_r, err_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)?;
     let err_w_raw = err_w.as_raw_fd();
     let pid = clone_mapped(map, CloneFlags::empty(), || {
         let e = cmd.exec();
@@ -245,10 +245,17 @@ mod tests {
     fn parses_first_range_by_name_or_uid() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("subuid");
-        std::fs::write(&f, "alice:200000:65536\n# junk\ndev:100000:70000\n1002:300000:10\n").unwrap();
+        std::fs::write(
+            &f,
+            "alice:200000:65536\n# junk\ndev:100000:70000\n1002:300000:10\n",
+        )
+        .unwrap();
         assert_eq!(subid_range(&f, "dev", 1001).unwrap(), Some((100000, 65535)));
         assert_eq!(subid_range(&f, "bob", 1002).unwrap(), Some((300000, 10)));
         assert_eq!(subid_range(&f, "carol", 1003).unwrap(), None);
-        assert_eq!(subid_range(&dir.path().join("none"), "dev", 1).unwrap(), None);
+        assert_eq!(
+            subid_range(&dir.path().join("none"), "dev", 1).unwrap(),
+            None
+        );
     }
 }

@@ -85,3 +85,31 @@ pub struct IdMap {
     pub sub_uid: (u32, u32),
     pub sub_gid: (u32, u32),
 }
+
+/// What the `lazaret` CLI hands to a new Session Coordinator, as a sealed
+/// memfd: the validated profile, already resolved against the host.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CoordinatorInput {
+    pub domain_id: String,
+    pub profile_name: String,
+    /// The canonical Agent Workspace.
+    pub workspace: PathBuf,
+    pub domain_root: PathBuf,
+    pub config_fingerprint: String,
+    /// The prepared image rootfs, the read-only lower of the sandbox root.
+    pub image_rootfs: PathBuf,
+    pub image_reference: String,
+    pub runsc: RunscInvocation,
+    pub id_map: IdMap,
+    pub env: Vec<(String, String)>,
+    pub volumes: Vec<VolumeSpec>,
+    /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
+    pub libexec: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub host: PathBuf,
+    pub sandbox: String,
+    pub read_only: bool,
+}

@@ -1,1 +1,283 @@
-fn main() {}
+//! `lazaret-supervisor`: started by the Session Coordinator with the plan on
+//! fd 3 and a status pipe on fd 4. See the crate documentation.
+//!
+//! Process layout:
+//! ```text
+//! lazaret-supervisor            (host namespaces; maps the user namespace)
+//!  └─ sandbox holder            (PID 1 of a new PID namespace, root of the
+//!      │                         Domain user namespace, own mount/net ns)
+//!      └─ runsc run             (terminal-neutral, --network=none)
+//! ```
+//! Every process of the sandbox lives in the holder's PID namespace, so when
+//! the holder dies, for whatever reason, the kernel kills all of them: no
+//! runsc, gofer or sandbox process can outlive the Domain. The holder dies
+//! with the supervisor (`PR_SET_PDEATHSIG`), which dies with the coordinator.
+
+use lazaret_helpers::{fds, memfd, userns};
+use lazaret_protocol::plan::SandboxPlan;
+use lazaret_supervisor::{bundle, exit, fdno};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{self, SigHandler, SigSet, Signal};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let code = match run() {
+        Ok(code) => code,
+        Err((code, msg)) => {
+            eprintln!("lazaret-supervisor: error: {msg}");
+            report_status(&format!("error {msg}"));
+            code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn report_status(line: &str) {
+    // SAFETY: fd 4 was handed to us as the status pipe; wrapping it in a
+    // ManuallyDrop'd File only borrows it for this write.
+    let mut f = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fdno::STATUS) });
+    let _ = writeln!(*f, "{line}");
+}
+
+type Failure = (i32, String);
+
+fn run() -> Result<i32, Failure> {
+    let plan_fd = fds::inherited(fdno::PLAN)
+        .map_err(|e| (exit::BAD_PLAN, format!("no plan on fd {}: {e}", fdno::PLAN)))?;
+    let bytes = memfd::read_sealed("sandbox-plan", &plan_fd, 1 << 20)
+        .map_err(|e| (exit::BAD_PLAN, e.to_string()))?;
+    let plan: SandboxPlan =
+        postcard::from_bytes(&bytes).map_err(|e| (exit::BAD_PLAN, format!("plan: {e}")))?;
+    drop(plan_fd);
+
+    let config = bundle::config_json(&plan);
+    std::fs::create_dir_all(&plan.bundle_dir)
+        .and_then(|_| {
+            std::fs::write(
+                plan.bundle_dir.join("config.json"),
+                serde_json::to_vec_pretty(&config).expect("json"),
+            )
+        })
+        .map_err(|e| (exit::START_FAILED, format!("cannot write the OCI bundle: {e}")))?;
+
+    // Blocked before the holder exists, so that its SIGCHLD cannot be lost.
+    let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
+    term.thread_block().map_err(|e| (exit::START_FAILED, e.to_string()))?;
+
+    // The holder tells us over this pipe when runsc's sandbox is running.
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let ready_w_raw = ready_w.as_raw_fd();
+    let flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    let holder = userns::clone_mapped(&plan.id_map, flags, || holder_main(&plan, ready_w_raw))
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    drop(ready_w);
+
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(std::fs::File::from(ready_r));
+        let _ = r.read_line(&mut line);
+    }
+    if line.trim() != "running" {
+        let _ = nix::sys::wait::waitpid(holder, None);
+        let detail = line.trim().strip_prefix("error ").unwrap_or("the sandbox holder exited");
+        return Err((exit::START_FAILED, detail.to_string()));
+    }
+    report_status(&format!("ready {}", holder.as_raw()));
+
+    // Stop on SIGTERM: forward it to the holder, which stops runsc.
+    loop {
+        let sig = term.wait().map_err(|e| (exit::START_FAILED, e.to_string()))?;
+        match sig {
+            Signal::SIGCHLD => {
+                if let Ok(nix::sys::wait::WaitStatus::Exited(_, code)) =
+                    nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+                {
+                    return Ok(if code == 0 { exit::STOPPED } else { exit::SANDBOX_LOST });
+                }
+                if let Ok(nix::sys::wait::WaitStatus::Signaled(..)) =
+                    nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+                {
+                    return Ok(exit::SANDBOX_LOST);
+                }
+            }
+            _ => {
+                let _ = signal::kill(holder, Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    match nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+                    {
+                        Ok(nix::sys::wait::WaitStatus::StillAlive) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(20))
+                        }
+                        Ok(nix::sys::wait::WaitStatus::StillAlive) => {
+                            // Killing PID 1 of the namespace kills everything in it.
+                            let _ = signal::kill(holder, Signal::SIGKILL);
+                            let _ = nix::sys::wait::waitpid(holder, None);
+                            return Ok(exit::STOPPED);
+                        }
+                        _ => return Ok(exit::STOPPED),
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" fn noop(_: libc::c_int) {}
+
+/// PID 1 of the Domain's PID namespace, ID 0 of its user namespace.
+fn holder_main(plan: &SandboxPlan, ready_w: i32) -> isize {
+    // SAFETY: ready_w is the pipe's write end, inherited by the clone.
+    let mut ready = unsafe { std::fs::File::from_raw_fd(ready_w) };
+    match holder_start(plan) {
+        Ok(mut runsc) => {
+            let _ = writeln!(ready, "running");
+            drop(ready);
+            holder_wait(plan, &mut runsc)
+        }
+        Err(msg) => {
+            let _ = writeln!(ready, "error {msg}");
+            exit::START_FAILED as isize
+        }
+    }
+}
+
+fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
+    use nix::mount::{mount, MsFlags};
+    // Die with the supervisor.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    // PID 1 of a namespace receives only signals it handles: install real
+    // handlers, then block them and take them with sigwait.
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
+        // SAFETY: noop is an async-signal-safe handler that does nothing.
+        unsafe { signal::signal(s, SigHandler::Handler(noop)) }.map_err(|e| e.to_string())?;
+    }
+    SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD])
+        .thread_block()
+        .map_err(|e| e.to_string())?;
+
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| format!("cannot make the mount namespace private: {e}"))?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))?;
+    let root = &plan.root;
+    for d in [&root.upper, &root.work, &root.merged] {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    let opts = format!(
+        "userxattr,lowerdir={},upperdir={},workdir={}",
+        root.lower.display(),
+        root.upper.display(),
+        root.work.display()
+    );
+    mount(Some("lazaret-root"), &root.merged, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
+        .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
+
+    std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
+    let argv = plan.runsc.command(
+        &plan.state_dir,
+        &["--network=none", "run", "--bundle", &plan.bundle_dir.to_string_lossy(), &plan.sandbox_id],
+    );
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    // Signals blocked here would stay blocked in runsc.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "runsc run exited during start-up ({status}); see the coordinator log"
+            ));
+        }
+        if runsc_status(plan).as_deref() == Some("running") {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("runsc did not start the sandbox within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    }
+}
+
+fn runsc_status(plan: &SandboxPlan) -> Option<String> {
+    let argv = plan.runsc.command(&plan.state_dir, &["state", &plan.sandbox_id]);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.get("status")?.as_str().map(str::to_string)
+}
+
+fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
+    let set = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
+    loop {
+        match set.wait() {
+            Ok(Signal::SIGCHLD) => {
+                // Reap whatever ended (PID 1 inherits orphans).
+                loop {
+                    match nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+                        Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
+                        Ok(s) if s.pid() == Some(nix::unistd::Pid::from_raw(runsc.id() as i32)) => {
+                            eprintln!("lazaret-supervisor: runsc run exited unexpectedly: {s:?}");
+                            return exit::SANDBOX_LOST as isize;
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            Ok(_) => return stop(plan, runsc),
+            Err(_) => return exit::SANDBOX_LOST as isize,
+        }
+    }
+}
+
+fn stop(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
+    let run = |args: &[&str]| {
+        let argv = plan.runsc.command(&plan.state_dir, args);
+        let _ = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status();
+    };
+    run(&["kill", "--all", &plan.sandbox_id, "KILL"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = runsc.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run(&["delete", "--force", &plan.sandbox_id]);
+    let _ = std::fs::remove_dir_all(Path::new(&plan.state_dir));
+    exit::STOPPED as isize
+}
+

@@ -1,0 +1,928 @@
+//! `lazaret doctor`: checks this machine's prerequisites for running
+//! sandboxes as an ordinary user, one line per prerequisite, each failure
+//! with the command that fixes it.
+//!
+//! The checks are a table of plain functions; each gathers its facts and
+//! hands them to a pure `eval_*` function, which the unit tests feed with
+//! fake facts. Doctor stays fast (well under 2 s): no runsc smoke test.
+
+use lazaret_helpers::runsc::{find_on_path, RunscInfo};
+use lazaret_helpers::userns;
+use nix::errno::Errno;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub ok: bool,
+    pub what: String,
+    pub detail: String,
+    /// The command that fixes a failure (empty when passing).
+    pub fix: String,
+}
+
+impl Check {
+    pub fn pass(what: &str, detail: impl Into<String>) -> Check {
+        Check {
+            ok: true,
+            what: what.to_string(),
+            detail: detail.into(),
+            fix: String::new(),
+        }
+    }
+
+    pub fn fail(what: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            ok: false,
+            what: what.to_string(),
+            detail: detail.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.ok {
+            write!(f, "ok   {}: {}", self.what, self.detail)
+        } else if self.fix.is_empty() {
+            write!(f, "FAIL {}: {}", self.what, self.detail)
+        } else {
+            write!(f, "FAIL {}: {} — fix: {}", self.what, self.detail, self.fix)
+        }
+    }
+}
+
+/// What the checks need to know about the invocation.
+#[derive(Debug, Clone)]
+pub struct Ctx<'a> {
+    pub runsc_override: Option<&'a Path>,
+    pub uid: u32,
+    pub euid: u32,
+    pub user: String,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn current(runsc_override: Option<&'a Path>) -> Ctx<'a> {
+        let uid = nix::unistd::getuid();
+        let user = nix::unistd::User::from_uid(uid)
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .unwrap_or_else(|| uid.to_string());
+        Ctx {
+            runsc_override,
+            uid: uid.as_raw(),
+            euid: nix::unistd::geteuid().as_raw(),
+            user,
+        }
+    }
+}
+
+/// A check: gathers its facts and judges them. Gets its `what` from the
+/// table.
+pub type CheckFn = fn(&Ctx, &str) -> Check;
+
+/// Every prerequisite, in the order printed.
+pub const CHECKS: &[(&str, CheckFn)] = &[
+    ("runsc", check_runsc),
+    ("newuidmap", check_newuidmap),
+    ("newgidmap", check_newgidmap),
+    ("subordinate uids", check_subuid),
+    ("subordinate gids", check_subgid),
+    ("user namespaces", check_userns),
+    ("overlayfs in a user namespace", check_overlay),
+    ("/dev/fuse", check_fuse),
+    ("/dev/net/tun", check_tun),
+    ("slirp4netns", check_slirp4netns),
+    ("landlock", check_landlock),
+    ("mmdebstrap", check_mmdebstrap),
+];
+
+/// Runs every check, prints one line each, and returns the exit code: 0
+/// when all pass, 1 otherwise.
+pub fn run(runsc_override: Option<&Path>) -> i32 {
+    let ctx = Ctx::current(runsc_override);
+    let mut checks = Vec::with_capacity(CHECKS.len());
+    for (what, check) in CHECKS {
+        let c = check(&ctx, what);
+        println!("{c}");
+        checks.push(c);
+    }
+    exit_code(&checks)
+}
+
+pub fn exit_code(checks: &[Check]) -> i32 {
+    if checks.iter().all(|c| c.ok) {
+        0
+    } else {
+        1
+    }
+}
+
+// ---------------------------------------------------------------- runsc
+
+fn check_runsc(ctx: &Ctx, what: &str) -> Check {
+    match RunscInfo::detect(ctx.runsc_override) {
+        Ok(info) => eval_runsc(what, &info),
+        Err(e) => Check::fail(what, e.to_string(), e.fix()),
+    }
+}
+
+pub fn eval_runsc(what: &str, info: &RunscInfo) -> Check {
+    let offered = if info.platforms.is_empty() {
+        "none listed".to_string()
+    } else {
+        info.platforms.join(", ")
+    };
+    let platform = info.platform();
+    let mut detail = format!(
+        "{} version {}, platform {platform} (offered: {offered})",
+        info.path.display(),
+        info.version
+    );
+    let mut workarounds = Vec::new();
+    if info.needs_statx_shim() {
+        workarounds.push("statx shim");
+    }
+    if info.needs_proc_sys_net_hack() {
+        workarounds.push("/proc/sys/net tmpfs");
+    }
+    if !workarounds.is_empty() {
+        detail.push_str(&format!(
+            ", workarounds for this release: {}",
+            workarounds.join(", ")
+        ));
+    }
+    let newer = "install a newer runsc: https://gvisor.dev/docs/user_guide/install/";
+    if !info.flags.contains("ignore-cgroups") {
+        return Check::fail(
+            what,
+            format!("{detail}; it has no --ignore-cgroups flag"),
+            newer,
+        );
+    }
+    if !info.platforms.is_empty() && !info.platforms.iter().any(|p| p == platform) {
+        return Check::fail(
+            what,
+            format!("{detail}; it offers neither ptrace nor systrap"),
+            newer,
+        );
+    }
+    Check::pass(what, detail)
+}
+
+// ------------------------------------------------- newuidmap / newgidmap
+
+/// The facts about a file that the checks judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// `st_mode`, file type bits included.
+    pub mode: u32,
+    pub uid: u32,
+    /// Whether the file carries file capabilities (`security.capability`),
+    /// which some distributions give newuidmap instead of the setuid bit.
+    pub file_caps: bool,
+}
+
+impl FileStat {
+    fn of(path: &Path) -> std::io::Result<FileStat> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileStat {
+            mode: m.mode(),
+            uid: m.uid(),
+            file_caps: has_file_caps(path),
+        })
+    }
+}
+
+fn has_file_caps(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: both strings are NUL-terminated and live across the call; a
+    // NULL buffer of size 0 only asks for the attribute's length.
+    let n = unsafe {
+        libc::getxattr(
+            c_path.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    n > 0
+}
+
+fn check_newuidmap(_: &Ctx, what: &str) -> Check {
+    setuid_tool(what, "newuidmap")
+}
+
+fn check_newgidmap(_: &Ctx, what: &str) -> Check {
+    setuid_tool(what, "newgidmap")
+}
+
+fn setuid_tool(what: &str, name: &str) -> Check {
+    let found = find_on_path(name).and_then(|p| FileStat::of(&p).ok().map(|s| (p, s)));
+    eval_setuid(what, found.as_ref().map(|(p, s)| (p.as_path(), *s)))
+}
+
+pub fn eval_setuid(what: &str, found: Option<(&Path, FileStat)>) -> Check {
+    let Some((path, st)) = found else {
+        return Check::fail(what, "not found on PATH", "sudo apt-get install uidmap");
+    };
+    if st.uid == 0 && st.mode & 0o4000 != 0 {
+        return Check::pass(what, format!("{}, setuid root", path.display()));
+    }
+    if st.file_caps {
+        return Check::pass(what, format!("{}, file capabilities", path.display()));
+    }
+    Check::fail(
+        what,
+        format!(
+            "{} is neither setuid root nor has file capabilities (mode {:04o}, owner uid {})",
+            path.display(),
+            st.mode & 0o7777,
+            st.uid
+        ),
+        format!(
+            "sudo chown root:root {p} && sudo chmod 4755 {p}  (or: sudo apt-get install --reinstall uidmap)",
+            p = path.display()
+        ),
+    )
+}
+
+// ------------------------------------------------- subordinate ID ranges
+
+/// IDs a sandbox needs mapped: 1..=65534 (65534 is `nobody`, the Sentry's
+/// user).
+const SUBID_NEEDED: u32 = 65534;
+const SUBID_SIZE: u32 = 65536;
+
+fn check_subuid(ctx: &Ctx, what: &str) -> Check {
+    subid(ctx, what, "/etc/subuid", "uid")
+}
+
+fn check_subgid(ctx: &Ctx, what: &str) -> Check {
+    subid(ctx, what, "/etc/subgid", "gid")
+}
+
+fn subid(ctx: &Ctx, what: &str, file: &str, kind: &str) -> Check {
+    let range = userns::subid_range(Path::new(file), &ctx.user, ctx.uid).map_err(|e| e.to_string());
+    eval_subid(what, file, kind, &ctx.user, range, free_subid_start_now())
+}
+
+fn free_subid_start_now() -> u32 {
+    let read = |f| std::fs::read_to_string(f).unwrap_or_default();
+    free_subid_start(&[&read("/etc/subuid"), &read("/etc/subgid")])
+}
+
+/// The first subordinate ID above every range in the given subuid/subgid
+/// texts, at least 100000.
+pub fn free_subid_start(texts: &[&str]) -> u32 {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| {
+            let mut p = l.trim().split(':');
+            let (_, start, count) = (p.next()?, p.next()?, p.next()?);
+            start.parse::<u32>().ok()?.checked_add(count.parse().ok()?)
+        })
+        .fold(100_000, u32::max)
+}
+
+/// The usermod command giving `user` fresh uid and gid ranges at `start`.
+pub fn usermod_fix(user: &str, start: u32) -> String {
+    let end = start.saturating_add(SUBID_SIZE - 1);
+    format!("sudo usermod --add-subuids {start}-{end} --add-subgids {start}-{end} {user}")
+}
+
+pub fn eval_subid(
+    what: &str,
+    file: &str,
+    kind: &str,
+    user: &str,
+    range: Result<Option<(u32, u32)>, String>,
+    free_start: u32,
+) -> Check {
+    match range {
+        Err(e) => Check::fail(what, e, format!("sudo chmod 0644 {file}")),
+        Ok(None) => Check::fail(
+            what,
+            format!("no range for {user} in {file}"),
+            usermod_fix(user, free_start),
+        ),
+        Ok(Some((start, count))) if count < SUBID_NEEDED => {
+            let end = start + count - 1;
+            Check::fail(
+                what,
+                format!(
+                    "{user}:{start}:{count} in {file} is too small: a sandbox needs {SUBID_NEEDED} {kind}s (up to nobody=65534)"
+                ),
+                format!(
+                    "sudo usermod --del-sub{kind}s {start}-{end} {user} && {}",
+                    usermod_fix(user, free_start)
+                ),
+            )
+        }
+        Ok(Some((start, count))) => Check::pass(
+            what,
+            format!(
+                "{user}: {start}-{} ({count} {kind}s for the sandbox's 1-{count})",
+                start + count - 1
+            ),
+        ),
+    }
+}
+
+// ------------------------------------------------------ user namespaces
+
+const USERNS_FIX: &str =
+    "echo user.max_user_namespaces=15000 | sudo tee /etc/sysctl.d/90-lazaret.conf && sudo sysctl --system";
+
+fn check_userns(ctx: &Ctx, what: &str) -> Check {
+    let read = |f: &str| -> Option<u64> { std::fs::read_to_string(f).ok()?.trim().parse().ok() };
+    eval_userns(
+        what,
+        ctx.euid == 0,
+        read("/proc/sys/user/max_user_namespaces"),
+        read("/proc/sys/kernel/unprivileged_userns_clone"),
+        read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        try_unshare_user(),
+    )
+}
+
+/// Forks a child that creates a user namespace (left unmapped) and exits.
+fn try_unshare_user() -> Result<(), Errno> {
+    // SAFETY: between fork and _exit the child only makes the raw,
+    // async-signal-safe calls unshare and _exit, so forking a possibly
+    // multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Errno::last());
+    }
+    if pid == 0 {
+        // SAFETY: see above; the errno location is thread-local to this,
+        // the only thread of the child.
+        unsafe {
+            let code = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                0
+            } else {
+                *libc::__errno_location()
+            };
+            libc::_exit(code & 0xff)
+        }
+    }
+    loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => return Ok(()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => return Err(Errno::from_raw(code)),
+            Ok(_) => return Err(Errno::ECHILD),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub fn eval_userns(
+    what: &str,
+    as_root: bool,
+    max_user_namespaces: Option<u64>,
+    unprivileged_userns_clone: Option<u64>,
+    apparmor_restrict: Option<u64>,
+    tried: Result<(), Errno>,
+) -> Check {
+    if max_user_namespaces == Some(0) {
+        return Check::fail(what, "user.max_user_namespaces is 0", USERNS_FIX);
+    }
+    if unprivileged_userns_clone == Some(0) && !as_root {
+        return Check::fail(
+            what,
+            "kernel.unprivileged_userns_clone is 0",
+            "echo kernel.unprivileged_userns_clone=1 | sudo tee /etc/sysctl.d/90-lazaret-userns.conf && sudo sysctl --system",
+        );
+    }
+    if let Err(e) = tried {
+        return Check::fail(
+            what,
+            format!("unshare(CLONE_NEWUSER) failed: {}", e.desc()),
+            USERNS_FIX,
+        );
+    }
+    if apparmor_restrict == Some(1) && !as_root {
+        return Check::fail(
+            what,
+            "kernel.apparmor_restrict_unprivileged_userns is 1: new user namespaces get no capabilities",
+            "echo kernel.apparmor_restrict_unprivileged_userns=0 | sudo tee /etc/sysctl.d/90-lazaret-apparmor.conf && sudo sysctl --system",
+        );
+    }
+    let max = max_user_namespaces.map_or("unknown".to_string(), |m| m.to_string());
+    Check::pass(
+        what,
+        format!("unshare(CLONE_NEWUSER) works, max_user_namespaces {max}"),
+    )
+}
+
+// ---------------------------------------------- overlayfs in a userns
+
+/// Mounts a small overlay (with `userxattr`) in a fresh mount namespace,
+/// writes through it, and removes everything (from inside the namespace,
+/// where the overlay's work dir is removable).
+const OVERLAY_SCRIPT: &str = r#"set -e
+trap 'umount "$1/merged" 2>/dev/null; cd / && rm -rf "$1"' EXIT
+cd "$1"
+mkdir lower upper work merged
+echo lazaret > lower/probe
+mount -t overlay -o "userxattr,lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" lazaret-doctor "$1/merged"
+echo write >> "$1/merged/probe"
+umount "$1/merged"
+test -f "$1/upper/probe"
+"#;
+
+fn check_overlay(ctx: &Ctx, what: &str) -> Check {
+    let map = match userns::current_id_map() {
+        Ok(m) => m,
+        Err(e) => {
+            return Check::fail(
+                what,
+                format!("not tried, no ID mapping: {e}"),
+                usermod_fix(&ctx.user, free_subid_start_now()),
+            )
+        }
+    };
+    if find_on_path("unshare").is_none() {
+        return Check::fail(
+            what,
+            "not tried: unshare not found on PATH",
+            "sudo apt-get install util-linux",
+        );
+    }
+    let base = match probe_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            return Check::fail(
+                what,
+                format!("not tried: cannot create a scratch directory: {e}"),
+                "set TMPDIR to a writable directory",
+            )
+        }
+    };
+    let result = try_overlay(|cmd| userns::run_mapped(&map, cmd), &base);
+    // The script removes it; this is for when the script never ran.
+    let _ = std::fs::remove_dir_all(&base);
+    eval_overlay(what, &base, result)
+}
+
+/// A fresh directory on the file system of Lazaret's default storage root
+/// (`$XDG_DATA_HOME`, else `~/.local/share`) when that exists, else in
+/// the temp dir.
+fn probe_dir() -> std::io::Result<PathBuf> {
+    let env_dir = |k: &str| {
+        std::env::var_os(k)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let parent = env_dir("XDG_DATA_HOME")
+        .or_else(|| env_dir("HOME").map(|h| h.join(".local/share")))
+        .filter(|p| p.is_dir() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_ok())
+        .unwrap_or_else(std::env::temp_dir);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = parent.join(format!(
+        ".lazaret-doctor-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+/// The overlay probe's outcome: Ok, or what went wrong and whether it was
+/// the ID mapping (rather than the mount).
+pub enum OverlayError {
+    Mapping(userns::UsernsError),
+    Mount(String),
+}
+
+/// Runs the overlay script through `run_mapped` (as ID 0 of a mapped user
+/// namespace), with its stderr captured.
+fn try_overlay<F>(run_mapped: F, base: &Path) -> Result<(), OverlayError>
+where
+    F: FnOnce(&mut Command) -> Result<std::process::ExitStatus, userns::UsernsError>,
+{
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| OverlayError::Mount(format!("pipe: {e}")))?;
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "sh", "-c", OVERLAY_SCRIPT, "lazaret-doctor"])
+        .arg(base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err_w));
+    let status = run_mapped(&mut cmd);
+    // Close our copy of the pipe's write end, so the read sees EOF.
+    drop(cmd);
+    let mut stderr = String::new();
+    let _ = std::fs::File::from(err_r)
+        .take(64 * 1024)
+        .read_to_string(&mut stderr);
+    match status {
+        Err(e) => Err(OverlayError::Mapping(e)),
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(OverlayError::Mount(if stderr.trim().is_empty() {
+            format!("the probe failed ({s})")
+        } else {
+            stderr.trim().replace('\n', "; ")
+        })),
+    }
+}
+
+pub fn eval_overlay(what: &str, base: &Path, result: Result<(), OverlayError>) -> Check {
+    let dir = base.parent().unwrap_or(base).display();
+    match result {
+        Ok(()) => Check::pass(
+            what,
+            format!("mount -t overlay -o userxattr works (tried in {dir})"),
+        ),
+        Err(OverlayError::Mapping(e)) => {
+            let fix = match &e {
+                userns::UsernsError::Map { .. } => "sudo apt-get install uidmap",
+                userns::UsernsError::Clone(_) => USERNS_FIX,
+                _ => "see the user namespaces check",
+            };
+            Check::fail(what, format!("cannot enter a mapped user namespace: {e}"), fix)
+        }
+        Err(OverlayError::Mount(msg)) => Check::fail(
+            what,
+            format!("overlay mount in {dir} failed: {msg}"),
+            "sudo modprobe overlay  (overlayfs in user namespaces needs Linux >= 5.11; tmpfs as upper dir needs >= 6.6)",
+        ),
+    }
+}
+
+// ------------------------------------------------------------ devices
+
+/// `sudo chmod 0666 /dev/fuse`, etc. On machines without udev the mode
+/// falls back to 0600 at every boot.
+fn check_fuse(ctx: &Ctx, what: &str) -> Check {
+    rw_device(
+        ctx,
+        what,
+        Path::new("/dev/fuse"),
+        "sudo chmod 0666 /dev/fuse",
+        "sudo modprobe fuse && sudo chmod 0666 /dev/fuse",
+    )
+}
+
+fn check_tun(ctx: &Ctx, what: &str) -> Check {
+    rw_device(
+        ctx,
+        what,
+        Path::new("/dev/net/tun"),
+        "sudo chmod 0666 /dev/net/tun",
+        "sudo modprobe tun && sudo chmod 0666 /dev/net/tun",
+    )
+}
+
+fn rw_device(ctx: &Ctx, what: &str, path: &Path, fix_mode: &str, fix_missing: &str) -> Check {
+    use nix::unistd::AccessFlags;
+    let stat = FileStat::of(path);
+    let access = nix::unistd::access(path, AccessFlags::R_OK | AccessFlags::W_OK);
+    eval_rw_device(
+        what,
+        path,
+        stat,
+        access,
+        ctx.euid == 0,
+        &ctx.user,
+        fix_mode,
+        fix_missing,
+    )
+}
+
+/// Judges a device node that the invoking user must open read-write. As
+/// root, `access()` always succeeds, so the mode must grant read-write to
+/// everyone: Lazaret itself runs as an ordinary user.
+#[allow(clippy::too_many_arguments)]
+pub fn eval_rw_device(
+    what: &str,
+    path: &Path,
+    stat: std::io::Result<FileStat>,
+    access: Result<(), Errno>,
+    as_root: bool,
+    user: &str,
+    fix_mode: &str,
+    fix_missing: &str,
+) -> Check {
+    let p = path.display();
+    let st = match stat {
+        Ok(st) => st,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Check::fail(what, format!("{p} does not exist"), fix_missing)
+        }
+        Err(e) => return Check::fail(what, format!("cannot stat {p}: {e}"), fix_mode),
+    };
+    if st.mode & libc::S_IFMT != libc::S_IFCHR {
+        return Check::fail(what, format!("{p} is not a character device"), fix_missing);
+    }
+    let mode = st.mode & 0o7777;
+    if as_root {
+        if st.mode & 0o006 == 0o006 {
+            return Check::pass(what, format!("{p} mode {mode:04o}, read-write for all users"));
+        }
+        return Check::fail(
+            what,
+            format!("{p} mode {mode:04o}: ordinary users cannot open it read-write"),
+            fix_mode,
+        );
+    }
+    match access {
+        Ok(()) => Check::pass(what, format!("{p} mode {mode:04o}, read-write for {user}")),
+        Err(e) => Check::fail(
+            what,
+            format!("{p} mode {mode:04o}: not read-write for {user} ({})", e.desc()),
+            fix_mode,
+        ),
+    }
+}
+
+// ---------------------------------------------------------- programs
+
+fn check_slirp4netns(_: &Ctx, what: &str) -> Check {
+    eval_program(
+        what,
+        find_on_path("slirp4netns").as_deref(),
+        "sudo apt-get install slirp4netns",
+    )
+}
+
+fn check_mmdebstrap(_: &Ctx, what: &str) -> Check {
+    eval_program(
+        what,
+        find_on_path("mmdebstrap").as_deref(),
+        "sudo apt-get install mmdebstrap",
+    )
+}
+
+pub fn eval_program(what: &str, found: Option<&Path>, fix: &str) -> Check {
+    match found {
+        Some(p) => Check::pass(what, p.display().to_string()),
+        None => Check::fail(what, "not found on PATH", fix),
+    }
+}
+
+// ------------------------------------------------------------ landlock
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
+
+fn check_landlock(_: &Ctx, what: &str) -> Check {
+    eval_landlock(what, landlock_abi())
+}
+
+fn landlock_abi() -> Result<i64, Errno> {
+    // SAFETY: with a NULL attribute pointer, size 0 and only the VERSION
+    // flag, landlock_create_ruleset reads and writes no memory: it returns
+    // the ABI version (or fails).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0 as libc::size_t,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r)
+    }
+}
+
+pub fn eval_landlock(what: &str, abi: Result<i64, Errno>) -> Check {
+    match abi {
+        Ok(v) if v >= 1 => Check::pass(what, format!("ABI {v}")),
+        Ok(v) => Check::fail(
+            what,
+            format!("unexpected ABI {v}"),
+            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
+        ),
+        Err(Errno::ENOSYS) => Check::fail(
+            what,
+            "the kernel has no Landlock (ENOSYS)",
+            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
+        ),
+        Err(Errno::EOPNOTSUPP) => Check::fail(
+            what,
+            "Landlock is built in but disabled at boot (EOPNOTSUPP)",
+            "add landlock to the lsm= kernel parameter (e.g. in GRUB_CMDLINE_LINUX), then `sudo update-grub` and reboot",
+        ),
+        Err(e) => Check::fail(
+            what,
+            format!("landlock_create_ruleset failed: {}", e.desc()),
+            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn chr(mode: u32) -> FileStat {
+        FileStat {
+            mode: libc::S_IFCHR | mode,
+            uid: 0,
+            file_caps: false,
+        }
+    }
+
+    #[test]
+    fn formats_lines() {
+        let ok = Check::pass("landlock", "ABI 7");
+        assert_eq!(ok.to_string(), "ok   landlock: ABI 7");
+        let bad = Check::fail("/dev/fuse", "missing", "sudo chmod 0666 /dev/fuse");
+        assert_eq!(
+            bad.to_string(),
+            "FAIL /dev/fuse: missing — fix: sudo chmod 0666 /dev/fuse"
+        );
+        assert_eq!(
+            Check::fail("x", "broken", "").to_string(),
+            "FAIL x: broken"
+        );
+        assert_eq!(exit_code(&[ok.clone()]), 0);
+        assert_eq!(exit_code(&[ok, bad]), 1);
+        assert_eq!(exit_code(&[]), 0);
+    }
+
+    #[test]
+    fn the_table_has_every_check_once() {
+        let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), CHECKS.len());
+        assert_eq!(CHECKS.len(), 12);
+    }
+
+    #[test]
+    fn judges_devices() {
+        let p = Path::new("/dev/fuse");
+        let fix = "sudo chmod 0666 /dev/fuse";
+        let missing = "sudo modprobe fuse && sudo chmod 0666 /dev/fuse";
+        let c = eval_rw_device("f", p, Ok(chr(0o666)), Ok(()), false, "dev", fix, missing);
+        assert!(c.ok, "{c}");
+        assert_eq!(c.detail, "/dev/fuse mode 0666, read-write for dev");
+        let c = eval_rw_device(
+            "f",
+            p,
+            Ok(chr(0o600)),
+            Err(Errno::EACCES),
+            false,
+            "dev",
+            fix,
+            missing,
+        );
+        assert!(!c.ok);
+        assert_eq!(c.fix, fix);
+        assert!(c.detail.contains("0600"), "{c}");
+        // As root access() passes anyway: the mode must be world rw.
+        let c = eval_rw_device("f", p, Ok(chr(0o600)), Ok(()), true, "root", fix, missing);
+        assert!(!c.ok, "{c}");
+        let c = eval_rw_device("f", p, Ok(chr(0o666)), Ok(()), true, "root", fix, missing);
+        assert!(c.ok, "{c}");
+        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let c = eval_rw_device("f", p, Err(gone), Err(Errno::ENOENT), false, "dev", fix, missing);
+        assert!(!c.ok);
+        assert_eq!(c.fix, missing);
+        let file = FileStat {
+            mode: libc::S_IFREG | 0o666,
+            uid: 0,
+            file_caps: false,
+        };
+        let c = eval_rw_device("f", p, Ok(file), Ok(()), false, "dev", fix, missing);
+        assert!(c.detail.contains("not a character device"), "{c}");
+    }
+
+    #[test]
+    fn judges_real_device_nodes() {
+        // /dev/null is a 0666 character device everywhere.
+        let ctx = Ctx::current(None);
+        let c = rw_device(&ctx, "null", Path::new("/dev/null"), "fix", "missing");
+        assert!(c.ok, "{c}");
+        let c = rw_device(&ctx, "nope", Path::new("/dev/lazaret-nope"), "fix", "missing");
+        assert_eq!(c.fix, "missing");
+    }
+
+    #[test]
+    fn judges_setuid_helpers() {
+        let p = Path::new("/usr/bin/newuidmap");
+        let suid = FileStat {
+            mode: libc::S_IFREG | 0o4755,
+            uid: 0,
+            file_caps: false,
+        };
+        assert!(eval_setuid("n", Some((p, suid))).ok);
+        let plain = FileStat { mode: libc::S_IFREG | 0o755, ..suid };
+        let c = eval_setuid("n", Some((p, plain)));
+        assert!(!c.ok && c.detail.contains("0755"), "{c}");
+        assert!(eval_setuid("n", Some((p, FileStat { file_caps: true, ..plain }))).ok);
+        let not_root = FileStat { uid: 1000, ..suid };
+        assert!(!eval_setuid("n", Some((p, not_root))).ok);
+        let c = eval_setuid("n", None);
+        assert_eq!(c.fix, "sudo apt-get install uidmap");
+    }
+
+    #[test]
+    fn judges_subid_ranges() {
+        let c = eval_subid("s", "/etc/subuid", "uid", "dev", Ok(Some((100000, 65535))), 165536);
+        assert!(c.ok, "{c}");
+        assert_eq!(c.detail, "dev: 100000-165534 (65535 uids for the sandbox's 1-65535)");
+        let c = eval_subid("s", "/etc/subuid", "uid", "alice", Ok(None), 165536);
+        assert!(!c.ok);
+        assert_eq!(
+            c.fix,
+            "sudo usermod --add-subuids 165536-231071 --add-subgids 165536-231071 alice"
+        );
+        let c = eval_subid("s", "/etc/subgid", "gid", "bob", Ok(Some((300000, 10))), 165536);
+        assert!(!c.ok);
+        assert!(c.fix.starts_with("sudo usermod --del-subgids 300000-300009 bob && "), "{c}");
+    }
+
+    #[test]
+    fn finds_a_free_subid_start() {
+        assert_eq!(free_subid_start(&["", ""]), 100000);
+        assert_eq!(
+            free_subid_start(&["dev:100000:65536\n#x\nbad\n", "dev:100000:65536\nops:200000:10\n"]),
+            200010
+        );
+    }
+
+    #[test]
+    fn judges_user_namespaces() {
+        assert!(eval_userns("u", false, Some(96364), None, None, Ok(())).ok);
+        let c = eval_userns("u", false, Some(0), None, None, Err(Errno::ENOSPC));
+        assert!(!c.ok && c.fix.contains("max_user_namespaces"), "{c}");
+        let c = eval_userns("u", false, Some(10), Some(0), None, Err(Errno::EPERM));
+        assert!(!c.ok && c.fix.contains("unprivileged_userns_clone=1"), "{c}");
+        let c = eval_userns("u", false, Some(10), None, None, Err(Errno::EPERM));
+        assert!(!c.ok && c.detail.contains("not permitted"), "{c}");
+        let c = eval_userns("u", false, Some(10), None, Some(1), Ok(()));
+        assert!(!c.ok && c.fix.contains("apparmor"), "{c}");
+        assert!(eval_userns("u", true, Some(10), None, Some(1), Ok(())).ok);
+    }
+
+    #[test]
+    fn judges_landlock_and_programs() {
+        assert_eq!(eval_landlock("l", Ok(7)).to_string(), "ok   l: ABI 7");
+        assert!(!eval_landlock("l", Err(Errno::ENOSYS)).ok);
+        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP)).fix.contains("lsm="));
+        assert!(eval_program("m", Some(Path::new("/usr/bin/mmdebstrap")), "x").ok);
+        assert_eq!(
+            eval_program("m", None, "sudo apt-get install mmdebstrap").to_string(),
+            "FAIL m: not found on PATH — fix: sudo apt-get install mmdebstrap"
+        );
+    }
+
+    #[test]
+    fn judges_runsc() {
+        let mut info = RunscInfo {
+            path: "/usr/bin/runsc".into(),
+            version: "0.0~20221219.0".into(),
+            release_date: Some(20221219),
+            platforms: vec!["kvm".into(), "ptrace".into()],
+            flags: ["ignore-cgroups", "overlay2"].map(String::from).into(),
+        };
+        let c = eval_runsc("runsc", &info);
+        assert!(c.ok, "{c}");
+        assert_eq!(
+            c.detail,
+            "/usr/bin/runsc version 0.0~20221219.0, platform ptrace (offered: kvm, ptrace), \
+             workarounds for this release: statx shim, /proc/sys/net tmpfs"
+        );
+        info.platforms = vec!["kvm".into()];
+        assert!(!eval_runsc("runsc", &info).ok);
+        info.platforms = vec!["ptrace".into()];
+        info.flags.clear();
+        assert!(!eval_runsc("runsc", &info).ok);
+    }
+
+    #[test]
+    fn overlay_failures_name_their_fix() {
+        let base = Path::new("/tmp/.lazaret-doctor-1-2");
+        assert!(eval_overlay("o", base, Ok(())).detail.contains("/tmp"));
+        let c = eval_overlay("o", base, Err(OverlayError::Mount("mount: permission denied".into())));
+        assert!(!c.ok && c.fix.contains("modprobe overlay"), "{c}");
+        let c = eval_overlay(
+            "o",
+            base,
+            Err(OverlayError::Mapping(userns::UsernsError::Map {
+                tool: "newuidmap",
+                pid: 1,
+                detail: "x".into(),
+            })),
+        );
+        assert_eq!(c.fix, "sudo apt-get install uidmap");
+    }
+}

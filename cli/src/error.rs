@@ -1,0 +1,30 @@
+//! The CLI's one error type, reported once at the top.
+
+/// Lazaret itself failed (podman's convention).
+pub const LAZARET_FAILED: i32 = 125;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] lazaret_config::ConfigError),
+    #[error(transparent)]
+    Image(#[from] lazaret_image::ImageError),
+    #[error(transparent)]
+    Runsc(#[from] lazaret_helpers::runsc::RunscError),
+    #[error(transparent)]
+    Userns(#[from] lazaret_helpers::userns::UsernsError),
+    #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
+    Workspace {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    Storage {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the sandbox could not start: {0}")]
+    Start(String),
+    #[error("{0}")]
+    Session(String),
+}

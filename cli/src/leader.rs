@@ -1,0 +1,167 @@
+//! The start-up leader: the `lazaret run` that finds no coordinator takes
+//! the Domain's start-up lock, prepares the image, and starts
+//! `lazaret-coordinator` with its input as a sealed memfd.
+
+use crate::error::CliError;
+use crate::run::{socket_path, Resolved};
+use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
+use lazaret_image::{PrepareOptions, Preparer};
+use lazaret_protocol::plan::{CoordinatorInput, RunscInvocation, VolumeSpec};
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// Where the other binaries are: beside this one.
+fn libexec() -> Result<PathBuf, CliError> {
+    let exe = std::env::current_exe().map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
+    let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    for b in ["lazaret-coordinator", "lazaret-supervisor", "lazaret-exec-bridge"] {
+        if !dir.join(b).is_file() {
+            return Err(CliError::Start(format!(
+                "{b} is missing beside {}: install every Lazaret binary into one directory",
+                exe.display()
+            )));
+        }
+    }
+    Ok(dir)
+}
+
+pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
+    let lock_path = r.domain_root.join("startup.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| CliError::Storage {
+            path: lock_path.display().to_string(),
+            source,
+        })?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
+    // Another leader may have started the Domain while we waited.
+    if UnixStream::connect(socket_path(&r.domain_root)).is_ok() {
+        return Ok(());
+    }
+
+    let runsc = RunscInfo::detect(r.loaded.config.runtime.runsc.as_deref())?;
+    let id_map = userns::current_id_map()?;
+    let images = lazaret_image::Store::new(&r.storage_root, id_map.clone());
+    let opts = PrepareOptions {
+        statx_shim: runsc.needs_statx_shim(),
+    };
+    let reference = r.profile.image.clone();
+    let interactive = std::io::stderr().is_terminal();
+    let mut announced = false;
+    let image = images.prepare(&reference, &opts, &mut |line: &str| {
+        if !announced {
+            eprintln!("lazaret: preparing image {reference} (first use; this takes about a minute)");
+            announced = true;
+        }
+        if interactive {
+            // One updating status line, not a scroll of mmdebstrap output.
+            let mut short: String = line.chars().take(100).collect();
+            short.retain(|c| !c.is_control());
+            eprint!("\r\x1b[2K  {short}");
+        } else {
+            eprintln!("  {line}");
+        }
+    })?;
+    if announced && interactive {
+        eprintln!("\r\x1b[2K  image {reference} ready");
+    }
+
+    let input = CoordinatorInput {
+        domain_id: r.domain_id.to_string(),
+        profile_name: r.profile_name.clone(),
+        workspace: r.workspace.clone(),
+        domain_root: r.domain_root.clone(),
+        config_fingerprint: r.loaded.fingerprint.clone(),
+        image_rootfs: image.rootfs.clone(),
+        image_reference: reference.clone(),
+        runsc: RunscInvocation {
+            path: runsc.path.clone(),
+            global_flags: runsc.global_flags(),
+        },
+        id_map,
+        env: r.profile.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        volumes: r
+            .profile
+            .volumes
+            .iter()
+            .map(|v| VolumeSpec {
+                host: v.host.clone(),
+                sandbox: v.sandbox.clone(),
+                read_only: v.read_only,
+            })
+            .collect(),
+        libexec: libexec()?,
+    };
+    spawn_coordinator(r, &input)
+}
+
+fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliError> {
+    let bytes = postcard::to_stdvec(input).map_err(|e| CliError::Start(e.to_string()))?;
+    let input_fd = memfd::sealed("coordinator-input", &bytes).map_err(|e| CliError::Start(e.to_string()))?;
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| CliError::Start(e.to_string()))?;
+    let log_path = r.domain_root.join("coordinator.log");
+    if std::fs::metadata(&log_path).map(|m| m.len() > 1 << 20).unwrap_or(false) {
+        let _ = std::fs::remove_file(&log_path);
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|source| CliError::Storage {
+            path: log_path.display().to_string(),
+            source,
+        })?;
+    let mut cmd = Command::new(input.libexec.join("lazaret-coordinator"));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone().map_err(|e| CliError::Start(e.to_string()))?))
+        .stderr(Stdio::from(log))
+        .current_dir("/");
+    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (OwnedFd::from(ready_w), 4)]);
+    // SAFETY: setsid is async-signal-safe; the coordinator leaves our
+    // session so that the terminal's signals and hangups do not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError::Start(format!("cannot start lazaret-coordinator: {e}")))?;
+    drop(cmd);
+    let ready = std::fs::File::from(ready_r);
+    let mut pfd = [nix::poll::PollFd::new(ready.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(65_000u16))
+        .map_err(|e| CliError::Start(e.to_string()))?;
+    if n == 0 {
+        return Err(CliError::Start(format!(
+            "the coordinator did not become ready within 65 s; see {}",
+            log_path.display()
+        )));
+    }
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(ready).read_line(&mut line);
+    let line = line.trim();
+    if line == "ready" {
+        // The coordinator lives on in its own session; it is not our child
+        // to wait for (it is reaped by init when it ends).
+        std::mem::forget(child);
+        return Ok(());
+    }
+    let _ = child.wait();
+    let _ = std::io::stderr().flush();
+    Err(CliError::Start(format!(
+        "{} (details in {})",
+        line.strip_prefix("error ").unwrap_or("the coordinator exited during start-up"),
+        log_path.display()
+    )))
+}

@@ -1,0 +1,241 @@
+//! `lazaret run`: resolve the Domain, join its coordinator (or lead its
+//! start-up), and relay one Client Session.
+
+use crate::error::CliError;
+use crate::{leader, terminal};
+use lazaret_config::EnvVars;
+use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
+use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, TtyInfo, PROTOCOL_VERSION};
+use lazaret_protocol::DomainIdV1;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Agent Profile from the config
+    #[arg(long, default_value = "default")]
+    profile: String,
+    /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Agent Workspace (default: the current directory)
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Command to run instead of an interactive login shell
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// Everything resolved about the Domain before anything runs.
+pub struct Resolved {
+    pub loaded: lazaret_config::Loaded,
+    pub profile_name: String,
+    pub profile: lazaret_config::Profile,
+    pub workspace: PathBuf,
+    pub domain_id: DomainIdV1,
+    pub storage_root: PathBuf,
+    pub domain_root: PathBuf,
+}
+
+fn mkdir_private(p: &Path) -> Result<(), CliError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|source| CliError::Storage {
+            path: p.display().to_string(),
+            source,
+        })
+}
+
+pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+    let env = EnvVars::from_process();
+    let loaded = lazaret_config::load(args.config.as_deref(), &env, rustix::process::getuid().as_raw())?;
+    let profile = loaded.config.profile(&args.profile)?.clone();
+    let ws = match &args.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|source| CliError::Workspace {
+            path: ".".into(),
+            source,
+        })?,
+    };
+    let workspace = ws.canonicalize().map_err(|source| CliError::Workspace {
+        path: ws.display().to_string(),
+        source,
+    })?;
+    if !workspace.is_dir() {
+        return Err(CliError::Workspace {
+            path: workspace.display().to_string(),
+            source: std::io::Error::other("not a directory"),
+        });
+    }
+    lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
+    let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
+    let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
+    let domain_root = storage_root.join("domains").join(domain_id.to_string());
+    mkdir_private(&storage_root)?;
+    mkdir_private(&storage_root.join("domains"))?;
+    mkdir_private(&domain_root)?;
+    Ok(Resolved {
+        loaded,
+        profile_name: args.profile.clone(),
+        profile,
+        workspace,
+        domain_id,
+        storage_root,
+        domain_root,
+    })
+}
+
+pub fn socket_path(domain_root: &Path) -> PathBuf {
+    domain_root.join("run").join("coordinator.sock")
+}
+
+pub fn run(args: RunArgs) -> Result<i32, CliError> {
+    let r = resolve(&args)?;
+    let argv = (!args.command.is_empty()).then(|| args.command.clone());
+    // A coordinator that is tearing down closes the connection before it
+    // accepts the session; then we lead a new start-up.
+    for _ in 0..5 {
+        let stream = match UnixStream::connect(socket_path(&r.domain_root)) {
+            Ok(s) => s,
+            Err(_) => {
+                leader::start_domain(&r)?;
+                continue;
+            }
+        };
+        match session(stream, &r, argv.clone())? {
+            Some(code) => return Ok(code),
+            None => continue,
+        }
+    }
+    Err(CliError::Start(
+        "the Domain's coordinator kept closing the connection; see coordinator.log in the Domain Root".into(),
+    ))
+}
+
+/// Runs one Client Session. `None`: the coordinator went away before it
+/// accepted us (it was stopping), so the caller tries again.
+fn session(stream: UnixStream, r: &Resolved, argv: Option<Vec<String>>) -> Result<Option<i32>, CliError> {
+    let tty = terminal::is_tty();
+    let tty_info = tty.then(|| {
+        let (rows, cols) = terminal::size();
+        TtyInfo {
+            term: std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
+            rows,
+            cols,
+        }
+    });
+    let mut w = stream.try_clone().map_err(|e| CliError::Session(e.to_string()))?;
+    let mut rd = stream;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        config_fingerprint: r.loaded.fingerprint.clone(),
+        argv,
+        tty: tty_info,
+    };
+    if write_frame(&mut w, &hello).is_err() {
+        return Ok(None);
+    }
+    match read_frame::<_, ServerMsg>(&mut rd) {
+        Ok(ServerMsg::Accepted { .. }) => {}
+        Ok(ServerMsg::Refused { reason }) => return Err(CliError::Session(reason)),
+        Ok(other) => return Err(CliError::Session(format!("unexpected first record {other:?}"))),
+        Err(FrameError::Closed) => return Ok(None),
+        Err(e) if matches!(&e, FrameError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(CliError::Session(e.to_string())),
+    }
+    if tty {
+        terminal::enter_raw().map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
+    }
+    spawn_signal_relay(&w, tty);
+    spawn_stdin_relay(w.try_clone().map_err(|e| CliError::Session(e.to_string()))?);
+
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr();
+    loop {
+        match read_frame::<_, ServerMsg>(&mut rd) {
+            Ok(ServerMsg::Stdout(d)) => {
+                let _ = out.write_all(&d);
+                let _ = out.flush();
+            }
+            Ok(ServerMsg::Stderr(d)) => {
+                let _ = err.write_all(&d);
+            }
+            Ok(ServerMsg::Exit { status }) => {
+                terminal::restore();
+                return Ok(Some(status));
+            }
+            Ok(other) => {
+                terminal::restore();
+                return Err(CliError::Session(format!("unexpected record {other:?}")));
+            }
+            Err(e) => {
+                terminal::restore();
+                return Err(CliError::Session(format!(
+                    "the connection to the Domain's coordinator was lost ({e}); see coordinator.log in {}",
+                    r.domain_root.display()
+                )));
+            }
+        }
+    }
+}
+
+fn spawn_stdin_relay(mut w: UnixStream) {
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = write_frame(&mut w, &ClientMsg::StdinEof);
+                    return;
+                }
+                Ok(n) => {
+                    if write_frame(&mut w, &ClientMsg::Stdin(buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Resizes follow the terminal; without a PTY, Ctrl-C and friends are
+/// forwarded as signals. SIGTERM and SIGHUP end the session cleanly, so the
+/// terminal is restored on the way out.
+fn spawn_signal_relay(w: &UnixStream, tty: bool) {
+    use signal_hook::consts::*;
+    let Ok(mut w) = w.try_clone() else { return };
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            let msg = match sig {
+                SIGWINCH if tty => {
+                    let (rows, cols) = terminal::size();
+                    ClientMsg::Resize { rows, cols }
+                }
+                SIGWINCH => continue,
+                SIGINT if !tty => ClientMsg::Signal(Signal::Interrupt),
+                SIGQUIT if !tty => ClientMsg::Signal(Signal::Quit),
+                SIGTERM if !tty => ClientMsg::Signal(Signal::Terminate),
+                SIGHUP if !tty => ClientMsg::Signal(Signal::Hangup),
+                SIGTERM | SIGHUP => {
+                    let _ = w.shutdown(std::net::Shutdown::Both);
+                    return;
+                }
+                _ => continue,
+            };
+            if write_frame(&mut w, &msg).is_err() {
+                return;
+            }
+        }
+    });
+}

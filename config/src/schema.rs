@@ -1,0 +1,182 @@
+//! The configuration schema: what `config.toml` may contain.
+//!
+//! Key names are stable interface. Every struct denies unknown fields so a
+//! typo (`imagee`) is an error instead of a silently ignored setting that
+//! the user believes is in force. The types are also sent to other processes
+//! with postcard, so they stay within what a non-self-describing format can
+//! encode: no `flatten`, no untagged enums, no skipped fields.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// Name of the Agent Profile used when none is chosen; always present.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// Image used by a profile that does not name one.
+pub const DEFAULT_IMAGE: &str = "lazaret:default";
+
+/// Sandbox paths kept across sessions by default.
+pub const DEFAULT_PERSISTENT_PATHS: [&str; 6] = ["/usr", "/etc", "/var", "/opt", "/root", "/home"];
+
+/// The whole host configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub storage: Storage,
+    #[serde(default)]
+    pub runtime: Runtime,
+    /// Agent Profiles by name. After loading, `default` is always present.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// `[storage]`: where lazaret keeps its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// Storage Root override; see [`crate::storage_root`] for the fallback.
+    #[serde(default)]
+    pub data_root: Option<PathBuf>,
+}
+
+/// `[runtime]`: how the sandbox runtime is found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Absolute path of the `runsc` binary; `None` lets the caller search.
+    #[serde(default)]
+    pub runsc: Option<PathBuf>,
+}
+
+/// `[profiles.NAME]`: one Agent Profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Profile {
+    pub image: String,
+    /// Sandbox paths whose changes survive the session.
+    pub persistent_paths: Vec<String>,
+    pub isolate_ignored: bool,
+    pub env: BTreeMap<String, String>,
+    pub volumes: Vec<Volume>,
+    pub network: Network,
+    pub escalation: Escalation,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self {
+            image: DEFAULT_IMAGE.to_owned(),
+            persistent_paths: DEFAULT_PERSISTENT_PATHS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+            isolate_ignored: true,
+            env: BTreeMap::new(),
+            volumes: Vec::new(),
+            network: Network::default(),
+            escalation: Escalation::default(),
+        }
+    }
+}
+
+/// `[[profiles.NAME.volumes]]`: a host directory mounted into the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    pub host: PathBuf,
+    /// Mount point inside the sandbox (a sandbox path, hence a string).
+    pub sandbox: String,
+    /// Read-only unless explicitly opened up: the safe choice is the default.
+    #[serde(default = "default_true")]
+    pub read_only: bool,
+}
+
+/// `[profiles.NAME.network]`. Stored as written; rules are checked by the
+/// network layer, which knows what a valid destination is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Network {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub dns: Vec<String>,
+    /// Policy for destinations matched by neither list.
+    pub default: NetworkDefault,
+    pub mode: Option<NetworkMode>,
+}
+
+/// Policy for destinations not listed in `allow` or `deny`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkDefault {
+    /// Agents need package registries and model APIs out of the box, so an
+    /// unconfigured profile keeps network access.
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// Whether the sandbox has a network at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    None,
+    Enabled,
+}
+
+/// `[profiles.NAME.escalation]`: commands run on the host without asking.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Escalation {
+    pub auto_approve: Vec<AutoApprove>,
+}
+
+/// One `[[profiles.NAME.escalation.auto_approve]]` rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoApprove {
+    /// Exact argv prefix to match.
+    pub argv: Vec<String>,
+    /// Whether arguments beyond `argv` are allowed; off so a rule approves
+    /// exactly what it spells out.
+    #[serde(default)]
+    pub trailing_args: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Config {
+    /// The built-in configuration used when no file exists: one `default`
+    /// Agent Profile and no overrides.
+    pub fn builtin() -> Self {
+        let mut profiles = BTreeMap::new();
+        profiles.insert(DEFAULT_PROFILE.to_owned(), Profile::default());
+        Self {
+            storage: Storage::default(),
+            runtime: Runtime::default(),
+            profiles,
+        }
+    }
+
+    /// The Agent Profile called `name`.
+    pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        self.profiles
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownProfile {
+                name: name.to_owned(),
+                available: self.profiles.keys().cloned().collect(),
+            })
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}

@@ -1,0 +1,303 @@
+//! Semantic checks on a parsed config: things TOML types cannot express.
+//!
+//! Returns the first problem with the key path it concerns; the caller turns
+//! that into a line number. Network rules are left to the network layer.
+
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use crate::error::Invalid;
+use crate::schema::{Config, Profile};
+use crate::spans::{key_path, KeyPath};
+
+/// Sandbox paths a volume must not cover: the workspace mount, kernel
+/// filesystems, and lazaret's own control directory.
+const VOLUME_RESERVED: [&str; 5] = ["/workspace", "/proc", "/sys", "/dev", "/.lazaret"];
+
+/// Persistent paths additionally exclude `/tmp`, which is scratch by design.
+const PERSISTENT_RESERVED: [&str; 6] = ["/workspace", "/proc", "/sys", "/dev", "/tmp", "/.lazaret"];
+
+const MAX_PROFILE_NAME: usize = 64;
+
+pub(crate) type Failure = (KeyPath, Invalid);
+
+pub(crate) fn validate(config: &Config) -> Result<(), Failure> {
+    if let Some(root) = &config.storage.data_root {
+        host_path(root).map_err(|e| (key_path!["storage", "data_root"], e))?;
+    }
+    if let Some(runsc) = &config.runtime.runsc {
+        host_path(runsc).map_err(|e| (key_path!["runtime", "runsc"], e))?;
+    }
+    for (name, profile) in &config.profiles {
+        let at = key_path!["profiles", name.as_str()];
+        profile_name(name).map_err(|e| (at.clone(), e))?;
+        validate_profile(profile, &at)?;
+    }
+    Ok(())
+}
+
+fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
+    if profile.image.is_empty() {
+        return Err((at.key("image"), Invalid::EmptyImage));
+    }
+    no_nul(&profile.image).map_err(|e| (at.key("image"), e))?;
+
+    for (i, persistent) in profile.persistent_paths.iter().enumerate() {
+        sandbox_path(persistent, &PERSISTENT_RESERVED)
+            .map_err(|e| (at.key("persistent_paths").index(i), e))?;
+    }
+
+    for (key, value) in &profile.env {
+        let key_at = at.key("env").key(key);
+        env_name(key).map_err(|e| (key_at.clone(), e))?;
+        no_nul(value).map_err(|e| (key_at, e))?;
+    }
+
+    // Mount point -> index of the first volume using it.
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, volume) in profile.volumes.iter().enumerate() {
+        let vol_at = at.key("volumes").index(i);
+        host_path(&volume.host).map_err(|e| (vol_at.key("host"), e))?;
+        sandbox_path(&volume.sandbox, &VOLUME_RESERVED).map_err(|e| (vol_at.key("sandbox"), e))?;
+        if let Some(&first) = seen.get(volume.sandbox.as_str()) {
+            return Err((
+                vol_at.key("sandbox"),
+                Invalid::DuplicateSandbox {
+                    path: volume.sandbox.clone(),
+                    first,
+                },
+            ));
+        }
+        seen.insert(&volume.sandbox, i);
+    }
+
+    for (i, rule) in profile.escalation.auto_approve.iter().enumerate() {
+        let argv_at = at
+            .key("escalation")
+            .key("auto_approve")
+            .index(i)
+            .key("argv");
+        match rule.argv.first() {
+            None => return Err((argv_at, Invalid::EmptyArgv)),
+            Some(program) if program.is_empty() => return Err((argv_at, Invalid::EmptyProgram)),
+            Some(_) => {}
+        }
+        for (j, arg) in rule.argv.iter().enumerate() {
+            no_nul(arg).map_err(|e| (argv_at.index(j), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Profile names end up in file names and CLI arguments, so they are kept
+/// to a portable, option-safe alphabet.
+fn profile_name(name: &str) -> Result<(), Invalid> {
+    let ok = (1..=MAX_PROFILE_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && !name.starts_with(['.', '-']);
+    if ok {
+        Ok(())
+    } else {
+        Err(Invalid::ProfileName(name.to_owned()))
+    }
+}
+
+/// A host path: absolute, and without `..` so that what a reader sees is
+/// what gets used (no `/safe/../etc` surprises).
+fn host_path(path: &Path) -> Result<(), Invalid> {
+    let shown = || path.display().to_string();
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(Invalid::Nul);
+    }
+    if !path.is_absolute() {
+        return Err(Invalid::NotAbsolute(shown()));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(Invalid::ParentComponent(shown()));
+    }
+    Ok(())
+}
+
+/// A path inside the sandbox: absolute, normalized (so string comparison is
+/// path comparison), not `/`, and clear of the `reserved` trees.
+fn sandbox_path(path: &str, reserved: &[&'static str]) -> Result<(), Invalid> {
+    no_nul(path)?;
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(Invalid::NotAbsolute(path.to_owned()));
+    };
+    if rest.is_empty() {
+        return Err(Invalid::RootPath);
+    }
+    for segment in rest.split('/') {
+        match segment {
+            ".." => return Err(Invalid::ParentComponent(path.to_owned())),
+            "" | "." => return Err(Invalid::NotNormalized(path.to_owned())),
+            _ => {}
+        }
+    }
+    if let Some(&hit) = reserved.iter().find(|r| is_at_or_beneath(path, r)) {
+        return Err(Invalid::Reserved {
+            path: path.to_owned(),
+            reserved: hit,
+        });
+    }
+    Ok(())
+}
+
+/// `path` equals `root` or lies beneath it, by whole components
+/// (`/workspace2` is not beneath `/workspace`). Both must be normalized.
+fn is_at_or_beneath(path: &str, root: &str) -> bool {
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Names the kernel and shells accept in an environment block.
+fn env_name(name: &str) -> Result<(), Invalid> {
+    if name.is_empty() {
+        return Err(Invalid::EmptyEnvName);
+    }
+    no_nul(name)?;
+    if name.contains('=') {
+        return Err(Invalid::EnvNameEquals(name.to_owned()));
+    }
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(Invalid::EnvNameDigit(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// NUL would silently truncate the string once it reaches a C API.
+fn no_nul(value: &str) -> Result<(), Invalid> {
+    if value.contains('\0') {
+        Err(Invalid::Nul)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names() {
+        for ok in ["default", "a", "A.b_c-9", &"x".repeat(64)] {
+            assert!(profile_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".hidden", "-opt", "a b", "a/b", "é", &"x".repeat(65)] {
+            assert_eq!(
+                profile_name(bad),
+                Err(Invalid::ProfileName(bad.to_owned())),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_paths() {
+        assert!(host_path(Path::new("/srv/data")).is_ok());
+        assert_eq!(
+            host_path(Path::new("srv")),
+            Err(Invalid::NotAbsolute("srv".into()))
+        );
+        assert_eq!(
+            host_path(Path::new("/a/../etc")),
+            Err(Invalid::ParentComponent("/a/../etc".into()))
+        );
+        assert_eq!(host_path(Path::new("/a\0b")), Err(Invalid::Nul));
+    }
+
+    #[test]
+    fn sandbox_paths() {
+        let r = &VOLUME_RESERVED;
+        assert!(sandbox_path("/data", r).is_ok());
+        assert!(sandbox_path("/workspace2", r).is_ok());
+        assert!(sandbox_path("/tmp/x", r).is_ok());
+        assert_eq!(sandbox_path("/", r), Err(Invalid::RootPath));
+        assert_eq!(
+            sandbox_path("data", r),
+            Err(Invalid::NotAbsolute("data".into()))
+        );
+        for bad in ["/a//b", "/a/./b", "/a/"] {
+            assert_eq!(
+                sandbox_path(bad, r),
+                Err(Invalid::NotNormalized(bad.into())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            sandbox_path("/a/../b", r),
+            Err(Invalid::ParentComponent("/a/../b".into()))
+        );
+        for (bad, reserved) in [
+            ("/workspace", "/workspace"),
+            ("/workspace/x", "/workspace"),
+            ("/proc/1", "/proc"),
+            ("/sys", "/sys"),
+            ("/dev/shm", "/dev"),
+            ("/.lazaret/ctl", "/.lazaret"),
+        ] {
+            assert_eq!(
+                sandbox_path(bad, r),
+                Err(Invalid::Reserved {
+                    path: bad.into(),
+                    reserved
+                }),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            sandbox_path("/tmp/x", &PERSISTENT_RESERVED),
+            Err(Invalid::Reserved {
+                path: "/tmp/x".into(),
+                reserved: "/tmp"
+            })
+        );
+    }
+
+    #[test]
+    fn env_names() {
+        assert!(env_name("PATH").is_ok());
+        assert!(env_name("_X1").is_ok());
+        assert_eq!(env_name(""), Err(Invalid::EmptyEnvName));
+        assert_eq!(env_name("A=B"), Err(Invalid::EnvNameEquals("A=B".into())));
+        assert_eq!(env_name("1X"), Err(Invalid::EnvNameDigit("1X".into())));
+        assert_eq!(env_name("A\0"), Err(Invalid::Nul));
+    }
+
+    #[test]
+    fn builtin_config_is_valid() {
+        assert_eq!(validate(&Config::builtin()), Ok(()));
+    }
+
+    #[test]
+    fn escalation_argv_must_name_a_program() {
+        let mut config = Config::builtin();
+        let profile = config.profiles.get_mut("default").unwrap();
+        profile
+            .escalation
+            .auto_approve
+            .push(crate::schema::AutoApprove {
+                argv: vec![],
+                trailing_args: false,
+            });
+        let (at, why) = validate(&config).unwrap_err();
+        assert_eq!(
+            at.to_string(),
+            "profiles.default.escalation.auto_approve[0].argv"
+        );
+        assert_eq!(why, Invalid::EmptyArgv);
+
+        let profile = config.profiles.get_mut("default").unwrap();
+        profile.escalation.auto_approve[0].argv = vec!["git".into(), "a\0".into()];
+        let (at, why) = validate(&config).unwrap_err();
+        assert_eq!(
+            at.to_string(),
+            "profiles.default.escalation.auto_approve[0].argv[1]"
+        );
+        assert_eq!(why, Invalid::Nul);
+    }
+}

@@ -1,0 +1,20 @@
+//! The Session Coordinator: the single owner of one Domain's runtime
+//! resources (OR-1). It holds the Domain `flock` and the Domain Store, has
+//! the Runtime Supervisor start the Agent Sandbox, serves Client Sessions on
+//! a host-private Unix socket, and tears everything transient down when the
+//! last session leaves (FR-6). It holds no mount or network authority of its
+//! own: those belong to the supervisor.
+
+pub mod fdno;
+pub mod git_sentry;
+pub mod lifecycle;
+pub mod procs;
+pub mod session;
+pub mod store;
+
+/// Exit codes of `lazaret-coordinator`.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const BAD_INPUT: i32 = 2;
+    pub const START_FAILED: i32 = 3;
+}

@@ -1,0 +1,433 @@
+//! Start, serve, tear down, and recover a Domain.
+
+use crate::session::{self, SessionCtx};
+use crate::store::{DomainMeta, Generation, Phase, Store};
+use crate::{exit, fdno, git_sentry, procs};
+use lazaret_helpers::{fds, memfd, userns};
+use lazaret_protocol::plan::{
+    CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
+};
+use std::io::{BufRead, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a started Domain waits for its first session before it stops.
+const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
+
+pub fn log(msg: impl std::fmt::Display) {
+    eprintln!("lazaret-coordinator[{}]: {msg}", std::process::id());
+}
+
+/// Paths of the Domain Root, all host-private (SR-10).
+pub struct Layout {
+    pub root: PathBuf,
+}
+
+impl Layout {
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("domain.lock")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.root.join("domain.redb")
+    }
+    /// Everything transient of one generation; removed at teardown.
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.run().join("coordinator.sock")
+    }
+}
+
+pub fn main() -> i32 {
+    let ready = match fds::inherited(fdno::READY) {
+        Ok(fd) => Some(std::fs::File::from(fd)),
+        Err(_) => None,
+    };
+    let mut ready = ready;
+    let input = match read_input() {
+        Ok(i) => i,
+        Err(msg) => {
+            report(&mut ready, &format!("error {msg}"));
+            log(&msg);
+            return exit::BAD_INPUT;
+        }
+    };
+    match run(&input, &mut ready) {
+        Ok(()) => exit::OK,
+        Err(msg) => {
+            report(&mut ready, &format!("error {msg}"));
+            log(format!("error: {msg}"));
+            exit::START_FAILED
+        }
+    }
+}
+
+fn report(ready: &mut Option<std::fs::File>, line: &str) {
+    if let Some(f) = ready.as_mut() {
+        let _ = writeln!(f, "{}", line.replace('\n', " "));
+    }
+    *ready = None;
+}
+
+fn read_input() -> Result<CoordinatorInput, String> {
+    let fd = fds::inherited(fdno::INPUT).map_err(|e| format!("no input on fd 3: {e}"))?;
+    let bytes = memfd::read_sealed("coordinator-input", &fd, 1 << 20).map_err(|e| e.to_string())?;
+    postcard::from_bytes(&bytes).map_err(|e| format!("coordinator input: {e}"))
+}
+
+fn random_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::getrandom(&mut b).expect("getrandom");
+    hex::encode(b)
+}
+
+/// Takes the Domain lock, waiting for a previous coordinator that is still
+/// tearing down.
+fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open the Domain lock {}: {e}", path.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(rustix::io::Errno::WOULDBLOCK) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(25))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the Domain lock {} is held by another coordinator ({e}); wait for it to stop",
+                    path.display()
+                ))
+            }
+        }
+    }
+}
+
+fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<(), String> {
+    let layout = Layout {
+        root: input.domain_root.clone(),
+    };
+    let _lock = lock_domain(&layout.lock())?;
+    let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
+    store
+        .set_meta(&DomainMeta {
+            profile: input.profile_name.clone(),
+            workspace: input.workspace.display().to_string(),
+            image: input.image_reference.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+
+    let previous = store.generation().map_err(|e| e.to_string())?;
+    recover(&layout, &store, previous.as_ref(), &input.id_map)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
+    }
+
+    let mut gen = Generation {
+        number: previous.map(|g| g.number + 1).unwrap_or(1),
+        phase: Phase::Starting,
+        sandbox_id: format!("lazaret-{}", &random_id()[..16]),
+        coordinator_id: random_id(),
+        supervisor: None,
+        holder: None,
+    };
+    // The intent is durable before anything exists.
+    store.set_generation(&gen).map_err(|e| e.to_string())?;
+
+    let started = start_sandbox(input, &layout, &gen);
+    let (mut supervisor, holder_pid) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            teardown(&layout, &store, &mut gen, None, &input.id_map);
+            return Err(e);
+        }
+    };
+    gen.supervisor = procs::start_time(supervisor.id() as i32).map(|t| (supervisor.id() as i32, t));
+    gen.holder = procs::start_time(holder_pid).map(|t| (holder_pid, t));
+    gen.phase = Phase::Running;
+    store.set_generation(&gen).map_err(|e| e.to_string())?;
+
+    let holder = match procs::pidfd(holder_pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+            return Err(format!("cannot open a pidfd for the sandbox holder: {e}"));
+        }
+    };
+    let listener = match bind(&layout.socket()) {
+        Ok(l) => l,
+        Err(e) => {
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+            return Err(e);
+        }
+    };
+    log(format!(
+        "Domain {} generation {} ready: sandbox {}",
+        input.domain_id, gen.number, gen.sandbox_id
+    ));
+    report(ready, "ready");
+
+    let ctx = Arc::new(SessionCtx::new(input.clone(), layout.run(), gen.sandbox_id.clone(), holder));
+    serve(&listener, &ctx, &stop, &mut supervisor);
+
+    // No new session may join from here on.
+    let _ = std::fs::remove_file(layout.socket());
+    drop(listener);
+    ctx.end_all();
+    teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+    Ok(())
+}
+
+fn bind(path: &Path) -> Result<UnixListener, String> {
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(l)
+}
+
+fn serve(listener: &UnixListener, ctx: &Arc<SessionCtx>, stop: &AtomicBool, supervisor: &mut Child) {
+    let since = Instant::now();
+    let mut served = false;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            log("asked to stop");
+            return;
+        }
+        if let Ok(Some(status)) = supervisor.try_wait() {
+            log(format!("the Runtime Supervisor exited ({status}): the sandbox is lost"));
+            return;
+        }
+        if ctx.active() == 0 && (served || since.elapsed() > FIRST_SESSION_GRACE) {
+            log("no Client Session left");
+            return;
+        }
+        let mut pfd = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(100u16));
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = session::peer_is_us(&stream) {
+                    log(format!("refused a connection: {e}"));
+                    continue;
+                }
+                served = true;
+                session::spawn(ctx.clone(), stream);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => log(format!("accept: {e}")),
+        }
+    }
+}
+
+fn mkdir_private(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create {}: {e}", p.display()))
+}
+
+/// Builds the sandbox plan (pure apart from reading the workspace's Git
+/// layout) and starts the supervisor with it.
+fn start_sandbox(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    gen: &Generation,
+) -> Result<(Child, i32), String> {
+    let run = layout.run();
+    mkdir_private(&run)?;
+    git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
+    let plan = plan(input, &run, gen, git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?);
+    let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
+    let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
+    let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| e.to_string())?;
+
+    let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
+    cmd.stdin(Stdio::null());
+    fds::pass_fds(&mut cmd, vec![(plan_fd, 3), (OwnedFd::from(status_w), 4)]);
+    // SAFETY: prctl is async-signal-safe. The supervisor dies with the
+    // thread that spawned it, which is this coordinator's main thread.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start lazaret-supervisor: {e}"))?;
+    drop(cmd);
+
+    let status = std::fs::File::from(status_r);
+    let mut pfd = [nix::poll::PollFd::new(status.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(60_000u16))
+        .map_err(|e| e.to_string())?;
+    if n == 0 {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("the sandbox did not start within 60 s; see the coordinator log".into());
+    }
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(status).read_line(&mut line);
+    let line = line.trim();
+    if let Some(pid) = line.strip_prefix("ready ") {
+        let pid: i32 = pid.parse().map_err(|_| format!("bad supervisor status {line:?}"))?;
+        return Ok((child, pid));
+    }
+    let _ = child.wait();
+    Err(format!(
+        "cannot start the sandbox: {}",
+        line.strip_prefix("error ").unwrap_or("the Runtime Supervisor exited")
+    ))
+}
+
+pub fn plan(
+    input: &CoordinatorInput,
+    run: &Path,
+    gen: &Generation,
+    mut mounts: Vec<PlannedMount>,
+) -> SandboxPlan {
+    for v in &input.volumes {
+        mounts.push(PlannedMount {
+            destination: v.sandbox.clone(),
+            kind: MountKind::Bind {
+                source: v.host.clone(),
+                read_only: v.read_only,
+            },
+            purpose: MountPurpose::Volume,
+        });
+    }
+    SandboxPlan {
+        sandbox_id: gen.sandbox_id.clone(),
+        runsc: input.runsc.clone(),
+        state_dir: run.join("runsc"),
+        bundle_dir: run.join("bundle"),
+        root: RootLayout {
+            lower: input.image_rootfs.clone(),
+            upper: run.join("root-upper"),
+            work: run.join("root-work"),
+            merged: run.join("root"),
+        },
+        mounts,
+        hostname: "lazaret".into(),
+        env: session::base_env(input, None),
+        id_map: input.id_map.clone(),
+    }
+}
+
+/// Stops the sandbox (through the supervisor), removes everything transient
+/// and records the Domain as stopped. Persistent state stays.
+fn teardown(
+    layout: &Layout,
+    store: &Store,
+    gen: &mut Generation,
+    supervisor: Option<&mut Child>,
+    id_map: &lazaret_protocol::plan::IdMap,
+) {
+    gen.phase = Phase::Stopping;
+    let _ = store.set_generation(gen);
+    if let Some(child) = supervisor {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() > deadline => {
+                    log("the Runtime Supervisor did not stop in 30 s: killing it");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    remove_run_dir(layout, id_map);
+    gen.phase = Phase::Stopped;
+    gen.supervisor = None;
+    gen.holder = None;
+    let _ = store.set_generation(gen);
+    log(format!("generation {} stopped", gen.number));
+}
+
+/// The run directory holds files owned by the sandbox's subordinate IDs
+/// (the root overlay's upper), so it is removed from inside the Domain's
+/// user namespace mapping.
+fn remove_run_dir(layout: &Layout, id_map: &lazaret_protocol::plan::IdMap) {
+    let run = layout.run();
+    if !run.exists() {
+        return;
+    }
+    let status = userns::run_mapped(
+        id_map,
+        Command::new("rm").arg("-rf").arg("--").arg(&run),
+    );
+    if !matches!(status, Ok(s) if s.success()) || run.exists() {
+        log(format!("could not remove {} completely: {status:?}", run.display()));
+    }
+}
+
+/// Recovery after an interrupted generation (FR-7): nothing is assumed to
+/// have disappeared with its owner. Processes are killed by (pid, start
+/// time); the PID namespace of the holder takes every sandbox process with
+/// it; transient files are removed.
+fn recover(
+    layout: &Layout,
+    store: &Store,
+    previous: Option<&Generation>,
+    id_map: &lazaret_protocol::plan::IdMap,
+) -> Result<(), String> {
+    let Some(prev) = previous else {
+        remove_run_dir(layout, id_map);
+        return Ok(());
+    };
+    if prev.phase != Phase::Stopped {
+        log(format!(
+            "recovering generation {} left in phase {:?}",
+            prev.number, prev.phase
+        ));
+        for (pid, start) in [prev.holder, prev.supervisor].into_iter().flatten() {
+            if procs::alive(pid, start) {
+                if let Ok(fd) = procs::pidfd(pid) {
+                    if procs::alive(pid, start) {
+                        log(format!("killing stale process {pid}"));
+                        procs::kill_pidfd(&fd);
+                        wait_gone(pid, start);
+                    }
+                }
+            }
+        }
+    }
+    remove_run_dir(layout, id_map);
+    let mut g = prev.clone();
+    g.phase = Phase::Stopped;
+    g.supervisor = None;
+    g.holder = None;
+    store.set_generation(&g).map_err(|e| e.to_string())
+}
+
+fn wait_gone(pid: i32, start: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs::alive(pid, start) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,380 @@
+//! Client Sessions: one thread per session relays between the client's
+//! socket and a non-detached `runsc exec` started through the exec bridge,
+//! on a coordinator-owned PTY (FR-14) or on pipes that keep stdout and
+//! stderr apart.
+
+use crate::lifecycle::log;
+use lazaret_helpers::fds;
+use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
+use lazaret_protocol::plan::CoordinatorInput;
+use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, PROTOCOL_VERSION};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct SessionCtx {
+    input: CoordinatorInput,
+    run_dir: PathBuf,
+    sandbox_id: String,
+    holder: OwnedFd,
+    active: AtomicUsize,
+    /// Exec bridges of live sessions, by Session ID, to end them at teardown.
+    bridges: Mutex<HashMap<String, u32>>,
+}
+
+impl SessionCtx {
+    pub fn new(input: CoordinatorInput, run_dir: PathBuf, sandbox_id: String, holder: OwnedFd) -> Self {
+        Self {
+            input,
+            run_dir,
+            sandbox_id,
+            holder,
+            active: AtomicUsize::new(0),
+            bridges: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// Ends every live session (teardown).
+    pub fn end_all(&self) {
+        for pid in self.bridges.lock().unwrap().values() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Only the developer's own processes may connect (SR-10); the socket's
+/// directory is private too, this is the second check.
+pub fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
+    let cred = rustix::net::sockopt::socket_peercred(stream).map_err(|e| e.to_string())?;
+    if cred.uid != rustix::process::getuid() {
+        return Err(format!("peer uid {} is not ours", cred.uid.as_raw()));
+    }
+    Ok(())
+}
+
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The environment of sandbox processes: a fixed base, the profile's
+/// `env`, then the session's terminal type.
+pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), "/root".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("LAZARET_PROFILE".into(), input.profile_name.clone()),
+        ("LAZARET_DOMAIN".into(), input.domain_id.clone()),
+    ];
+    for (k, v) in &input.env {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
+    }
+    if let Some(t) = term {
+        env.retain(|(k, _)| k != "TERM");
+        env.push(("TERM".into(), t.into()));
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// The argv run in the sandbox. A command goes through `sh -c 'exec "$@"'`
+/// so that "not found" and "not executable" come back as 127 and 126; no
+/// command means an interactive login shell.
+pub fn sandbox_argv(argv: Option<&[String]>) -> Vec<String> {
+    let mut v: Vec<String> = vec!["/bin/sh".into(), "-c".into()];
+    match argv {
+        Some(argv) => {
+            v.push("exec \"$@\"".into());
+            v.push("lazaret".into());
+            v.extend(argv.iter().cloned());
+        }
+        None => v.push(
+            "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi".into(),
+        ),
+    }
+    v
+}
+
+struct Guard<'a> {
+    ctx: &'a SessionCtx,
+    id: String,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.ctx.bridges.lock().unwrap().remove(&self.id);
+        let _ = std::fs::remove_file(self.ctx.run_dir.join("sessions").join(format!("{}.json", self.id)));
+        self.ctx.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
+    // Counted before the thread starts, so that the serve loop never sees a
+    // moment with an accepted connection and no active session.
+    ctx.active.fetch_add(1, Ordering::SeqCst);
+    std::thread::spawn(move || {
+        let mut id = [0u8; 16];
+        getrandom::getrandom(&mut id).expect("getrandom");
+        let guard = Guard {
+            ctx: &ctx,
+            id: hex::encode(id),
+        };
+        if let Err(e) = serve(&ctx, &guard.id, stream) {
+            log(format!("session {}: {e}", &guard.id[..8]));
+        }
+    });
+}
+
+fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let mut reader = stream.try_clone().map_err(|e| e.to_string())?;
+    let writer = Arc::new(Mutex::new(stream));
+    reader
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
+    reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let refuse = |reason: String| {
+        let _ = write_frame(&mut *writer.lock().unwrap(), &ServerMsg::Refused { reason: reason.clone() });
+        Err(reason)
+    };
+    if hello.version != PROTOCOL_VERSION {
+        return refuse(format!(
+            "protocol version {} is not {PROTOCOL_VERSION}: the running Domain was started by another version of lazaret; end its sessions first",
+            hello.version
+        ));
+    }
+    if hello.config_fingerprint != ctx.input.config_fingerprint {
+        return refuse(
+            "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
+        );
+    }
+
+    let tty = hello.tty.clone();
+    let env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
+    let process = lazaret_supervisor::bundle::exec_process_json(
+        &sandbox_argv(hello.argv.as_deref()),
+        &env,
+        "/workspace",
+        tty.is_some(),
+    );
+    let sessions = ctx.run_dir.join("sessions");
+    std::fs::create_dir_all(&sessions).map_err(|e| e.to_string())?;
+    let process_file = sessions.join(format!("{sid}.json"));
+    std::fs::write(&process_file, serde_json::to_vec(&process).expect("json"))
+        .map_err(|e| e.to_string())?;
+
+    let runsc = ctx.input.runsc.command(
+        &ctx.run_dir.join("runsc"),
+        &["exec", "--process", &process_file.to_string_lossy(), &ctx.sandbox_id],
+    );
+    let mut cmd = Command::new(ctx.input.libexec.join("lazaret-exec-bridge"));
+    if tty.is_some() {
+        cmd.arg("--tty");
+    }
+    cmd.arg("--").args(&runsc);
+    let holder = ctx.holder.try_clone().map_err(|e| e.to_string())?;
+    fds::pass_fds(&mut cmd, vec![(holder, 3)]);
+
+    let accepted = ServerMsg::Accepted {
+        session_id: sid.to_string(),
+    };
+    match tty {
+        Some(t) => run_pty(ctx, sid, cmd, t.rows, t.cols, reader, writer, accepted),
+        None => run_pipes(ctx, sid, cmd, reader, writer, accepted),
+    }
+}
+
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn send(w: &Writer, msg: &ServerMsg) -> bool {
+    write_frame(&mut *w.lock().unwrap(), msg).is_ok()
+}
+
+fn pump<R: Read + Send + 'static>(
+    mut r: R,
+    w: Writer,
+    wrap: fn(Vec<u8>) -> ServerMsg,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if !send(&w, &wrap(buf[..n].to_vec())) {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn exit_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_pty(
+    ctx: &SessionCtx,
+    sid: &str,
+    mut cmd: Command,
+    rows: u16,
+    cols: u16,
+    mut reader: UnixStream,
+    writer: Writer,
+    accepted: ServerMsg,
+) -> Result<(), String> {
+    let ws = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&ws), None).map_err(|e| format!("openpty: {e}"))?;
+    // runsc chowns the slave it is given; it is ours alone, never the
+    // developer's own terminal.
+    let slave = pty.slave;
+    cmd.stdin(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
+        .stdout(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
+        .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the exec bridge: {e}"))?;
+    drop(cmd);
+    ctx.bridges.lock().unwrap().insert(sid.to_string(), child.id());
+    send(&writer, &accepted);
+
+    let master = std::fs::File::from(pty.master);
+    let out = pump(master.try_clone().map_err(|e| e.to_string())?, writer.clone(), ServerMsg::Stdout);
+    let input_master = master.try_clone().map_err(|e| e.to_string())?;
+    let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    std::thread::spawn(move || {
+        let mut m = input_master;
+        loop {
+            match read_frame::<_, ClientMsg>(&mut reader) {
+                Ok(ClientMsg::Stdin(data)) => {
+                    if m.write_all(&data).is_err() {
+                        return;
+                    }
+                }
+                Ok(ClientMsg::Resize { rows, cols }) => {
+                    let ws = rustix::termios::Winsize {
+                        ws_row: rows,
+                        ws_col: cols,
+                        ws_xpixel: 0,
+                        ws_ypixel: 0,
+                    };
+                    let _ = rustix::termios::tcsetwinsize(&m, ws);
+                }
+                Ok(ClientMsg::StdinEof) => {
+                    // EOF on a terminal is the line discipline's ^D.
+                    let _ = m.write_all(&[4]);
+                }
+                Ok(ClientMsg::Signal(_)) => {}
+                Err(FrameError::Closed) | Err(_) => {
+                    // The client is gone: hang up the session.
+                    let _ = nix::sys::signal::kill(bridge_pid, nix::sys::signal::Signal::SIGHUP);
+                    return;
+                }
+            }
+        }
+    });
+    let status = child.wait().map_err(|e| e.to_string())?;
+    // Output written just before exit is still in the PTY; the reader ends
+    // with EIO once every slave is closed.
+    join_with_timeout(out, Duration::from_secs(2));
+    drop(master);
+    send(&writer, &ServerMsg::Exit {
+        status: exit_status(status),
+    });
+    Ok(())
+}
+
+fn run_pipes(
+    ctx: &SessionCtx,
+    sid: &str,
+    mut cmd: Command,
+    mut reader: UnixStream,
+    writer: Writer,
+    accepted: ServerMsg,
+) -> Result<(), String> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the exec bridge: {e}"))?;
+    drop(cmd);
+    ctx.bridges.lock().unwrap().insert(sid.to_string(), child.id());
+    send(&writer, &accepted);
+    let out = pump(child.stdout.take().expect("piped"), writer.clone(), ServerMsg::Stdout);
+    let err = pump(child.stderr.take().expect("piped"), writer.clone(), ServerMsg::Stderr);
+    let mut stdin = child.stdin.take();
+    let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    std::thread::spawn(move || loop {
+        use nix::sys::signal::Signal as S;
+        let forward = |s: S| {
+            let _ = nix::sys::signal::kill(bridge_pid, s);
+        };
+        match read_frame::<_, ClientMsg>(&mut reader) {
+            Ok(ClientMsg::Stdin(data)) => {
+                if let Some(i) = stdin.as_mut() {
+                    if i.write_all(&data).is_err() {
+                        stdin = None;
+                    }
+                }
+            }
+            Ok(ClientMsg::StdinEof) => stdin = None,
+            Ok(ClientMsg::Resize { .. }) => {}
+            Ok(ClientMsg::Signal(sig)) => forward(match sig {
+                Signal::Interrupt => S::SIGINT,
+                Signal::Quit => S::SIGQUIT,
+                Signal::Terminate => S::SIGTERM,
+                Signal::Hangup => S::SIGHUP,
+            }),
+            Err(_) => {
+                forward(S::SIGHUP);
+                return;
+            }
+        }
+    });
+    let status = child.wait().map_err(|e| e.to_string())?;
+    join_with_timeout(out, Duration::from_secs(5));
+    join_with_timeout(err, Duration::from_secs(5));
+    send(&writer, &ServerMsg::Exit {
+        status: exit_status(status),
+    });
+    Ok(())
+}
+
+fn join_with_timeout(h: std::thread::JoinHandle<()>, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !h.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if h.is_finished() {
+        let _ = h.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_goes_through_exec_so_127_and_126_come_back() {
+        let argv = sandbox_argv(Some(&["echo".into(), "a b".into()]));
+        assert_eq!(argv, ["/bin/sh", "-c", "exec \"$@\"", "lazaret", "echo", "a b"]);
+        assert!(sandbox_argv(None)[2].contains("bash -l"));
+    }
+}

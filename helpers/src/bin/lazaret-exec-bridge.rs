@@ -1,0 +1,104 @@
+//! `lazaret-exec-bridge`: the PTY exec bridge. It holds nothing but its
+//! standard streams (a PTY slave or pipes given by the coordinator) and a
+//! pidfd of the Domain's sandbox holder on fd 3. It joins the holder's user,
+//! mount, network and PID namespaces through that pidfd (so it can never
+//! join a recycled PID's namespaces), then runs a non-detached `runsc exec`
+//! attached to its streams and exits with its status.
+//!
+//! Usage: `lazaret-exec-bridge [--tty] -- RUNSC-ARGV...`
+//!
+//! Exit codes: the command's status; 125 when the bridge itself fails.
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{self, SigSet, Signal};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+
+const HOLDER_PIDFD: i32 = 3;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut tty = false;
+    let mut argv = Vec::new();
+    for a in args.by_ref() {
+        match a.as_str() {
+            "--tty" => tty = true,
+            "--" => break,
+            other => fail(&format!("unknown argument {other:?}")),
+        }
+    }
+    argv.extend(args);
+    if argv.is_empty() {
+        fail("usage: lazaret-exec-bridge [--tty] -- RUNSC-ARGV...");
+    }
+    let pidfd = lazaret_helpers::fds::inherited(HOLDER_PIDFD)
+        .unwrap_or_else(|e| fail(&format!("no holder pidfd on fd {HOLDER_PIDFD}: {e}")));
+    nix::sched::setns(
+        &pidfd,
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWPID,
+    )
+    .unwrap_or_else(|e| fail(&format!("cannot join the Domain's namespaces: {e}")));
+    drop(pidfd);
+    if tty {
+        // Make the PTY slave our controlling terminal, so that runsc exec
+        // is in its foreground process group and sees SIGWINCH.
+        nix::unistd::setsid().unwrap_or_else(|e| fail(&format!("setsid: {e}")));
+        // SAFETY: TIOCSCTTY on fd 0 with argument 0; fd 0 is the PTY slave.
+        if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+            fail(&format!(
+                "cannot take the session terminal: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    let forwarded = SigSet::from_iter([
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGCHLD,
+    ]);
+    forwarded
+        .thread_block()
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| fail(&format!("cannot start {}: {e}", argv[0])));
+    let child_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    loop {
+        match forwarded.wait() {
+            Ok(Signal::SIGCHLD) => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let code = status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                    std::process::exit(code);
+                }
+            }
+            Ok(sig) => {
+                let _ = signal::kill(child_pid, sig);
+            }
+            Err(e) => fail(&e.to_string()),
+        }
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("lazaret-exec-bridge: error: {msg}");
+    std::process::exit(125)
+}

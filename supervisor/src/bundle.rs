@@ -1,0 +1,189 @@
+//! The OCI runtime bundle written for `runsc run`.
+//!
+//! Pure: the plan goes in, `config.json` comes out, so the mount order and
+//! the authority given to the sandbox are unit-tested without a sandbox.
+
+use lazaret_protocol::plan::{MountKind, SandboxPlan};
+use serde_json::{json, Value};
+
+/// Capabilities of processes in the sandbox: the usual container set,
+/// without `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_SYS_ADMIN` (SR-5). They
+/// are gVisor capabilities, held against gVisor's kernel, not the host's.
+pub const SANDBOX_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_MKNOD",
+    "CAP_AUDIT_WRITE",
+    "CAP_SETFCAP",
+];
+
+pub fn capabilities() -> Value {
+    json!({
+        "bounding": SANDBOX_CAPS,
+        "effective": SANDBOX_CAPS,
+        "permitted": SANDBOX_CAPS,
+    })
+}
+
+/// The sandbox's init: it only waits, so that sessions can come and go.
+pub const INIT_ARGS: &[&str] = &[
+    "/bin/sh",
+    "-c",
+    "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+];
+
+pub fn config_json(plan: &SandboxPlan) -> Value {
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+               "options": ["nosuid", "noexec", "nodev", "mode=1777"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]}),
+    ];
+    for m in &plan.mounts {
+        mounts.push(match &m.kind {
+            MountKind::Bind { source, read_only } => json!({
+                "destination": m.destination,
+                "type": "bind",
+                "source": source,
+                "options": ["rbind", if *read_only { "ro" } else { "rw" }],
+            }),
+            MountKind::Tmpfs => json!({
+                "destination": m.destination,
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "mode=755"],
+            }),
+        });
+    }
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": INIT_ARGS,
+            "env": plan.env,
+            "cwd": "/",
+            "capabilities": capabilities(),
+            "noNewPrivileges": true,
+        },
+        "root": {"path": plan.root.merged, "readonly": false},
+        "hostname": plan.hostname,
+        "mounts": mounts,
+        "linux": {
+            // A new namespace of each kind: the sandbox joins no host
+            // namespace (SR-12).
+            "namespaces": [
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+                {"type": "network"},
+            ],
+        },
+    })
+}
+
+/// The process spec for one `runsc exec`.
+pub fn exec_process_json(args: &[String], env: &[String], cwd: &str, terminal: bool) -> Value {
+    json!({
+        "terminal": terminal,
+        "user": {"uid": 0, "gid": 0},
+        "args": args,
+        "env": env,
+        "cwd": cwd,
+        "capabilities": capabilities(),
+        "noNewPrivileges": true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_protocol::plan::*;
+    use std::path::PathBuf;
+
+    fn plan() -> SandboxPlan {
+        SandboxPlan {
+            sandbox_id: "s1".into(),
+            runsc: RunscInvocation {
+                path: "/usr/bin/runsc".into(),
+                global_flags: vec![],
+            },
+            state_dir: "/r/state".into(),
+            bundle_dir: "/r/bundle".into(),
+            root: RootLayout {
+                lower: "/l".into(),
+                upper: "/r/u".into(),
+                work: "/r/w".into(),
+                merged: "/r/root".into(),
+            },
+            mounts: vec![
+                PlannedMount {
+                    destination: "/workspace".into(),
+                    kind: MountKind::Bind {
+                        source: PathBuf::from("/w"),
+                        read_only: false,
+                    },
+                    purpose: MountPurpose::Workspace,
+                },
+                PlannedMount {
+                    destination: "/workspace/.git/hooks".into(),
+                    kind: MountKind::Tmpfs,
+                    purpose: MountPurpose::GitSentry,
+                },
+            ],
+            hostname: "lazaret".into(),
+            env: vec!["PATH=/bin".into()],
+            id_map: IdMap {
+                uid: 1000,
+                gid: 1000,
+                sub_uid: (100000, 65535),
+                sub_gid: (100000, 65535),
+            },
+        }
+    }
+
+    #[test]
+    fn no_admin_capabilities() {
+        let v = config_json(&plan());
+        let caps = v["process"]["capabilities"]["bounding"].as_array().unwrap();
+        for bad in ["CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_PTRACE"] {
+            assert!(!caps.iter().any(|c| c == bad), "{bad} granted");
+        }
+        assert_eq!(v["process"]["noNewPrivileges"], true);
+    }
+
+    #[test]
+    fn fresh_namespaces_without_paths() {
+        let v = config_json(&plan());
+        for ns in v["linux"]["namespaces"].as_array().unwrap() {
+            assert!(ns.get("path").is_none(), "joins an existing namespace: {ns}");
+        }
+    }
+
+    #[test]
+    fn plan_mounts_follow_base_mounts_in_order() {
+        let v = config_json(&plan());
+        let dests: Vec<_> = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap().to_string())
+            .collect();
+        let ws = dests.iter().position(|d| d == "/workspace").unwrap();
+        let hooks = dests.iter().position(|d| d == "/workspace/.git/hooks").unwrap();
+        assert!(ws < hooks);
+        assert_eq!(v["mounts"][ws]["options"][1], "rw");
+        assert_eq!(v["mounts"][hooks]["type"], "tmpfs");
+    }
+}

@@ -1,0 +1,21 @@
+//! The Runtime Supervisor applies a [`SandboxPlan`] decided by the Session
+//! Coordinator. It holds the authority to create the Domain's user, mount,
+//! network, PID, IPC and UTS namespaces and to start `runsc` in them; it
+//! never reads host configuration and holds no Trust Anchor keys.
+//!
+//! [`SandboxPlan`]: lazaret_protocol::plan::SandboxPlan
+
+pub mod bundle;
+pub mod fdno;
+
+/// Exit codes of `lazaret-supervisor` (documented in the README).
+pub mod exit {
+    /// The sandbox ran and was stopped on request.
+    pub const STOPPED: i32 = 0;
+    /// The plan could not be read or was invalid.
+    pub const BAD_PLAN: i32 = 2;
+    /// Namespaces, mounts or runsc failed to start.
+    pub const START_FAILED: i32 = 3;
+    /// runsc exited without being asked to.
+    pub const SANDBOX_LOST: i32 = 4;
+}
