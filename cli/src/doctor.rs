@@ -332,7 +332,7 @@ pub fn eval_subid(
         Ok(Some((start, count))) => Check::pass(
             what,
             format!(
-                "{user}: {start}-{} ({count} {kind}s for the sandbox's 1-{count})",
+                "{user}: {start}-{} in {file}, for the sandbox's {kind}s 1-{count}",
                 start + count - 1
             ),
         ),
@@ -433,7 +433,7 @@ pub fn eval_userns(
 /// writes through it, and removes everything (from inside the namespace,
 /// where the overlay's work dir is removable).
 const OVERLAY_SCRIPT: &str = r#"set -e
-trap 'umount "$1/merged" 2>/dev/null; cd / && rm -rf "$1"' EXIT
+trap 'rc=$?; set +e; umount "$1/merged" 2>/dev/null; cd /; rm -rf "$1"; exit $rc' EXIT
 cd "$1"
 mkdir lower upper work merged
 echo lazaret > lower/probe
@@ -488,16 +488,15 @@ fn probe_dir() -> std::io::Result<PathBuf> {
     };
     let parent = env_dir("XDG_DATA_HOME")
         .or_else(|| env_dir("HOME").map(|h| h.join(".local/share")))
-        .filter(|p| p.is_dir() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_ok())
+        .filter(|p| {
+            p.is_dir() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_ok()
+        })
         .unwrap_or_else(std::env::temp_dir);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir = parent.join(format!(
-        ".lazaret-doctor-{}-{nanos}",
-        std::process::id()
-    ));
+    let dir = parent.join(format!(".lazaret-doctor-{}-{nanos}", std::process::id()));
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     Ok(dir)
 }
@@ -632,7 +631,10 @@ pub fn eval_rw_device(
     let mode = st.mode & 0o7777;
     if as_root {
         if st.mode & 0o006 == 0o006 {
-            return Check::pass(what, format!("{p} mode {mode:04o}, read-write for all users"));
+            return Check::pass(
+                what,
+                format!("{p} mode {mode:04o}, read-write for all users"),
+            );
         }
         return Check::fail(
             what,
@@ -644,7 +646,10 @@ pub fn eval_rw_device(
         Ok(()) => Check::pass(what, format!("{p} mode {mode:04o}, read-write for {user}")),
         Err(e) => Check::fail(
             what,
-            format!("{p} mode {mode:04o}: not read-write for {user} ({})", e.desc()),
+            format!(
+                "{p} mode {mode:04o}: not read-write for {user} ({})",
+                e.desc()
+            ),
             fix_mode,
         ),
     }
@@ -750,11 +755,8 @@ mod tests {
             bad.to_string(),
             "FAIL /dev/fuse: missing — fix: sudo chmod 0666 /dev/fuse"
         );
-        assert_eq!(
-            Check::fail("x", "broken", "").to_string(),
-            "FAIL x: broken"
-        );
-        assert_eq!(exit_code(&[ok.clone()]), 0);
+        assert_eq!(Check::fail("x", "broken", "").to_string(), "FAIL x: broken");
+        assert_eq!(exit_code(std::slice::from_ref(&ok)), 0);
         assert_eq!(exit_code(&[ok, bad]), 1);
         assert_eq!(exit_code(&[]), 0);
     }
@@ -793,7 +795,16 @@ mod tests {
         let c = eval_rw_device("f", p, Ok(chr(0o666)), Ok(()), true, "root", fix, missing);
         assert!(c.ok, "{c}");
         let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
-        let c = eval_rw_device("f", p, Err(gone), Err(Errno::ENOENT), false, "dev", fix, missing);
+        let c = eval_rw_device(
+            "f",
+            p,
+            Err(gone),
+            Err(Errno::ENOENT),
+            false,
+            "dev",
+            fix,
+            missing,
+        );
         assert!(!c.ok);
         assert_eq!(c.fix, missing);
         let file = FileStat {
@@ -811,7 +822,13 @@ mod tests {
         let ctx = Ctx::current(None);
         let c = rw_device(&ctx, "null", Path::new("/dev/null"), "fix", "missing");
         assert!(c.ok, "{c}");
-        let c = rw_device(&ctx, "nope", Path::new("/dev/lazaret-nope"), "fix", "missing");
+        let c = rw_device(
+            &ctx,
+            "nope",
+            Path::new("/dev/lazaret-nope"),
+            "fix",
+            "missing",
+        );
         assert_eq!(c.fix, "missing");
     }
 
@@ -824,10 +841,25 @@ mod tests {
             file_caps: false,
         };
         assert!(eval_setuid("n", Some((p, suid))).ok);
-        let plain = FileStat { mode: libc::S_IFREG | 0o755, ..suid };
+        let plain = FileStat {
+            mode: libc::S_IFREG | 0o755,
+            ..suid
+        };
         let c = eval_setuid("n", Some((p, plain)));
         assert!(!c.ok && c.detail.contains("0755"), "{c}");
-        assert!(eval_setuid("n", Some((p, FileStat { file_caps: true, ..plain }))).ok);
+        assert!(
+            eval_setuid(
+                "n",
+                Some((
+                    p,
+                    FileStat {
+                        file_caps: true,
+                        ..plain
+                    }
+                ))
+            )
+            .ok
+        );
         let not_root = FileStat { uid: 1000, ..suid };
         assert!(!eval_setuid("n", Some((p, not_root))).ok);
         let c = eval_setuid("n", None);
@@ -836,25 +868,49 @@ mod tests {
 
     #[test]
     fn judges_subid_ranges() {
-        let c = eval_subid("s", "/etc/subuid", "uid", "dev", Ok(Some((100000, 65535))), 165536);
+        let c = eval_subid(
+            "s",
+            "/etc/subuid",
+            "uid",
+            "dev",
+            Ok(Some((100000, 65535))),
+            165536,
+        );
         assert!(c.ok, "{c}");
-        assert_eq!(c.detail, "dev: 100000-165534 (65535 uids for the sandbox's 1-65535)");
+        assert_eq!(
+            c.detail,
+            "dev: 100000-165534 in /etc/subuid, for the sandbox's uids 1-65535"
+        );
         let c = eval_subid("s", "/etc/subuid", "uid", "alice", Ok(None), 165536);
         assert!(!c.ok);
         assert_eq!(
             c.fix,
             "sudo usermod --add-subuids 165536-231071 --add-subgids 165536-231071 alice"
         );
-        let c = eval_subid("s", "/etc/subgid", "gid", "bob", Ok(Some((300000, 10))), 165536);
+        let c = eval_subid(
+            "s",
+            "/etc/subgid",
+            "gid",
+            "bob",
+            Ok(Some((300000, 10))),
+            165536,
+        );
         assert!(!c.ok);
-        assert!(c.fix.starts_with("sudo usermod --del-subgids 300000-300009 bob && "), "{c}");
+        assert!(
+            c.fix
+                .starts_with("sudo usermod --del-subgids 300000-300009 bob && "),
+            "{c}"
+        );
     }
 
     #[test]
     fn finds_a_free_subid_start() {
         assert_eq!(free_subid_start(&["", ""]), 100000);
         assert_eq!(
-            free_subid_start(&["dev:100000:65536\n#x\nbad\n", "dev:100000:65536\nops:200000:10\n"]),
+            free_subid_start(&[
+                "dev:100000:65536\n#x\nbad\n",
+                "dev:100000:65536\nops:200000:10\n"
+            ]),
             200010
         );
     }
@@ -865,7 +921,10 @@ mod tests {
         let c = eval_userns("u", false, Some(0), None, None, Err(Errno::ENOSPC));
         assert!(!c.ok && c.fix.contains("max_user_namespaces"), "{c}");
         let c = eval_userns("u", false, Some(10), Some(0), None, Err(Errno::EPERM));
-        assert!(!c.ok && c.fix.contains("unprivileged_userns_clone=1"), "{c}");
+        assert!(
+            !c.ok && c.fix.contains("unprivileged_userns_clone=1"),
+            "{c}"
+        );
         let c = eval_userns("u", false, Some(10), None, None, Err(Errno::EPERM));
         assert!(!c.ok && c.detail.contains("not permitted"), "{c}");
         let c = eval_userns("u", false, Some(10), None, Some(1), Ok(()));
@@ -877,7 +936,9 @@ mod tests {
     fn judges_landlock_and_programs() {
         assert_eq!(eval_landlock("l", Ok(7)).to_string(), "ok   l: ABI 7");
         assert!(!eval_landlock("l", Err(Errno::ENOSYS)).ok);
-        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP)).fix.contains("lsm="));
+        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP))
+            .fix
+            .contains("lsm="));
         assert!(eval_program("m", Some(Path::new("/usr/bin/mmdebstrap")), "x").ok);
         assert_eq!(
             eval_program("m", None, "sudo apt-get install mmdebstrap").to_string(),
@@ -909,10 +970,34 @@ mod tests {
     }
 
     #[test]
+    fn overlay_probe_reports_the_scripts_stderr() {
+        if find_on_path("unshare").is_none() {
+            return;
+        }
+        // Run without a user namespace, on a directory that does not
+        // exist: the script (or unshare, if unprivileged) fails and says
+        // why on stderr.
+        let r = try_overlay(
+            |cmd| cmd.status().map_err(userns::UsernsError::Io),
+            Path::new("/nonexistent/lazaret-doctor"),
+        );
+        match r {
+            Err(OverlayError::Mount(msg)) => {
+                assert!(!msg.is_empty() && !msg.contains("exit status"), "{msg}")
+            }
+            _ => panic!("expected a mount failure"),
+        }
+    }
+
+    #[test]
     fn overlay_failures_name_their_fix() {
         let base = Path::new("/tmp/.lazaret-doctor-1-2");
         assert!(eval_overlay("o", base, Ok(())).detail.contains("/tmp"));
-        let c = eval_overlay("o", base, Err(OverlayError::Mount("mount: permission denied".into())));
+        let c = eval_overlay(
+            "o",
+            base,
+            Err(OverlayError::Mount("mount: permission denied".into())),
+        );
         assert!(!c.ok && c.fix.contains("modprobe overlay"), "{c}");
         let c = eval_overlay(
             "o",

@@ -7,7 +7,7 @@ use crate::run::{socket_path, Resolved};
 use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
 use lazaret_protocol::plan::{CoordinatorInput, RunscInvocation, VolumeSpec};
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -121,15 +121,25 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             source,
         })?;
     let mut cmd = Command::new(input.libexec.join("lazaret-coordinator"));
-    cmd.stdin(Stdio::null())
+    // The Domain ID in argv only names the process for `ps` and tests.
+    cmd.arg("--domain")
+        .arg(&input.domain_id)
+        .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone().map_err(|e| CliError::Start(e.to_string()))?))
         .stderr(Stdio::from(log))
         .current_dir("/");
     fds::pass_fds(&mut cmd, vec![(input_fd, 3), (OwnedFd::from(ready_w), 4)]);
-    // SAFETY: setsid is async-signal-safe; the coordinator leaves our
-    // session so that the terminal's signals and hangups do not reach it.
+    // SAFETY: fork, _exit and setsid are async-signal-safe. The
+    // intermediate child exits at once, so the coordinator is nobody's
+    // child here and is never left a zombie of this CLI; setsid takes it
+    // out of our session, so the terminal's signals and hangups miss it.
     unsafe {
         cmd.pre_exec(|| {
+            match libc::fork() {
+                -1 => return Err(std::io::Error::last_os_error()),
+                0 => {}
+                _ => libc::_exit(0),
+            }
             rustix::process::setsid().map_err(std::io::Error::from)?;
             Ok(())
         });
@@ -138,6 +148,8 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
         .spawn()
         .map_err(|e| CliError::Start(format!("cannot start lazaret-coordinator: {e}")))?;
     drop(cmd);
+    // Reap the intermediate; the coordinator itself lives on.
+    let _ = child.wait();
     let ready = std::fs::File::from(ready_r);
     let mut pfd = [nix::poll::PollFd::new(ready.as_fd(), nix::poll::PollFlags::POLLIN)];
     let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(65_000u16))
@@ -152,13 +164,8 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     let _ = std::io::BufReader::new(ready).read_line(&mut line);
     let line = line.trim();
     if line == "ready" {
-        // The coordinator lives on in its own session; it is not our child
-        // to wait for (it is reaped by init when it ends).
-        std::mem::forget(child);
         return Ok(());
     }
-    let _ = child.wait();
-    let _ = std::io::stderr().flush();
     Err(CliError::Start(format!(
         "{} (details in {})",
         line.strip_prefix("error ").unwrap_or("the coordinator exited during start-up"),

@@ -260,7 +260,8 @@ fn start_sandbox(
         .map_err(|e| e.to_string())?;
 
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
-    cmd.stdin(Stdio::null());
+    // The Domain ID in argv only names the process for `ps` and tests.
+    cmd.arg("--domain").arg(&input.domain_id).stdin(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(plan_fd, 3), (OwnedFd::from(status_w), 4)]);
     // SAFETY: prctl is async-signal-safe. The supervisor dies with the
     // thread that spawned it, which is this coordinator's main thread.

@@ -16,7 +16,7 @@ use std::process::Command;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
-    #[error("no subordinate {kind} range for user {user} in {file}: add one with `usermod --add-sub{kind}s 100000-165535 --add-sub{kind}s ... {user}` (as root)", kind = if *.is_uid { "uid" } else { "gid" })]
+    #[error("no subordinate {kind} range for user {user} in {file}: add one with `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}` (as root)", kind = if *.is_uid { "uid" } else { "gid" })]
     NoRange {
         is_uid: bool,
         user: String,
@@ -188,7 +188,7 @@ where
     .map_err(UsernsError::Clone)?;
     drop(go_r);
     let result = write_maps(pid.as_raw(), map);
-    let mut go_w = std::fs::File::from(OwnedFd::from(go_w));
+    let mut go_w = std::fs::File::from(go_w);
     match result {
         Ok(()) => {
             go_w.write_all(b"g")?;

@@ -5,6 +5,9 @@
 //! ```sh
 //! cargo test -p lazaret-image --test build_default -- --ignored --nocapture
 //! ```
+//!
+//! With `LAZARET_IMAGE_TEST_KEEP=DIR`, the image is built in the Storage
+//! Root `DIR` and kept there (to try it under runsc by hand).
 
 use lazaret_helpers::userns::{current_id_map, run_mapped};
 use lazaret_image::{default_artifact_id, PrepareOptions, Preparer, Store};
@@ -25,8 +28,9 @@ fn mode(p: &Path) -> u32 {
 #[ignore = "builds the real image: needs mmdebstrap, subordinate ids and the Debian mirror"]
 fn builds_the_default_image() {
     let map = current_id_map().expect("the current user needs subordinate ids");
+    let keep = std::env::var_os("LAZARET_IMAGE_TEST_KEEP").map(std::path::PathBuf::from);
     let root = tempfile::tempdir().unwrap();
-    let store = Store::new(root.path(), map.clone());
+    let store = Store::new(keep.as_deref().unwrap_or(root.path()), map.clone());
     let opts = PrepareOptions { statx_shim: true };
 
     // Two concurrent preparations: one builds, the other waits and reuses it.
@@ -119,6 +123,9 @@ fn builds_the_default_image() {
         t.elapsed()
     );
 
+    if keep.is_some() {
+        return;
+    }
     // Clean up the tree of subordinate-owned files.
     let status = run_mapped(
         &map,

@@ -195,7 +195,12 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         &["--network=none", "run", "--bundle", &plan.bundle_dir.to_string_lossy(), &plan.sandbox_id],
     );
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]).stdin(Stdio::null());
+    // runsc chowns the stdio it is given to the Sentry's uid: it gets pipes,
+    // never our log file, and a thread copies what it says to our stderr.
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     // Signals blocked here would stay blocked in runsc.
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
@@ -206,6 +211,18 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         });
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    for stream in [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            let _ = std::io::copy(&mut stream, &mut std::io::stderr());
+        });
+    }
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -266,6 +283,7 @@ fn stop(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
             .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .status();
     };
     run(&["kill", "--all", &plan.sandbox_id, "KILL"]);
