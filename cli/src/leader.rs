@@ -3,13 +3,12 @@
 //! `lazaret-coordinator` with its input as a sealed memfd.
 
 use crate::error::CliError;
-use crate::run::{socket_path, Resolved};
+use crate::run::Resolved;
 use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
 use lazaret_protocol::plan::{CoordinatorInput, RunscInvocation, VolumeSpec};
 use std::io::{BufRead, IsTerminal};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -43,7 +42,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
     // Another leader may have started the Domain while we waited.
-    if UnixStream::connect(socket_path(&r.domain_root)).is_ok() {
+    if crate::run::connect(&r.domain_root).is_ok() {
         return Ok(());
     }
 

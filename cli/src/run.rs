@@ -90,8 +90,10 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     })
 }
 
-pub fn socket_path(domain_root: &Path) -> PathBuf {
-    domain_root.join("run").join("coordinator.sock")
+/// Connects to the Domain's coordinator, if one listens.
+pub fn connect(domain_root: &Path) -> std::io::Result<UnixStream> {
+    let short = lazaret_helpers::sockpath::short(&domain_root.join("run"), "coordinator.sock")?;
+    UnixStream::connect(&short.path)
 }
 
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
@@ -100,7 +102,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
     for _ in 0..5 {
-        let stream = match UnixStream::connect(socket_path(&r.domain_root)) {
+        let stream = match connect(&r.domain_root) {
             Ok(s) => s,
             Err(_) => {
                 leader::start_domain(&r)?;

@@ -3,7 +3,7 @@
 use crate::session::{self, SessionCtx};
 use crate::store::{DomainMeta, Generation, Phase, Store};
 use crate::{exit, fdno, git_sentry, procs};
-use lazaret_helpers::{fds, memfd, userns};
+use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::plan::{
     CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
 };
@@ -130,7 +130,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         .map_err(|e| e.to_string())?;
 
     let previous = store.generation().map_err(|e| e.to_string())?;
-    recover(&layout, &store, previous.as_ref(), &input.id_map)?;
+    recover(&layout, &store, previous.as_ref(), &input.libexec)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
@@ -152,7 +152,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let (mut supervisor, holder_pid) = match started {
         Ok(s) => s,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, None, &input.id_map);
+            teardown(&layout, &store, &mut gen, None, &input.libexec);
             return Err(e);
         }
     };
@@ -164,14 +164,14 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let holder = match procs::pidfd(holder_pid) {
         Ok(fd) => fd,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
             return Err(format!("cannot open a pidfd for the sandbox holder: {e}"));
         }
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
             return Err(e);
         }
     };
@@ -188,13 +188,16 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let _ = std::fs::remove_file(layout.socket());
     drop(listener);
     ctx.end_all();
-    teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.id_map);
+    teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
     Ok(())
 }
 
 fn bind(path: &Path) -> Result<UnixListener, String> {
     let _ = std::fs::remove_file(path);
-    let l = UnixListener::bind(path)
+    let (dir, name) = (path.parent().expect("dir"), path.file_name().expect("name"));
+    let short = lazaret_helpers::sockpath::short(dir, &name.to_string_lossy())
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    let l = UnixListener::bind(&short.path)
         .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| e.to_string())?;
@@ -341,7 +344,7 @@ fn teardown(
     store: &Store,
     gen: &mut Generation,
     supervisor: Option<&mut Child>,
-    id_map: &lazaret_protocol::plan::IdMap,
+    libexec: &Path,
 ) {
     gen.phase = Phase::Stopping;
     let _ = store.set_generation(gen);
@@ -362,7 +365,7 @@ fn teardown(
             }
         }
     }
-    remove_run_dir(layout, id_map);
+    remove_run_dir(layout, libexec);
     gen.phase = Phase::Stopped;
     gen.supervisor = None;
     gen.holder = None;
@@ -371,18 +374,19 @@ fn teardown(
 }
 
 /// The run directory holds files owned by the sandbox's subordinate IDs
-/// (the root overlay's upper), so it is removed from inside the Domain's
-/// user namespace mapping.
-fn remove_run_dir(layout: &Layout, id_map: &lazaret_protocol::plan::IdMap) {
+/// (the root overlay's upper); the supervisor removes it from inside the
+/// Domain's user namespace mapping.
+fn remove_run_dir(layout: &Layout, libexec: &Path) {
     let run = layout.run();
     if !run.exists() {
         return;
     }
-    let status = userns::run_mapped(
-        id_map,
-        Command::new("rm").arg("-rf").arg("--").arg(&run),
-    );
-    if !matches!(status, Ok(s) if s.success()) || run.exists() {
+    let status = Command::new(libexec.join("lazaret-supervisor"))
+        .arg("--remove-tree")
+        .arg(&run)
+        .stdin(Stdio::null())
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
         log(format!("could not remove {} completely: {status:?}", run.display()));
     }
 }
@@ -395,10 +399,10 @@ fn recover(
     layout: &Layout,
     store: &Store,
     previous: Option<&Generation>,
-    id_map: &lazaret_protocol::plan::IdMap,
+    libexec: &Path,
 ) -> Result<(), String> {
     let Some(prev) = previous else {
-        remove_run_dir(layout, id_map);
+        remove_run_dir(layout, libexec);
         return Ok(());
     };
     if prev.phase != Phase::Stopped {
@@ -418,7 +422,7 @@ fn recover(
             }
         }
     }
-    remove_run_dir(layout, id_map);
+    remove_run_dir(layout, libexec);
     let mut g = prev.clone();
     g.phase = Phase::Stopped;
     g.supervisor = None;

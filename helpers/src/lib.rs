@@ -4,4 +4,5 @@
 pub mod fds;
 pub mod memfd;
 pub mod runsc;
+pub mod sockpath;
 pub mod userns;

@@ -10,7 +10,7 @@ use lazaret_protocol::plan::IdMap;
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 

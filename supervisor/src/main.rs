@@ -25,6 +25,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--remove-tree") {
+        std::process::exit(remove_tree(args.get(2).map(Path::new)));
+    }
     let code = match run() {
         Ok(code) => code,
         Err((code, msg)) => {
@@ -44,6 +48,31 @@ fn report_status(line: &str) {
 }
 
 type Failure = (i32, String);
+
+/// `lazaret-supervisor --remove-tree DIR`: removes a Domain's transient
+/// tree, whose files belong to the developer's subordinate IDs, from inside
+/// the mapped user namespace. A separate single-threaded process, because
+/// cloning a multi-threaded coordinator for it would not be safe.
+fn remove_tree(dir: Option<&Path>) -> i32 {
+    let Some(dir) = dir.filter(|d| d.is_absolute()) else {
+        eprintln!("lazaret-supervisor: --remove-tree takes an absolute directory");
+        return exit::BAD_PLAN;
+    };
+    let map = match userns::current_id_map() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    match userns::run_mapped(&map, Command::new("rm").arg("-rf").arg("--").arg(dir)) {
+        Ok(s) if s.success() && !dir.exists() => exit::STOPPED,
+        other => {
+            eprintln!("lazaret-supervisor: could not remove {}: {other:?}", dir.display());
+            exit::START_FAILED
+        }
+    }
+}
 
 fn run() -> Result<i32, Failure> {
     let plan_fd = fds::inherited(fdno::PLAN)

@@ -1,1 +1,400 @@
-//! End-to-end test support
+//! End-to-end test support: every test here starts the real `lazaret`
+//! binaries, which start a real `runsc`, as an unprivileged user.
+//!
+//! When the tests run as root (as in CI), `lazaret` runs as the user named
+//! by `LAZARET_TEST_USER` (default `lazaret-e2e`), which `.ci/run` creates
+//! with subordinate ID ranges. Run as an ordinary user, the tests run
+//! `lazaret` as that user.
+//!
+//! A test whose prerequisites are missing prints `skipping: <reason>` and
+//! passes, unless `LAZARET_TESTS_MUST_RUN=1`, which turns the skip into a
+//! failure (CI sets it).
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const BINARIES: &[&str] = &[
+    "lazaret",
+    "lazaret-coordinator",
+    "lazaret-supervisor",
+    "lazaret-exec-bridge",
+];
+
+/// Returns `Some(env)` when the end-to-end prerequisites hold; otherwise
+/// prints `skipping: <reason>` (or panics under `LAZARET_TESTS_MUST_RUN=1`)
+/// and returns `None`.
+pub fn env() -> Option<&'static TestEnv> {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    match ENV.get_or_init(TestEnv::probe) {
+        Ok(e) => Some(e),
+        Err(reason) => {
+            if std::env::var("LAZARET_TESTS_MUST_RUN").as_deref() == Ok("1") {
+                panic!("LAZARET_TESTS_MUST_RUN=1 but the test would skip: {reason}");
+            }
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+/// Skips the calling test (see [`env`]) when the prerequisites are missing.
+#[macro_export]
+macro_rules! require_env {
+    () => {
+        match $crate::env() {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+pub struct TestEnv {
+    /// Directory holding copies of the binaries, readable by the user.
+    pub bin: PathBuf,
+    pub user: Option<User>,
+    pub home: PathBuf,
+    /// Shared by all tests, so the image is built once.
+    pub data_home: PathBuf,
+    pub uid: u32,
+}
+
+#[derive(Clone)]
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+impl TestEnv {
+    fn probe() -> Result<TestEnv, String> {
+        for tool in ["runsc", "newuidmap", "newgidmap", "mmdebstrap", "git", "setpriv"] {
+            if which(tool).is_none() {
+                return Err(format!("{tool} is not installed"));
+            }
+        }
+        let target = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
+            .ok_or("cannot find the target directory")?;
+        for b in BINARIES {
+            if !target.join(b).is_file() {
+                return Err(format!(
+                    "{} is not built: run `cargo build --bins` first",
+                    target.join(b).display()
+                ));
+            }
+        }
+        let root = rustix::process::getuid().is_root();
+        let user = if root {
+            let name =
+                std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-e2e".into());
+            let u = nix::unistd::User::from_name(&name)
+                .ok()
+                .flatten()
+                .ok_or(format!(
+                    "test user {name} does not exist (create it as .ci/run does)"
+                ))?;
+            Some(User {
+                name,
+                uid: u.uid.as_raw(),
+                gid: u.gid.as_raw(),
+            })
+        } else {
+            None
+        };
+        let (home, uid) = match &user {
+            Some(u) => (
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u.uid))
+                    .ok()
+                    .flatten()
+                    .map(|p| p.dir)
+                    .ok_or("test user has no home")?,
+                u.uid,
+            ),
+            None => (
+                PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?),
+                rustix::process::getuid().as_raw(),
+            ),
+        };
+        let name = user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_default();
+        let subuid = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
+        if !subuid
+            .lines()
+            .any(|l| l.starts_with(&format!("{name}:")) || l.starts_with(&format!("{uid}:")))
+        {
+            return Err(format!("user {name} has no subordinate uid range in /etc/subuid"));
+        }
+        for dev in ["/dev/fuse", "/dev/net/tun"] {
+            let mode = std::fs::metadata(dev).map(|m| m.permissions().mode()).unwrap_or(0);
+            if mode & 0o006 != 0o006 {
+                return Err(format!("{dev} is not read-write for all (chmod 0666 {dev})"));
+            }
+        }
+        // Copies of the binaries in a directory the user can read: the
+        // checkout itself may sit in root's private home.
+        let bin = std::env::temp_dir().join(format!("lazaret-e2e-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        for b in BINARIES {
+            std::fs::copy(target.join(b), bin.join(b)).map_err(|e| e.to_string())?;
+        }
+        let data_home = home.join(".cache/lazaret-e2e/data");
+        let env = TestEnv {
+            bin,
+            user,
+            home,
+            data_home,
+            uid,
+        };
+        let out = env.sh(&format!(
+            "mkdir -p {} && chmod 700 {}",
+            env.data_home.display(),
+            env.home.join(".cache/lazaret-e2e").display()
+        ));
+        if !out.status.success() {
+            return Err(format!("cannot create the test storage: {}", text(&out.stderr)));
+        }
+        Ok(env)
+    }
+
+    /// A command run as the test user, with a clean environment.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = match &self.user {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={}", u.uid))
+                    .arg(format!("--regid={}", u.gid))
+                    .arg("--init-groups")
+                    .arg("--")
+                    .arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        cmd.env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("LANG", "C.UTF-8")
+            .env("XDG_DATA_HOME", &self.data_home)
+            .env("GIT_AUTHOR_NAME", "Lazaret Test")
+            .env("GIT_AUTHOR_EMAIL", "test@lazaret.invalid")
+            .env("GIT_COMMITTER_NAME", "Lazaret Test")
+            .env("GIT_COMMITTER_EMAIL", "test@lazaret.invalid");
+        if let Some(u) = &self.user {
+            cmd.env("USER", &u.name).env("LOGNAME", &u.name);
+        }
+        cmd
+    }
+
+    /// `sh -c SCRIPT` as the test user.
+    pub fn sh(&self, script: &str) -> Output {
+        self.command("/bin/sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sh")
+    }
+
+    pub fn lazaret_path(&self) -> PathBuf {
+        self.bin.join("lazaret")
+    }
+
+    /// A fresh workspace with its own (empty) config home.
+    pub fn workspace(&self, name: &str) -> Workspace<'_> {
+        let mut rnd = [0u8; 6];
+        getrandom(&mut rnd);
+        let base = self.home.join(".cache/lazaret-e2e").join(format!(
+            "{name}-{}",
+            rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ));
+        let ws = base.join("ws");
+        let cfg = base.join("config");
+        let out = self.sh(&format!(
+            "mkdir -p '{ws}' '{cfg}' && cd '{ws}' && git init -q && echo hello > README && git add README && git commit -qm init",
+            ws = ws.display(),
+            cfg = cfg.display()
+        ));
+        assert!(out.status.success(), "workspace setup: {}", text(&out.stderr));
+        Workspace {
+            env: self,
+            base,
+            path: ws,
+            config_home: cfg,
+        }
+    }
+}
+
+fn getrandom(buf: &mut [u8]) {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .expect("urandom");
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub struct Workspace<'a> {
+    pub env: &'a TestEnv,
+    pub base: PathBuf,
+    /// The canonical workspace path.
+    pub path: PathBuf,
+    pub config_home: PathBuf,
+}
+
+impl Workspace<'_> {
+    /// `lazaret ARGS` in the workspace, stdin closed, as the test user.
+    pub fn lazaret(&self, args: &[&str]) -> Command {
+        let mut c = self.env.command(&self.env.lazaret_path().to_string_lossy());
+        c.args(args)
+            .current_dir(&self.path)
+            .env("XDG_CONFIG_HOME", &self.config_home)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `lazaret run -- sh -c SCRIPT`, waited for.
+    pub fn run_sh(&self, script: &str) -> Output {
+        self.lazaret(&["run", "--", "sh", "-c", script])
+            .output()
+            .expect("run lazaret")
+    }
+
+    pub fn domain_id(&self, profile: &str) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        lazaret_protocol::DomainIdV1::derive(profile, self.path.as_os_str().as_bytes())
+            .to_string()
+    }
+
+    pub fn domain_root(&self, profile: &str) -> PathBuf {
+        self.env
+            .data_home
+            .join("lazaret/domains")
+            .join(self.domain_id(profile))
+    }
+
+    /// Host-side shell in the workspace, as the test user.
+    pub fn host_sh(&self, script: &str) -> Output {
+        self.env
+            .sh(&format!("cd '{}' && {script}", self.path.display()))
+    }
+
+    /// Writes the config file `config.toml` in this workspace's config home.
+    pub fn write_config(&self, body: &str) -> PathBuf {
+        let p = self.config_home.join("lazaret/config.toml");
+        let out = self.env.sh(&format!(
+            "mkdir -p '{dir}' && cat > '{p}' <<'LAZARET_EOF'\n{body}\nLAZARET_EOF\nchmod 600 '{p}'",
+            dir = p.parent().unwrap().display(),
+            p = p.display()
+        ));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        p
+    }
+}
+
+impl Drop for Workspace<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Keep the evidence of a failure.
+            if let Ok(log) = std::fs::read_to_string(self.domain_root("default").join("coordinator.log")) {
+                eprintln!("--- coordinator.log ---\n{log}");
+            }
+            return;
+        }
+        let _ = self.env.sh(&format!("rm -rf '{}'", self.base.display()));
+    }
+}
+
+/// Live (non-zombie) processes whose command line mentions `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 2..].chars().next())
+            .unwrap_or('?');
+        if state == 'Z' || pid == std::process::id() as i32 {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = text(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            out.push((pid, cmdline));
+        }
+    }
+    out
+}
+
+/// Mounts in the host's mount table whose mount point or source mentions
+/// `needle`.
+pub fn mounts_mentioning(needle: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `f` holds, up to `timeout`.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Asserts that nothing of the Domain is left: no process mentions its ID
+/// (the coordinator, supervisor, exec bridges and every runsc process
+/// carry it in their argv), and no mount mentions it.
+pub fn assert_domain_gone(domain_id: &str) {
+    let gone = eventually(Duration::from_secs(30), || {
+        processes_mentioning(domain_id).is_empty()
+    });
+    assert!(
+        gone,
+        "processes of Domain {domain_id} remain: {:#?}",
+        processes_mentioning(domain_id)
+    );
+    assert!(
+        mounts_mentioning(domain_id).is_empty(),
+        "mounts of Domain {domain_id} remain: {:#?}",
+        mounts_mentioning(domain_id)
+    );
+}
+
+pub fn os(s: &str) -> OsString {
+    OsString::from(s)
+}

@@ -1,0 +1,220 @@
+//! `lazaret run` end to end, with the real runsc, as an unprivileged user.
+
+use lazaret_tests::{assert_domain_gone, eventually, require_env, text};
+use std::time::Duration;
+
+#[test]
+fn exit_status_comes_back() {
+    let env = require_env!();
+    let ws = env.workspace("exit");
+    let out = ws.run_sh("exit 7");
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", text(&out.stderr));
+    let out = ws.lazaret(&["run", "--", "no-such-command-xyz"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(127), "stderr: {}", text(&out.stderr));
+    let out = ws.lazaret(&["run", "--", "/tmp"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(126), "stderr: {}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn stdout_and_stderr_stay_apart_and_stdin_flows() {
+    let env = require_env!();
+    let ws = env.workspace("streams");
+    let mut child = ws
+        .lazaret(&["run", "--", "sh", "-c", "read l; echo out:$l; echo err:$l >&2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"ping\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "out:ping\n");
+    assert_eq!(text(&out.stderr), "err:ping\n");
+}
+
+#[test]
+fn kernel_inside_is_gvisor() {
+    let env = require_env!();
+    let ws = env.workspace("kernel");
+    let out = ws.run_sh("dmesg; uname -r");
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("gVisor"), "dmesg does not show gVisor: {s}");
+    let host = rustix::system::uname().release().to_string_lossy().into_owned();
+    assert!(!s.lines().any(|l| l == host), "the host kernel {host} is visible: {s}");
+}
+
+#[test]
+fn workspace_edits_propagate_both_ways() {
+    let env = require_env!();
+    let ws = env.workspace("files");
+    // A long session, so that the host edits happen while it runs.
+    let mut session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo inside > /workspace/from-inside; \
+             for i in $(seq 200); do [ -f /workspace/from-host ] && break; sleep 0.05; done; \
+             cat /workspace/from-host",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || ws.path.join("from-inside").exists()),
+        "the file written inside never appeared on the host"
+    );
+    assert_eq!(std::fs::read_to_string(ws.path.join("from-inside")).unwrap(), "inside\n");
+    assert!(ws.host_sh("echo outside > from-host").status.success());
+    let out = session.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "outside\n");
+}
+
+#[test]
+fn git_works_inside_and_commits_reach_the_host() {
+    let env = require_env!();
+    let ws = env.workspace("git");
+    let out = ws.run_sh(
+        "set -e; cd /workspace; echo change >> README; echo new > added.txt; \
+         git status --short; git add -A; \
+         git -c user.name=Agent -c user.email=agent@sandbox.invalid commit -qm 'from the sandbox'; \
+         git log --oneline | head -1",
+    );
+    assert!(out.status.success(), "stdout: {} stderr: {}", text(&out.stdout), text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains(" M README") && s.contains("?? added.txt"), "git status inside: {s}");
+    let log = ws.host_sh("git log --format=%s -1 && git status --porcelain");
+    assert_eq!(text(&log.stdout), "from the sandbox\n", "host git: {}", text(&log.stderr));
+}
+
+#[test]
+fn git_sentry_protects_config_and_hooks() {
+    let env = require_env!();
+    let ws = env.workspace("sentry");
+    let config_before = std::fs::read(ws.path.join(".git/config")).unwrap();
+    let hooks_before = ws.host_sh("ls .git/hooks").stdout;
+    let out = ws.run_sh(
+        "cd /workspace; \
+         echo '[core] fsmonitor = evil' >> .git/config && echo WROTE-CONFIG; \
+         git config core.hooksPath /tmp/h && echo SET-HOOKSPATH; \
+         mv .git/config .git/config.old && echo MOVED-CONFIG; \
+         mv .git .git-moved && echo MOVED-GIT; \
+         ln -sf /tmp .git/hooks2 && mv -T .git/hooks2 .git/hooks && echo REPLACED-HOOKS; \
+         printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo HOOK-INSIDE; \
+         echo '[core] fsmonitor = evil' > .git/commondir-test; \
+         ls .git/hooks | wc -l",
+    );
+    let s = text(&out.stdout);
+    for forbidden in ["WROTE-CONFIG", "SET-HOOKSPATH", "MOVED-CONFIG", "MOVED-GIT", "REPLACED-HOOKS"] {
+        assert!(!s.contains(forbidden), "{forbidden} succeeded inside: {s} / {}", text(&out.stderr));
+    }
+    // Hooks may be written inside, into sandbox-local storage only.
+    assert!(s.contains("HOOK-INSIDE"), "hooks tmpfs not writable: {s}");
+    assert_eq!(std::fs::read(ws.path.join(".git/config")).unwrap(), config_before);
+    assert!(!ws.path.join(".git/hooks/pre-commit").exists(), "a hook written inside reached the host");
+    assert_eq!(ws.host_sh("ls .git/hooks").stdout, hooks_before);
+    // The host's Git still works and runs no hook of the sandbox.
+    let host = ws.host_sh("git commit -q --allow-empty -m host && git log --oneline | wc -l");
+    assert!(host.status.success(), "{}", text(&host.stderr));
+    assert!(!text(&host.stdout).contains("pwned"));
+}
+
+#[test]
+fn home_and_config_are_invisible_inside() {
+    let env = require_env!();
+    let ws = env.workspace("hidden");
+    let cfg = ws.write_config("[profiles.default]\nimage = \"lazaret:default\"\n");
+    let secret = env.home.join(".cache/lazaret-e2e").join("secret-outside-workspace");
+    assert!(env.sh(&format!("echo s3cr3t > '{}'", secret.display())).status.success());
+    let out = ws.run_sh(&format!(
+        "for p in '{}' '{}' '{}' '{}'; do [ -e \"$p\" ] && echo VISIBLE:$p; done; \
+         grep -rs s3cr3t /home /root /tmp /workspace /mnt /srv /opt; echo done",
+        secret.display(),
+        cfg.display(),
+        env.home.display(),
+        env.data_home.display(),
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "done\n", "host paths visible inside");
+    let _ = std::fs::remove_file(secret);
+}
+
+#[test]
+fn two_sessions_share_one_sandbox_and_nothing_remains() {
+    let env = require_env!();
+    let ws = env.workspace("shared");
+    let id = ws.domain_id("default");
+    let first = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo from-first > /tmp/shared; for i in $(seq 600); do [ -f /tmp/second-done ] && exit 0; sleep 0.05; done; exit 9",
+        ])
+        .spawn()
+        .unwrap();
+    let mut read = String::new();
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let out = ws.run_sh("cat /tmp/shared 2>/dev/null");
+            read = text(&out.stdout);
+            read == "from-first\n"
+        }),
+        "the second session did not see the first one's /tmp: {read:?}"
+    );
+    // One coordinator, one runsc sandbox for both sessions.
+    let coordinators: Vec<_> = lazaret_tests::processes_mentioning(&id)
+        .into_iter()
+        .filter(|(_, c)| c.contains("lazaret-coordinator"))
+        .collect();
+    assert_eq!(coordinators.len(), 1, "{coordinators:#?}");
+    assert!(ws.run_sh("touch /tmp/second-done").status.success());
+    let status = first.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(0));
+    assert_domain_gone(&id);
+    assert!(!ws.domain_root("default").join("run").exists(), "transient state left");
+    // Persistent Domain state stays.
+    assert!(ws.domain_root("default").join("domain.redb").exists());
+}
+
+#[test]
+fn sigkill_of_the_coordinator_is_recovered() {
+    let env = require_env!();
+    let ws = env.workspace("crash");
+    let id = ws.domain_id("default");
+    let mut session = ws
+        .lazaret(&["run", "--", "sleep", "120"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut coordinator = None;
+    assert!(eventually(Duration::from_secs(60), || {
+        let sandbox_up = lazaret_tests::processes_mentioning(&id)
+            .iter()
+            .any(|(_, c)| c.contains("runsc") && c.contains(" exec "));
+        coordinator = lazaret_tests::processes_mentioning(&id)
+            .into_iter()
+            .find(|(_, c)| c.contains("lazaret-coordinator"))
+            .map(|(p, _)| p);
+        sandbox_up && coordinator.is_some()
+    }));
+    let pid = coordinator.unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The session learns that its Domain is gone and says so.
+    let out = session.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("lost"), "{}", text(&out.stderr));
+    // Nothing of the killed generation survives its coordinator.
+    assert_domain_gone(&id);
+    // And the next run works.
+    let out = ws.run_sh("echo again");
+    assert_eq!(text(&out.stdout), "again\n", "{}", text(&out.stderr));
+    assert_domain_gone(&id);
+}
