@@ -10,9 +10,17 @@ fn main() {
     let out = out_dir.join("statx-shim.so");
     let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
     let mut cmd = compiler.to_command();
-    cmd.args(["-shared", "-fPIC", "-O2", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-o"])
-        .arg(&out)
-        .arg(src);
+    cmd.args([
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-nostdlib",
+        "-ffreestanding",
+        "-fno-stack-protector",
+        "-o",
+    ])
+    .arg(&out)
+    .arg(src);
     let status = cmd.status().unwrap_or_else(|e| {
         panic!("cannot run the C compiler {:?} for {src}: {e}; install a C compiler (e.g. `sudo apt-get install gcc`)", compiler.path())
     });

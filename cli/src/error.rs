@@ -23,6 +23,8 @@ pub enum CliError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Placement(String),
     #[error("the sandbox could not start: {0}")]
     Start(String),
     #[error("{0}")]

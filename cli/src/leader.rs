@@ -8,16 +8,21 @@ use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
 use lazaret_protocol::plan::{CoordinatorInput, RunscInvocation, VolumeSpec};
 use std::io::{BufRead, IsTerminal};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// Where the other binaries are: beside this one.
 fn libexec() -> Result<PathBuf, CliError> {
-    let exe = std::env::current_exe().map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    for b in ["lazaret-coordinator", "lazaret-supervisor", "lazaret-exec-bridge"] {
+    for b in [
+        "lazaret-coordinator",
+        "lazaret-supervisor",
+        "lazaret-exec-bridge",
+    ] {
         if !dir.join(b).is_file() {
             return Err(CliError::Start(format!(
                 "{b} is missing beside {}: install every Lazaret binary into one directory",
@@ -57,7 +62,9 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     let mut announced = false;
     let image = images.prepare(&reference, &opts, &mut |line: &str| {
         if !announced {
-            eprintln!("lazaret: preparing image {reference} (first use; this takes about a minute)");
+            eprintln!(
+                "lazaret: preparing image {reference} (first use; this takes about a minute)"
+            );
             announced = true;
         }
         if interactive {
@@ -86,7 +93,12 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             global_flags: runsc.global_flags(),
         },
         id_map,
-        env: r.profile.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        env: r
+            .profile
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         volumes: r
             .profile
             .volumes
@@ -104,11 +116,15 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
 
 fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliError> {
     let bytes = postcard::to_stdvec(input).map_err(|e| CliError::Start(e.to_string()))?;
-    let input_fd = memfd::sealed("coordinator-input", &bytes).map_err(|e| CliError::Start(e.to_string()))?;
+    let input_fd =
+        memfd::sealed("coordinator-input", &bytes).map_err(|e| CliError::Start(e.to_string()))?;
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| CliError::Start(e.to_string()))?;
     let log_path = r.domain_root.join("coordinator.log");
-    if std::fs::metadata(&log_path).map(|m| m.len() > 1 << 20).unwrap_or(false) {
+    if std::fs::metadata(&log_path)
+        .map(|m| m.len() > 1 << 20)
+        .unwrap_or(false)
+    {
         let _ = std::fs::remove_file(&log_path);
     }
     let log = std::fs::OpenOptions::new()
@@ -124,10 +140,13 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     cmd.arg("--domain")
         .arg(&input.domain_id)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone().map_err(|e| CliError::Start(e.to_string()))?))
+        .stdout(Stdio::from(
+            log.try_clone()
+                .map_err(|e| CliError::Start(e.to_string()))?,
+        ))
         .stderr(Stdio::from(log))
         .current_dir("/");
-    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (OwnedFd::from(ready_w), 4)]);
+    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (ready_w, 4)]);
     // SAFETY: fork, _exit and setsid are async-signal-safe. The
     // intermediate child exits at once, so the coordinator is nobody's
     // child here and is never left a zombie of this CLI; setsid takes it
@@ -150,7 +169,10 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     // Reap the intermediate; the coordinator itself lives on.
     let _ = child.wait();
     let ready = std::fs::File::from(ready_r);
-    let mut pfd = [nix::poll::PollFd::new(ready.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let mut pfd = [nix::poll::PollFd::new(
+        ready.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
     let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(65_000u16))
         .map_err(|e| CliError::Start(e.to_string()))?;
     if n == 0 {
@@ -167,7 +189,8 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     }
     Err(CliError::Start(format!(
         "{} (details in {})",
-        line.strip_prefix("error ").unwrap_or("the coordinator exited during start-up"),
+        line.strip_prefix("error ")
+            .unwrap_or("the coordinator exited during start-up"),
         log_path.display()
     )))
 }

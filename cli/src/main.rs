@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "lazaret", version, about = "Run an AI coding agent in a rootless gVisor sandbox over the current workspace")]
+#[command(
+    name = "lazaret",
+    version,
+    about = "Run an AI coding agent in a rootless gVisor sandbox over the current workspace"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -46,9 +50,10 @@ fn main() {
         },
         Cmd::Doctor { config } => {
             let env = lazaret_config::EnvVars::from_process();
-            let runsc = lazaret_config::load(config.as_deref(), &env, rustix::process::getuid().as_raw())
-                .ok()
-                .and_then(|l| l.config.runtime.runsc.clone());
+            let runsc =
+                lazaret_config::load(config.as_deref(), &env, rustix::process::getuid().as_raw())
+                    .ok()
+                    .and_then(|l| l.config.runtime.runsc.clone());
             doctor::run(runsc.as_deref())
         }
     };

@@ -53,7 +53,11 @@ fn mkdir_private(p: &Path) -> Result<(), CliError> {
 
 pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let env = EnvVars::from_process();
-    let loaded = lazaret_config::load(args.config.as_deref(), &env, rustix::process::getuid().as_raw())?;
+    let loaded = lazaret_config::load(
+        args.config.as_deref(),
+        &env,
+        rustix::process::getuid().as_raw(),
+    )?;
     let profile = loaded.config.profile(&args.profile)?.clone();
     let ws = match &args.workspace {
         Some(w) => w.clone(),
@@ -74,6 +78,22 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
+    if storage_root.starts_with(&workspace) {
+        return Err(CliError::Placement(format!(
+            "the Storage Root {} lies beneath the workspace {}, which is mounted into the sandbox: choose a narrower workspace, or set storage.data_root outside it",
+            storage_root.display(),
+            workspace.display()
+        )));
+    }
+    for v in &profile.volumes {
+        if !v.host.exists() {
+            return Err(CliError::Placement(format!(
+                "volume host path {} (mounted at {}) does not exist: create it or remove the volume from the profile",
+                v.host.display(),
+                v.sandbox
+            )));
+        }
+    }
     let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
     mkdir_private(&storage_root)?;
@@ -121,7 +141,11 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
 
 /// Runs one Client Session. `None`: the coordinator went away before it
 /// accepted us (it was stopping), so the caller tries again.
-fn session(stream: UnixStream, r: &Resolved, argv: Option<Vec<String>>) -> Result<Option<i32>, CliError> {
+fn session(
+    stream: UnixStream,
+    r: &Resolved,
+    argv: Option<Vec<String>>,
+) -> Result<Option<i32>, CliError> {
     let tty = terminal::is_tty();
     let tty_info = tty.then(|| {
         let (rows, cols) = terminal::size();
@@ -131,7 +155,9 @@ fn session(stream: UnixStream, r: &Resolved, argv: Option<Vec<String>>) -> Resul
             cols,
         }
     });
-    let mut w = stream.try_clone().map_err(|e| CliError::Session(e.to_string()))?;
+    let mut w = stream
+        .try_clone()
+        .map_err(|e| CliError::Session(e.to_string()))?;
     let mut rd = stream;
     let hello = Hello {
         version: PROTOCOL_VERSION,
@@ -145,7 +171,11 @@ fn session(stream: UnixStream, r: &Resolved, argv: Option<Vec<String>>) -> Resul
     match read_frame::<_, ServerMsg>(&mut rd) {
         Ok(ServerMsg::Accepted { .. }) => {}
         Ok(ServerMsg::Refused { reason }) => return Err(CliError::Session(reason)),
-        Ok(other) => return Err(CliError::Session(format!("unexpected first record {other:?}"))),
+        Ok(other) => {
+            return Err(CliError::Session(format!(
+                "unexpected first record {other:?}"
+            )))
+        }
         Err(FrameError::Closed) => return Ok(None),
         Err(e) if matches!(&e, FrameError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) => {
             return Ok(None)
@@ -153,18 +183,27 @@ fn session(stream: UnixStream, r: &Resolved, argv: Option<Vec<String>>) -> Resul
         Err(e) => return Err(CliError::Session(e.to_string())),
     }
     if tty {
-        terminal::enter_raw().map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
+        terminal::enter_raw()
+            .map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
     }
     spawn_signal_relay(&w, tty);
-    spawn_stdin_relay(w.try_clone().map_err(|e| CliError::Session(e.to_string()))?);
+    spawn_stdin_relay(
+        w.try_clone()
+            .map_err(|e| CliError::Session(e.to_string()))?,
+    );
 
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr();
     loop {
         match read_frame::<_, ServerMsg>(&mut rd) {
             Ok(ServerMsg::Stdout(d)) => {
-                let _ = out.write_all(&d);
-                let _ = out.flush();
+                if out.write_all(&d).and_then(|_| out.flush()).is_err() {
+                    // Our reader is gone (`lazaret run -- yes | head`):
+                    // hang the session up, exit as if by SIGPIPE.
+                    terminal::restore();
+                    let _ = rd.shutdown(std::net::Shutdown::Both);
+                    return Ok(Some(128 + libc::SIGPIPE));
+                }
             }
             Ok(ServerMsg::Stderr(d)) => {
                 let _ = err.write_all(&d);
@@ -214,7 +253,9 @@ fn spawn_stdin_relay(mut w: UnixStream) {
 fn spawn_signal_relay(w: &UnixStream, tty: bool) {
     use signal_hook::consts::*;
     let Ok(mut w) = w.try_clone() else { return };
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP]) else {
+    let Ok(mut signals) =
+        signal_hook::iterator::Signals::new([SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP])
+    else {
         return;
     };
     std::thread::spawn(move || {

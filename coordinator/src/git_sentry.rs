@@ -200,7 +200,8 @@ fn submodule_dotgit_files(workspace: &Path) -> Vec<PathBuf> {
         .filter_map(|rec| {
             let rec = std::str::from_utf8(rec).ok()?;
             let (meta, path) = rec.split_once('\t')?;
-            meta.starts_with("160000 ").then(|| workspace.join(path).join(".git"))
+            meta.starts_with("160000 ")
+                .then(|| workspace.join(path).join(".git"))
         })
         .filter(|p| p.is_file())
         .collect()
@@ -256,7 +257,10 @@ mod tests {
         assert_eq!(ds[0], ("/workspace".into(), false));
         assert_eq!(ds[1], ("/workspace/.git".into(), false));
         assert!(ds.contains(&("/workspace/.git/config".into(), true)));
-        let hooks = m.iter().find(|m| m.destination == "/workspace/.git/hooks").unwrap();
+        let hooks = m
+            .iter()
+            .find(|m| m.destination == "/workspace/.git/hooks")
+            .unwrap();
         assert_eq!(hooks.kind, MountKind::Tmpfs);
     }
 
@@ -317,7 +321,10 @@ mod tests {
             ("/workspace/.git/worktrees/wt/gitdir", true),
             ("/workspace/wt/.git", true),
         ] {
-            assert!(ds.contains(&(want.to_string(), ro)), "missing {want} in {ds:?}");
+            assert!(
+                ds.contains(&(want.to_string(), ro)),
+                "missing {want} in {ds:?}"
+            );
         }
     }
 

@@ -8,7 +8,7 @@ use lazaret_protocol::plan::{
     CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
 };
 use std::io::{BufRead, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -133,7 +133,11 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     recover(&layout, &store, previous.as_ref(), &input.libexec)?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
     }
 
@@ -164,14 +168,26 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let holder = match procs::pidfd(holder_pid) {
         Ok(fd) => fd,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
+            teardown(
+                &layout,
+                &store,
+                &mut gen,
+                Some(&mut supervisor),
+                &input.libexec,
+            );
             return Err(format!("cannot open a pidfd for the sandbox holder: {e}"));
         }
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
+            teardown(
+                &layout,
+                &store,
+                &mut gen,
+                Some(&mut supervisor),
+                &input.libexec,
+            );
             return Err(e);
         }
     };
@@ -181,14 +197,25 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     ));
     report(ready, "ready");
 
-    let ctx = Arc::new(SessionCtx::new(input.clone(), layout.run(), gen.sandbox_id.clone(), holder));
+    let ctx = Arc::new(SessionCtx::new(
+        input.clone(),
+        layout.run(),
+        gen.sandbox_id.clone(),
+        holder,
+    ));
     serve(&listener, &ctx, &stop, &mut supervisor);
 
     // No new session may join from here on.
     let _ = std::fs::remove_file(layout.socket());
     drop(listener);
     ctx.end_all();
-    teardown(&layout, &store, &mut gen, Some(&mut supervisor), &input.libexec);
+    teardown(
+        &layout,
+        &store,
+        &mut gen,
+        Some(&mut supervisor),
+        &input.libexec,
+    );
     Ok(())
 }
 
@@ -205,7 +232,12 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(l)
 }
 
-fn serve(listener: &UnixListener, ctx: &Arc<SessionCtx>, stop: &AtomicBool, supervisor: &mut Child) {
+fn serve(
+    listener: &UnixListener,
+    ctx: &Arc<SessionCtx>,
+    stop: &AtomicBool,
+    supervisor: &mut Child,
+) {
     let since = Instant::now();
     let mut served = false;
     loop {
@@ -214,14 +246,19 @@ fn serve(listener: &UnixListener, ctx: &Arc<SessionCtx>, stop: &AtomicBool, supe
             return;
         }
         if let Ok(Some(status)) = supervisor.try_wait() {
-            log(format!("the Runtime Supervisor exited ({status}): the sandbox is lost"));
+            log(format!(
+                "the Runtime Supervisor exited ({status}): the sandbox is lost"
+            ));
             return;
         }
         if ctx.active() == 0 && (served || since.elapsed() > FIRST_SESSION_GRACE) {
             log("no Client Session left");
             return;
         }
-        let mut pfd = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let mut pfd = [nix::poll::PollFd::new(
+            listener.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
         let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(100u16));
         match listener.accept() {
             Ok((stream, _)) => {
@@ -256,16 +293,23 @@ fn start_sandbox(
     let run = layout.run();
     mkdir_private(&run)?;
     git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
-    let plan = plan(input, &run, gen, git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?);
+    let plan = plan(
+        input,
+        &run,
+        gen,
+        git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?,
+    );
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
-    let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| e.to_string())?;
+    let (status_r, status_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
 
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
     // The Domain ID in argv only names the process for `ps` and tests.
-    cmd.arg("--domain").arg(&input.domain_id).stdin(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(plan_fd, 3), (OwnedFd::from(status_w), 4)]);
+    cmd.arg("--domain")
+        .arg(&input.domain_id)
+        .stdin(Stdio::null());
+    fds::pass_fds(&mut cmd, vec![(plan_fd, 3), (status_w, 4)]);
     // SAFETY: prctl is async-signal-safe. The supervisor dies with the
     // thread that spawned it, which is this coordinator's main thread.
     unsafe {
@@ -281,7 +325,10 @@ fn start_sandbox(
     drop(cmd);
 
     let status = std::fs::File::from(status_r);
-    let mut pfd = [nix::poll::PollFd::new(status.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let mut pfd = [nix::poll::PollFd::new(
+        status.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
     let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(60_000u16))
         .map_err(|e| e.to_string())?;
     if n == 0 {
@@ -293,13 +340,16 @@ fn start_sandbox(
     let _ = std::io::BufReader::new(status).read_line(&mut line);
     let line = line.trim();
     if let Some(pid) = line.strip_prefix("ready ") {
-        let pid: i32 = pid.parse().map_err(|_| format!("bad supervisor status {line:?}"))?;
+        let pid: i32 = pid
+            .parse()
+            .map_err(|_| format!("bad supervisor status {line:?}"))?;
         return Ok((child, pid));
     }
     let _ = child.wait();
     Err(format!(
         "cannot start the sandbox: {}",
-        line.strip_prefix("error ").unwrap_or("the Runtime Supervisor exited")
+        line.strip_prefix("error ")
+            .unwrap_or("the Runtime Supervisor exited")
     ))
 }
 
@@ -387,7 +437,10 @@ fn remove_run_dir(layout: &Layout, libexec: &Path) {
         .stdin(Stdio::null())
         .status();
     if !matches!(status, Ok(s) if s.success()) {
-        log(format!("could not remove {} completely: {status:?}", run.display()));
+        log(format!(
+            "could not remove {} completely: {status:?}",
+            run.display()
+        ));
     }
 }
 

@@ -20,7 +20,10 @@ pub fn alive(pid: i32, start: u64) -> bool {
 pub fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    Ok(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?)
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// Sends SIGKILL through a pidfd, which cannot hit a recycled pid.

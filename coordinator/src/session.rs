@@ -29,7 +29,12 @@ pub struct SessionCtx {
 }
 
 impl SessionCtx {
-    pub fn new(input: CoordinatorInput, run_dir: PathBuf, sandbox_id: String, holder: OwnedFd) -> Self {
+    pub fn new(
+        input: CoordinatorInput,
+        run_dir: PathBuf,
+        sandbox_id: String,
+        holder: OwnedFd,
+    ) -> Self {
         Self {
             input,
             run_dir,
@@ -114,7 +119,12 @@ struct Guard<'a> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.ctx.bridges.lock().unwrap().remove(&self.id);
-        let _ = std::fs::remove_file(self.ctx.run_dir.join("sessions").join(format!("{}.json", self.id)));
+        let _ = std::fs::remove_file(
+            self.ctx
+                .run_dir
+                .join("sessions")
+                .join(format!("{}.json", self.id)),
+        );
         self.ctx.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -146,7 +156,12 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
     reader.set_read_timeout(None).map_err(|e| e.to_string())?;
     let refuse = |reason: String| {
-        let _ = write_frame(&mut *writer.lock().unwrap(), &ServerMsg::Refused { reason: reason.clone() });
+        let _ = write_frame(
+            &mut *writer.lock().unwrap(),
+            &ServerMsg::Refused {
+                reason: reason.clone(),
+            },
+        );
         Err(reason)
     };
     if hello.version != PROTOCOL_VERSION {
@@ -177,7 +192,12 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
 
     let runsc = ctx.input.runsc.command(
         &ctx.run_dir.join("runsc"),
-        &["exec", "--process", &process_file.to_string_lossy(), &ctx.sandbox_id],
+        &[
+            "exec",
+            "--process",
+            &process_file.to_string_lossy(),
+            &ctx.sandbox_id,
+        ],
     );
     let mut cmd = Command::new(ctx.input.libexec.join("lazaret-exec-bridge"));
     if tty.is_some() {
@@ -253,13 +273,22 @@ fn run_pty(
     cmd.stdin(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
         .stdout(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
         .stderr(Stdio::from(slave));
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start the exec bridge: {e}"))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the exec bridge: {e}"))?;
     drop(cmd);
-    ctx.bridges.lock().unwrap().insert(sid.to_string(), child.id());
+    ctx.bridges
+        .lock()
+        .unwrap()
+        .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
 
     let master = std::fs::File::from(pty.master);
-    let out = pump(master.try_clone().map_err(|e| e.to_string())?, writer.clone(), ServerMsg::Stdout);
+    let out = pump(
+        master.try_clone().map_err(|e| e.to_string())?,
+        writer.clone(),
+        ServerMsg::Stdout,
+    );
     let input_master = master.try_clone().map_err(|e| e.to_string())?;
     let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
     std::thread::spawn(move || {
@@ -298,9 +327,12 @@ fn run_pty(
     // with EIO once every slave is closed.
     join_with_timeout(out, Duration::from_secs(2));
     drop(master);
-    send(&writer, &ServerMsg::Exit {
-        status: exit_status(status),
-    });
+    send(
+        &writer,
+        &ServerMsg::Exit {
+            status: exit_status(status),
+        },
+    );
     Ok(())
 }
 
@@ -312,13 +344,28 @@ fn run_pipes(
     writer: Writer,
     accepted: ServerMsg,
 ) -> Result<(), String> {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start the exec bridge: {e}"))?;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the exec bridge: {e}"))?;
     drop(cmd);
-    ctx.bridges.lock().unwrap().insert(sid.to_string(), child.id());
+    ctx.bridges
+        .lock()
+        .unwrap()
+        .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
-    let out = pump(child.stdout.take().expect("piped"), writer.clone(), ServerMsg::Stdout);
-    let err = pump(child.stderr.take().expect("piped"), writer.clone(), ServerMsg::Stderr);
+    let out = pump(
+        child.stdout.take().expect("piped"),
+        writer.clone(),
+        ServerMsg::Stdout,
+    );
+    let err = pump(
+        child.stderr.take().expect("piped"),
+        writer.clone(),
+        ServerMsg::Stderr,
+    );
     let mut stdin = child.stdin.take();
     let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
     std::thread::spawn(move || loop {
@@ -351,9 +398,12 @@ fn run_pipes(
     let status = child.wait().map_err(|e| e.to_string())?;
     join_with_timeout(out, Duration::from_secs(5));
     join_with_timeout(err, Duration::from_secs(5));
-    send(&writer, &ServerMsg::Exit {
-        status: exit_status(status),
-    });
+    send(
+        &writer,
+        &ServerMsg::Exit {
+            status: exit_status(status),
+        },
+    );
     Ok(())
 }
 
@@ -374,7 +424,10 @@ mod tests {
     #[test]
     fn command_goes_through_exec_so_127_and_126_come_back() {
         let argv = sandbox_argv(Some(&["echo".into(), "a b".into()]));
-        assert_eq!(argv, ["/bin/sh", "-c", "exec \"$@\"", "lazaret", "echo", "a b"]);
+        assert_eq!(
+            argv,
+            ["/bin/sh", "-c", "exec \"$@\"", "lazaret", "echo", "a b"]
+        );
         assert!(sandbox_argv(None)[2].contains("bash -l"));
     }
 }

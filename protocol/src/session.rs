@@ -47,12 +47,18 @@ pub enum ClientMsg {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum ServerMsg {
     /// The session is registered and its command is starting.
-    Accepted { session_id: String },
+    Accepted {
+        session_id: String,
+    },
     /// Stdout, or the merged PTY output.
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     /// The command ended with this exit status (podman's conventions).
-    Exit { status: i32 },
+    Exit {
+        status: i32,
+    },
     /// The session could not be served; the text says what to do next.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
 }

@@ -157,7 +157,12 @@ mod tests {
     fn no_admin_capabilities() {
         let v = config_json(&plan());
         let caps = v["process"]["capabilities"]["bounding"].as_array().unwrap();
-        for bad in ["CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_PTRACE"] {
+        for bad in [
+            "CAP_SYS_ADMIN",
+            "CAP_NET_ADMIN",
+            "CAP_NET_RAW",
+            "CAP_SYS_PTRACE",
+        ] {
             assert!(!caps.iter().any(|c| c == bad), "{bad} granted");
         }
         assert_eq!(v["process"]["noNewPrivileges"], true);
@@ -167,7 +172,10 @@ mod tests {
     fn fresh_namespaces_without_paths() {
         let v = config_json(&plan());
         for ns in v["linux"]["namespaces"].as_array().unwrap() {
-            assert!(ns.get("path").is_none(), "joins an existing namespace: {ns}");
+            assert!(
+                ns.get("path").is_none(),
+                "joins an existing namespace: {ns}"
+            );
         }
     }
 
@@ -181,7 +189,10 @@ mod tests {
             .map(|m| m["destination"].as_str().unwrap().to_string())
             .collect();
         let ws = dests.iter().position(|d| d == "/workspace").unwrap();
-        let hooks = dests.iter().position(|d| d == "/workspace/.git/hooks").unwrap();
+        let hooks = dests
+            .iter()
+            .position(|d| d == "/workspace/.git/hooks")
+            .unwrap();
         assert!(ws < hooks);
         assert_eq!(v["mounts"][ws]["options"][1], "rw");
         assert_eq!(v["mounts"][hooks]["type"], "tmpfs");

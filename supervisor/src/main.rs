@@ -68,7 +68,10 @@ fn remove_tree(dir: Option<&Path>) -> i32 {
     match userns::run_mapped(&map, Command::new("rm").arg("-rf").arg("--").arg(dir)) {
         Ok(s) if s.success() && !dir.exists() => exit::STOPPED,
         other => {
-            eprintln!("lazaret-supervisor: could not remove {}: {other:?}", dir.display());
+            eprintln!(
+                "lazaret-supervisor: could not remove {}: {other:?}",
+                dir.display()
+            );
             exit::START_FAILED
         }
     }
@@ -91,11 +94,17 @@ fn run() -> Result<i32, Failure> {
                 serde_json::to_vec_pretty(&config).expect("json"),
             )
         })
-        .map_err(|e| (exit::START_FAILED, format!("cannot write the OCI bundle: {e}")))?;
+        .map_err(|e| {
+            (
+                exit::START_FAILED,
+                format!("cannot write the OCI bundle: {e}"),
+            )
+        })?;
 
     // Blocked before the holder exists, so that its SIGCHLD cannot be lost.
     let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
-    term.thread_block().map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    term.thread_block()
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
 
     // The holder tells us over this pipe when runsc's sandbox is running.
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -118,20 +127,29 @@ fn run() -> Result<i32, Failure> {
     }
     if line.trim() != "running" {
         let _ = nix::sys::wait::waitpid(holder, None);
-        let detail = line.trim().strip_prefix("error ").unwrap_or("the sandbox holder exited");
+        let detail = line
+            .trim()
+            .strip_prefix("error ")
+            .unwrap_or("the sandbox holder exited");
         return Err((exit::START_FAILED, detail.to_string()));
     }
     report_status(&format!("ready {}", holder.as_raw()));
 
     // Stop on SIGTERM: forward it to the holder, which stops runsc.
     loop {
-        let sig = term.wait().map_err(|e| (exit::START_FAILED, e.to_string()))?;
+        let sig = term
+            .wait()
+            .map_err(|e| (exit::START_FAILED, e.to_string()))?;
         match sig {
             Signal::SIGCHLD => {
                 if let Ok(nix::sys::wait::WaitStatus::Exited(_, code)) =
                     nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
                 {
-                    return Ok(if code == 0 { exit::STOPPED } else { exit::SANDBOX_LOST });
+                    return Ok(if code == 0 {
+                        exit::STOPPED
+                    } else {
+                        exit::SANDBOX_LOST
+                    });
                 }
                 if let Ok(nix::sys::wait::WaitStatus::Signaled(..)) =
                     nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
@@ -143,8 +161,10 @@ fn run() -> Result<i32, Failure> {
                 let _ = signal::kill(holder, Signal::SIGTERM);
                 let deadline = Instant::now() + Duration::from_secs(20);
                 loop {
-                    match nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-                    {
+                    match nix::sys::wait::waitpid(
+                        holder,
+                        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+                    ) {
                         Ok(nix::sys::wait::WaitStatus::StillAlive) if Instant::now() < deadline => {
                             std::thread::sleep(Duration::from_millis(20))
                         }
@@ -195,8 +215,14 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         .thread_block()
         .map_err(|e| e.to_string())?;
 
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(|e| format!("cannot make the mount namespace private: {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the mount namespace private: {e}"))?;
     mount(
         Some("proc"),
         "/proc",
@@ -215,13 +241,25 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         root.upper.display(),
         root.work.display()
     );
-    mount(Some("lazaret-root"), &root.merged, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
-        .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
+    mount(
+        Some("lazaret-root"),
+        &root.merged,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
 
     std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
     let argv = plan.runsc.command(
         &plan.state_dir,
-        &["--network=none", "run", "--bundle", &plan.bundle_dir.to_string_lossy(), &plan.sandbox_id],
+        &[
+            "--network=none",
+            "run",
+            "--bundle",
+            &plan.bundle_dir.to_string_lossy(),
+            &plan.sandbox_id,
+        ],
     );
     let mut cmd = Command::new(&argv[0]);
     // runsc chowns the stdio it is given to the Sentry's uid: it gets pipes,
@@ -235,14 +273,24 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
-            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
     for stream in [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
     ]
     .into_iter()
     .flatten()
@@ -272,7 +320,9 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
 }
 
 fn runsc_status(plan: &SandboxPlan) -> Option<String> {
-    let argv = plan.runsc.command(&plan.state_dir, &["state", &plan.sandbox_id]);
+    let argv = plan
+        .runsc
+        .command(&plan.state_dir, &["state", &plan.sandbox_id]);
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .stderr(Stdio::null())
@@ -289,7 +339,8 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
             Ok(Signal::SIGCHLD) => {
                 // Reap whatever ended (PID 1 inherits orphans).
                 loop {
-                    match nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+                    match nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+                    {
                         Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
                         Ok(s) if s.pid() == Some(nix::unistd::Pid::from_raw(runsc.id() as i32)) => {
                             eprintln!("lazaret-supervisor: runsc run exited unexpectedly: {s:?}");
@@ -327,4 +378,3 @@ fn stop(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
     let _ = std::fs::remove_dir_all(Path::new(&plan.state_dir));
     exit::STOPPED as isize
 }
-

@@ -79,7 +79,14 @@ fn which(name: &str) -> Option<PathBuf> {
 
 impl TestEnv {
     fn probe() -> Result<TestEnv, String> {
-        for tool in ["runsc", "newuidmap", "newgidmap", "mmdebstrap", "git", "setpriv"] {
+        for tool in [
+            "runsc",
+            "newuidmap",
+            "newgidmap",
+            "mmdebstrap",
+            "git",
+            "setpriv",
+        ] {
             if which(tool).is_none() {
                 return Err(format!("{tool} is not installed"));
             }
@@ -98,8 +105,7 @@ impl TestEnv {
         }
         let root = rustix::process::getuid().is_root();
         let user = if root {
-            let name =
-                std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-e2e".into());
+            let name = std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-e2e".into());
             let u = nix::unistd::User::from_name(&name)
                 .ok()
                 .flatten()
@@ -138,12 +144,18 @@ impl TestEnv {
             .lines()
             .any(|l| l.starts_with(&format!("{name}:")) || l.starts_with(&format!("{uid}:")))
         {
-            return Err(format!("user {name} has no subordinate uid range in /etc/subuid"));
+            return Err(format!(
+                "user {name} has no subordinate uid range in /etc/subuid"
+            ));
         }
         for dev in ["/dev/fuse", "/dev/net/tun"] {
-            let mode = std::fs::metadata(dev).map(|m| m.permissions().mode()).unwrap_or(0);
+            let mode = std::fs::metadata(dev)
+                .map(|m| m.permissions().mode())
+                .unwrap_or(0);
             if mode & 0o006 != 0o006 {
-                return Err(format!("{dev} is not read-write for all (chmod 0666 {dev})"));
+                return Err(format!(
+                    "{dev} is not read-write for all (chmod 0666 {dev})"
+                ));
             }
         }
         // Copies of the binaries in a directory the user can read: the
@@ -169,7 +181,10 @@ impl TestEnv {
             env.home.join(".cache/lazaret-e2e").display()
         ));
         if !out.status.success() {
-            return Err(format!("cannot create the test storage: {}", text(&out.stderr)));
+            return Err(format!(
+                "cannot create the test storage: {}",
+                text(&out.stderr)
+            ));
         }
         Ok(env)
     }
@@ -232,7 +247,11 @@ impl TestEnv {
             ws = ws.display(),
             cfg = cfg.display()
         ));
-        assert!(out.status.success(), "workspace setup: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "workspace setup: {}",
+            text(&out.stderr)
+        );
         Workspace {
             env: self,
             base,
@@ -281,8 +300,7 @@ impl Workspace<'_> {
 
     pub fn domain_id(&self, profile: &str) -> String {
         use std::os::unix::ffi::OsStrExt;
-        lazaret_protocol::DomainIdV1::derive(profile, self.path.as_os_str().as_bytes())
-            .to_string()
+        lazaret_protocol::DomainIdV1::derive(profile, self.path.as_os_str().as_bytes()).to_string()
     }
 
     pub fn domain_root(&self, profile: &str) -> PathBuf {
@@ -315,7 +333,9 @@ impl Drop for Workspace<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // Keep the evidence of a failure.
-            if let Ok(log) = std::fs::read_to_string(self.domain_root("default").join("coordinator.log")) {
+            if let Ok(log) =
+                std::fs::read_to_string(self.domain_root("default").join("coordinator.log"))
+            {
                 eprintln!("--- coordinator.log ---\n{log}");
             }
             return;

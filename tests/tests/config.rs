@@ -7,10 +7,19 @@ fn refused(ws: &Workspace, args: &[&str]) -> String {
     all.extend_from_slice(args);
     all.extend_from_slice(&["--", "true"]);
     let out = ws.lazaret(&all).output().unwrap();
-    assert_eq!(out.status.code(), Some(125), "stdout {} stderr {}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "stdout {} stderr {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let id = ws.domain_id("default");
     assert!(processes_mentioning(&id).is_empty(), "something started");
-    assert!(!ws.domain_root("default").join("run").exists(), "something started");
+    assert!(
+        !ws.domain_root("default").join("run").exists(),
+        "something started"
+    );
     text(&out.stderr)
 }
 
@@ -39,19 +48,31 @@ fn group_writable_config_is_refused() {
     let env = require_env!();
     let ws = env.workspace("cfg-mode");
     let p = ws.write_config("[profiles.default]\n");
-    assert!(env.sh(&format!("chmod 664 '{}'", p.display())).status.success());
+    assert!(env
+        .sh(&format!("chmod 664 '{}'", p.display()))
+        .status
+        .success());
     let err = refused(&ws, &[]);
-    assert!(err.contains(&p.display().to_string()) && err.contains("writable"), "{err}");
+    assert!(
+        err.contains(&p.display().to_string()) && err.contains("writable"),
+        "{err}"
+    );
 }
 
 #[test]
 fn config_beneath_the_workspace_is_refused() {
     let env = require_env!();
     let ws = env.workspace("cfg-place");
-    assert!(ws.host_sh("printf '[profiles.default]\\n' > lazaret.toml && chmod 600 lazaret.toml").status.success());
+    assert!(ws
+        .host_sh("printf '[profiles.default]\\n' > lazaret.toml && chmod 600 lazaret.toml")
+        .status
+        .success());
     let cfg = ws.path.join("lazaret.toml");
     let err = refused(&ws, &["--config", &cfg.to_string_lossy()]);
-    assert!(err.contains(&cfg.display().to_string()) && err.contains("workspace"), "{err}");
+    assert!(
+        err.contains(&cfg.display().to_string()) && err.contains("workspace"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -60,4 +81,32 @@ fn unknown_profile_is_refused() {
     let ws = env.workspace("cfg-profile");
     let err = refused(&ws, &["--profile", "nope"]);
     assert!(err.contains("nope"), "{err}");
+}
+
+#[test]
+fn storage_root_beneath_the_workspace_is_refused() {
+    let env = require_env!();
+    let ws = env.workspace("cfg-storage");
+    ws.write_config(&format!(
+        "[storage]\ndata_root = \"{}/state\"\n",
+        ws.path.display()
+    ));
+    let err = refused(&ws, &[]);
+    assert!(
+        err.contains("Storage Root") && err.contains("beneath the workspace"),
+        "{err}"
+    );
+    assert!(
+        !ws.path.join("state").exists(),
+        "the Storage Root was created inside the workspace"
+    );
+}
+
+#[test]
+fn missing_volume_is_refused() {
+    let env = require_env!();
+    let ws = env.workspace("cfg-volume");
+    ws.write_config("[[profiles.default.volumes]]\nhost = \"/nonexistent/lazaret-volume\"\nsandbox = \"/data\"\n");
+    let err = refused(&ws, &[]);
+    assert!(err.contains("/nonexistent/lazaret-volume"), "{err}");
 }

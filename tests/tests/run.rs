@@ -9,10 +9,23 @@ fn exit_status_comes_back() {
     let ws = env.workspace("exit");
     let out = ws.run_sh("exit 7");
     assert_eq!(out.status.code(), Some(7), "stderr: {}", text(&out.stderr));
-    let out = ws.lazaret(&["run", "--", "no-such-command-xyz"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(127), "stderr: {}", text(&out.stderr));
+    let out = ws
+        .lazaret(&["run", "--", "no-such-command-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(127),
+        "stderr: {}",
+        text(&out.stderr)
+    );
     let out = ws.lazaret(&["run", "--", "/tmp"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(126), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(126),
+        "stderr: {}",
+        text(&out.stderr)
+    );
     assert_domain_gone(&ws.domain_id("default"));
 }
 
@@ -21,7 +34,13 @@ fn stdout_and_stderr_stay_apart_and_stdin_flows() {
     let env = require_env!();
     let ws = env.workspace("streams");
     let mut child = ws
-        .lazaret(&["run", "--", "sh", "-c", "read l; echo out:$l; echo err:$l >&2"])
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "read l; echo out:$l; echo err:$l >&2",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -43,8 +62,14 @@ fn kernel_inside_is_gvisor() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let s = text(&out.stdout);
     assert!(s.contains("gVisor"), "dmesg does not show gVisor: {s}");
-    let host = rustix::system::uname().release().to_string_lossy().into_owned();
-    assert!(!s.lines().any(|l| l == host), "the host kernel {host} is visible: {s}");
+    let host = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        !s.lines().any(|l| l == host),
+        "the host kernel {host} is visible: {s}"
+    );
 }
 
 #[test]
@@ -52,7 +77,7 @@ fn workspace_edits_propagate_both_ways() {
     let env = require_env!();
     let ws = env.workspace("files");
     // A long session, so that the host edits happen while it runs.
-    let mut session = ws
+    let session = ws
         .lazaret(&[
             "run",
             "--",
@@ -66,10 +91,16 @@ fn workspace_edits_propagate_both_ways() {
         .spawn()
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(30), || ws.path.join("from-inside").exists()),
+        eventually(Duration::from_secs(30), || ws
+            .path
+            .join("from-inside")
+            .exists()),
         "the file written inside never appeared on the host"
     );
-    assert_eq!(std::fs::read_to_string(ws.path.join("from-inside")).unwrap(), "inside\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path.join("from-inside")).unwrap(),
+        "inside\n"
+    );
     assert!(ws.host_sh("echo outside > from-host").status.success());
     let out = session.wait_with_output().unwrap();
     assert!(out.status.success());
@@ -86,11 +117,24 @@ fn git_works_inside_and_commits_reach_the_host() {
          git -c user.name=Agent -c user.email=agent@sandbox.invalid commit -qm 'from the sandbox'; \
          git log --oneline | head -1",
     );
-    assert!(out.status.success(), "stdout: {} stderr: {}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {} stderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let s = text(&out.stdout);
-    assert!(s.contains(" M README") && s.contains("?? added.txt"), "git status inside: {s}");
+    assert!(
+        s.contains(" M README") && s.contains("?? added.txt"),
+        "git status inside: {s}"
+    );
     let log = ws.host_sh("git log --format=%s -1 && git status --porcelain");
-    assert_eq!(text(&log.stdout), "from the sandbox\n", "host git: {}", text(&log.stderr));
+    assert_eq!(
+        text(&log.stdout),
+        "from the sandbox\n",
+        "host git: {}",
+        text(&log.stderr)
+    );
 }
 
 #[test]
@@ -111,13 +155,29 @@ fn git_sentry_protects_config_and_hooks() {
          ls .git/hooks | wc -l",
     );
     let s = text(&out.stdout);
-    for forbidden in ["WROTE-CONFIG", "SET-HOOKSPATH", "MOVED-CONFIG", "MOVED-GIT", "REPLACED-HOOKS"] {
-        assert!(!s.contains(forbidden), "{forbidden} succeeded inside: {s} / {}", text(&out.stderr));
+    for forbidden in [
+        "WROTE-CONFIG",
+        "SET-HOOKSPATH",
+        "MOVED-CONFIG",
+        "MOVED-GIT",
+        "REPLACED-HOOKS",
+    ] {
+        assert!(
+            !s.contains(forbidden),
+            "{forbidden} succeeded inside: {s} / {}",
+            text(&out.stderr)
+        );
     }
     // Hooks may be written inside, into sandbox-local storage only.
     assert!(s.contains("HOOK-INSIDE"), "hooks tmpfs not writable: {s}");
-    assert_eq!(std::fs::read(ws.path.join(".git/config")).unwrap(), config_before);
-    assert!(!ws.path.join(".git/hooks/pre-commit").exists(), "a hook written inside reached the host");
+    assert_eq!(
+        std::fs::read(ws.path.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(
+        !ws.path.join(".git/hooks/pre-commit").exists(),
+        "a hook written inside reached the host"
+    );
     assert_eq!(ws.host_sh("ls .git/hooks").stdout, hooks_before);
     // The host's Git still works and runs no hook of the sandbox.
     let host = ws.host_sh("git commit -q --allow-empty -m host && git log --oneline | wc -l");
@@ -130,8 +190,14 @@ fn home_and_config_are_invisible_inside() {
     let env = require_env!();
     let ws = env.workspace("hidden");
     let cfg = ws.write_config("[profiles.default]\nimage = \"lazaret:default\"\n");
-    let secret = env.home.join(".cache/lazaret-e2e").join("secret-outside-workspace");
-    assert!(env.sh(&format!("echo s3cr3t > '{}'", secret.display())).status.success());
+    let secret = env
+        .home
+        .join(".cache/lazaret-e2e")
+        .join("secret-outside-workspace");
+    assert!(env
+        .sh(&format!("echo s3cr3t > '{}'", secret.display()))
+        .status
+        .success());
     let out = ws.run_sh(&format!(
         "for p in '{}' '{}' '{}' '{}'; do [ -e \"$p\" ] && echo VISIBLE:$p; done; \
          grep -rs s3cr3t /home /root /tmp /workspace /mnt /srv /opt; echo done",
@@ -179,7 +245,10 @@ fn two_sessions_share_one_sandbox_and_nothing_remains() {
     let status = first.wait_with_output().unwrap().status;
     assert_eq!(status.code(), Some(0));
     assert_domain_gone(&id);
-    assert!(!ws.domain_root("default").join("run").exists(), "transient state left");
+    assert!(
+        !ws.domain_root("default").join("run").exists(),
+        "transient state left"
+    );
     // Persistent Domain state stays.
     assert!(ws.domain_root("default").join("domain.redb").exists());
 }
@@ -189,7 +258,7 @@ fn sigkill_of_the_coordinator_is_recovered() {
     let env = require_env!();
     let ws = env.workspace("crash");
     let id = ws.domain_id("default");
-    let mut session = ws
+    let session = ws
         .lazaret(&["run", "--", "sleep", "120"])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -206,7 +275,11 @@ fn sigkill_of_the_coordinator_is_recovered() {
         sandbox_up && coordinator.is_some()
     }));
     let pid = coordinator.unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     // The session learns that its Domain is gone and says so.
     let out = session.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));

@@ -3,7 +3,7 @@
 use lazaret_tests::{require_env, text, Workspace};
 use nix::pty::{openpty, Winsize};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -130,17 +130,22 @@ fn interactive_shell_prompt_resize_interrupt_and_restore() {
 
     pty.send("stty size\r");
     at = pty.expect(at, "24 80", short);
-    assert!(!same_modes(&before, &pty.modes()), "the host terminal was not put in raw mode");
+    assert!(
+        !same_modes(&before, &pty.modes()),
+        "the host terminal was not put in raw mode"
+    );
 
     // A resize of the host terminal reaches the sandbox's PTY.
-    let ws40 = Winsize {
-        ws_row: 40,
-        ws_col: 132,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCSWINSZ with a valid winsize on our PTY master.
-    assert_eq!(unsafe { libc::ioctl(pty.master.as_raw_fd(), libc::TIOCSWINSZ, &ws40) }, 0);
+    rustix::termios::tcsetwinsize(
+        &pty.master,
+        rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: 132,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     pty.send("stty size\r");
     at = pty.expect(at, "40 132", short);
@@ -155,10 +160,28 @@ fn interactive_shell_prompt_resize_interrupt_and_restore() {
     assert!(sent.elapsed() < Duration::from_secs(10));
     assert!(!text(&pty.seen.lock().unwrap()).contains("slept-42"));
 
+    // Ctrl-\ quits and Ctrl-Z stops the foreground job inside.
+    pty.send("sleep 32\r");
+    std::thread::sleep(Duration::from_millis(700));
+    pty.send("\x1c");
+    pty.send("echo q=$?\r");
+    at = pty.expect(at, "q=131", short);
+    pty.send("sleep 33\r");
+    std::thread::sleep(Duration::from_millis(700));
+    pty.send("\x1a");
+    at = pty.expect(at, "Stopped", short);
+    pty.send("jobs -s | wc -l | sed s/^/stopped=/\r");
+    at = pty.expect(at, "stopped=1", short);
+    pty.send("kill -9 %1; wait; echo z=$((1+1))\r");
+    at = pty.expect(at, "z=2", short);
+
     pty.send("exit 5\r");
     let _ = at;
     assert_eq!(wait(&mut child, short), Some(5));
-    assert!(same_modes(&before, &pty.modes()), "terminal modes differ after exit");
+    assert!(
+        same_modes(&before, &pty.modes()),
+        "terminal modes differ after exit"
+    );
 }
 
 #[test]
