@@ -186,7 +186,26 @@ impl TestEnv {
                 text(&out.stderr)
             ));
         }
+        env.warm_up()?;
         Ok(env)
+    }
+
+    /// One `lazaret run` before any test, so that the first use's image
+    /// build (about a minute) is not charged to whichever test comes first.
+    fn warm_up(&self) -> Result<(), String> {
+        let ws = self.workspace("warm-up");
+        let out = ws
+            .lazaret(&["run", "--", "true"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "`lazaret run -- true` fails on this machine ({}): {}",
+                out.status,
+                text(&out.stderr)
+            ));
+        }
+        Ok(())
     }
 
     /// A command run as the test user, with a clean environment.

@@ -228,7 +228,7 @@ fn two_sessions_share_one_sandbox_and_nothing_remains() {
         .unwrap();
     let mut read = String::new();
     assert!(
-        eventually(Duration::from_secs(60), || {
+        eventually(Duration::from_secs(120), || {
             let out = ws.run_sh("cat /tmp/shared 2>/dev/null");
             read = text(&out.stdout);
             read == "from-first\n"
@@ -264,7 +264,7 @@ fn sigkill_of_the_coordinator_is_recovered() {
         .spawn()
         .unwrap();
     let mut coordinator = None;
-    assert!(eventually(Duration::from_secs(60), || {
+    assert!(eventually(Duration::from_secs(120), || {
         let sandbox_up = lazaret_tests::processes_mentioning(&id)
             .iter()
             .any(|(_, c)| c.contains("runsc") && c.contains(" exec "));
@@ -290,4 +290,28 @@ fn sigkill_of_the_coordinator_is_recovered() {
     let out = ws.run_sh("echo again");
     assert_eq!(text(&out.stdout), "again\n", "{}", text(&out.stderr));
     assert_domain_gone(&id);
+}
+
+#[test]
+fn doctor_passes_on_a_prepared_machine() {
+    let env = require_env!();
+    let ws = env.workspace("doctor");
+    let out = ws.lazaret(&["doctor"]).output().unwrap();
+    let s = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{s}{}", text(&out.stderr));
+    for what in [
+        "runsc",
+        "newuidmap",
+        "subordinate uids",
+        "user namespaces",
+        "/dev/fuse",
+        "slirp4netns",
+        "landlock",
+        "mmdebstrap",
+    ] {
+        assert!(
+            s.lines().any(|l| l.starts_with("ok") && l.contains(what)),
+            "no passing {what} line: {s}"
+        );
+    }
 }

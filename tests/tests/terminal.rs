@@ -128,8 +128,9 @@ fn interactive_shell_prompt_resize_interrupt_and_restore() {
     let short = Duration::from_secs(10);
     let mut at = pty.expect(0, "/workspace#", long);
 
-    pty.send("stty size\r");
+    pty.send("stty size; echo term=$TERM\r");
     at = pty.expect(at, "24 80", short);
+    at = pty.expect(at, "term=xterm", short);
     assert!(
         !same_modes(&before, &pty.modes()),
         "the host terminal was not put in raw mode"
