@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// Where the other binaries are: beside this one.
-fn libexec() -> Result<PathBuf, CliError> {
+pub(crate) fn libexec() -> Result<PathBuf, CliError> {
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
@@ -99,6 +99,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        persistent_paths: r.profile.persistent_paths.clone(),
         volumes: r
             .profile
             .volumes

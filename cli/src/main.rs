@@ -8,6 +8,7 @@ mod doctor;
 mod error;
 mod leader;
 mod run;
+mod state_cmd;
 mod terminal;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,9 @@ struct Cli {
 enum Cmd {
     /// Open a shell (or run CMD) in the Domain's sandbox, starting it if needed
     Run(run::RunArgs),
+    /// List, inspect, verify and reset the Domains' persistent state
+    #[command(subcommand)]
+    State(state_cmd::StateCmd),
     /// Check this machine's prerequisites, one line each
     Doctor {
         /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
@@ -44,6 +48,13 @@ fn main() {
             Ok(code) => code,
             Err(e) => {
                 terminal::restore();
+                eprintln!("lazaret: error: {e}");
+                error::LAZARET_FAILED
+            }
+        },
+        Cmd::State(cmd) => match state_cmd::run(cmd) {
+            Ok(code) => code,
+            Err(e) => {
                 eprintln!("lazaret: error: {e}");
                 error::LAZARET_FAILED
             }

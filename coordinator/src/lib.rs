@@ -10,7 +10,6 @@ pub mod git_sentry;
 pub mod lifecycle;
 pub mod procs;
 pub mod session;
-pub mod store;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

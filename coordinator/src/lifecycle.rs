@@ -1,17 +1,20 @@
 //! Start, serve, tear down, and recover a Domain.
 
 use crate::session::{self, SessionCtx};
-use crate::store::{DomainMeta, Generation, Phase, Store};
 use crate::{exit, fdno, git_sentry, procs};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::plan::{
-    CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
+    AnchorMount, CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
 };
+use lazaret_state::anchors::{AnchorDirs, Anchors};
+use lazaret_state::meta::{AnchorMeta, DomainMeta};
+use lazaret_state::store::{Generation, Phase, Store};
+use lazaret_state::DomainLayout as Layout;
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,27 +25,6 @@ const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
 pub fn log(msg: impl std::fmt::Display) {
     eprintln!("lazaret-coordinator[{}]: {msg}", std::process::id());
-}
-
-/// Paths of the Domain Root, all host-private (SR-10).
-pub struct Layout {
-    pub root: PathBuf,
-}
-
-impl Layout {
-    pub fn lock(&self) -> PathBuf {
-        self.root.join("domain.lock")
-    }
-    pub fn store(&self) -> PathBuf {
-        self.root.join("domain.redb")
-    }
-    /// Everything transient of one generation; removed at teardown.
-    pub fn run(&self) -> PathBuf {
-        self.root.join("run")
-    }
-    pub fn socket(&self) -> PathBuf {
-        self.run().join("coordinator.sock")
-    }
 }
 
 pub fn main() -> i32 {
@@ -116,21 +98,21 @@ fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
 }
 
 fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<(), String> {
-    let layout = Layout {
-        root: input.domain_root.clone(),
-    };
+    let layout = Layout::new(&input.domain_root);
     let _lock = lock_domain(&layout.lock())?;
     let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
-    store
-        .set_meta(&DomainMeta {
-            profile: input.profile_name.clone(),
-            workspace: input.workspace.display().to_string(),
-            image: input.image_reference.clone(),
-        })
-        .map_err(|e| e.to_string())?;
-
     let previous = store.generation().map_err(|e| e.to_string())?;
     recover(&layout, &store, previous.as_ref(), &input.libexec)?;
+
+    // State Anchors: finish or roll back an interrupted reset, then make
+    // sure every persistent path has its current generation.
+    let anchors = Anchors::new(&layout, &store).map_err(|e| e.to_string())?;
+    anchors
+        .recover(&mut |p: &Path| remove_tree(&input.libexec, p))
+        .map_err(|e| e.to_string())?;
+    let anchor_dirs = anchors
+        .ensure(&input.persistent_paths)
+        .map_err(|e| e.to_string())?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -151,8 +133,25 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     };
     // The intent is durable before anything exists.
     store.set_generation(&gen).map_err(|e| e.to_string())?;
+    let meta = DomainMeta {
+        domain_id: input.domain_id.clone(),
+        profile: input.profile_name.clone(),
+        workspace: input.workspace.display().to_string(),
+        image: input.image_reference.clone(),
+        image_rootfs: input.image_rootfs.display().to_string(),
+        generation: gen.number,
+        anchors: anchor_dirs
+            .iter()
+            .map(|a| AnchorMeta {
+                path: a.path.clone(),
+                generation: a.generation,
+            })
+            .collect(),
+    };
+    lazaret_state::meta::write(&layout.meta(), &meta)
+        .map_err(|e| format!("cannot write {}: {e}", layout.meta().display()))?;
 
-    let started = start_sandbox(input, &layout, &gen);
+    let started = start_sandbox(input, &layout, &gen, &anchor_dirs);
     let (mut supervisor, holder_pid) = match started {
         Ok(s) => s,
         Err(e) => {
@@ -289,6 +288,7 @@ fn start_sandbox(
     input: &CoordinatorInput,
     layout: &Layout,
     gen: &Generation,
+    anchors: &[AnchorDirs],
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
@@ -297,6 +297,7 @@ fn start_sandbox(
         input,
         &run,
         gen,
+        anchors,
         git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?,
     );
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
@@ -357,8 +358,26 @@ pub fn plan(
     input: &CoordinatorInput,
     run: &Path,
     gen: &Generation,
+    anchors: &[AnchorDirs],
     mut mounts: Vec<PlannedMount>,
 ) -> SandboxPlan {
+    let mut anchors: Vec<AnchorMount> = anchors
+        .iter()
+        .map(|a| {
+            let in_image = input.image_rootfs.join(a.path.trim_start_matches('/'));
+            AnchorMount {
+                path: a.path.clone(),
+                lower: in_image.is_dir().then_some(in_image),
+                upper: a.upper.clone(),
+                work: a.work.clone(),
+                merged: run
+                    .join("anchors")
+                    .join(lazaret_state::layout::anchor_dir_name(&a.path)),
+            }
+        })
+        .collect();
+    // Parents before children, so `/usr/local` lands on top of `/usr`.
+    anchors.sort_by(|a, b| a.path.cmp(&b.path));
     for v in &input.volumes {
         mounts.push(PlannedMount {
             destination: v.sandbox.clone(),
@@ -380,6 +399,7 @@ pub fn plan(
             work: run.join("root-work"),
             merged: run.join("root"),
         },
+        anchors,
         mounts,
         hostname: "lazaret".into(),
         env: session::base_env(input, None),
@@ -423,24 +443,30 @@ fn teardown(
     log(format!("generation {} stopped", gen.number));
 }
 
-/// The run directory holds files owned by the sandbox's subordinate IDs
-/// (the root overlay's upper); the supervisor removes it from inside the
-/// Domain's user namespace mapping.
-fn remove_run_dir(layout: &Layout, libexec: &Path) {
-    let run = layout.run();
-    if !run.exists() {
-        return;
-    }
+/// Removes a tree whose files may belong to the sandbox's subordinate IDs:
+/// the supervisor does it from inside the Domain's user namespace mapping.
+pub fn remove_tree(libexec: &Path, dir: &Path) -> Result<(), String> {
     let status = Command::new(libexec.join("lazaret-supervisor"))
         .arg("--remove-tree")
-        .arg(&run)
+        .arg(dir)
         .stdin(Stdio::null())
         .status();
-    if !matches!(status, Ok(s) if s.success()) {
-        log(format!(
-            "could not remove {} completely: {status:?}",
-            run.display()
-        ));
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        other => Err(format!(
+            "could not remove {} completely: {other:?}",
+            dir.display()
+        )),
+    }
+}
+
+/// The run directory holds the root overlay's upper.
+fn remove_run_dir(layout: &Layout, libexec: &Path) {
+    let run = layout.run();
+    if run.exists() {
+        if let Err(e) = remove_tree(libexec, &run) {
+            log(e);
+        }
     }
 }
 

@@ -16,6 +16,8 @@ pub struct SandboxPlan {
     /// Where config.json is written.
     pub bundle_dir: PathBuf,
     pub root: RootLayout,
+    /// State Anchors, overlaid on their sandbox paths, parents first.
+    pub anchors: Vec<AnchorMount>,
     /// Mounts in order; later ones may sit inside earlier ones.
     pub mounts: Vec<PlannedMount>,
     pub hostname: String,
@@ -51,6 +53,19 @@ pub struct RootLayout {
     pub upper: PathBuf,
     pub work: PathBuf,
     /// The empty directory where the merged root is mounted.
+    pub merged: PathBuf,
+}
+
+/// One State Anchor: an overlay of a Domain-scoped upper over the image's
+/// copy of `path`, mounted at `merged` and bound into the sandbox at `path`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AnchorMount {
+    pub path: String,
+    /// The image's directory for `path`; `None` when the image has none
+    /// (an empty lower is used).
+    pub lower: Option<PathBuf>,
+    pub upper: PathBuf,
+    pub work: PathBuf,
     pub merged: PathBuf,
 }
 
@@ -102,6 +117,8 @@ pub struct CoordinatorInput {
     pub runsc: RunscInvocation,
     pub id_map: IdMap,
     pub env: Vec<(String, String)>,
+    /// The profile's persistent paths: one State Anchor each.
+    pub persistent_paths: Vec<String>,
     pub volumes: Vec<VolumeSpec>,
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
     pub libexec: PathBuf,

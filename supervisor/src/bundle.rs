@@ -52,6 +52,14 @@ pub fn config_json(plan: &SandboxPlan) -> Value {
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
                "options": ["nosuid", "noexec", "nodev", "ro"]}),
     ];
+    for a in &plan.anchors {
+        mounts.push(json!({
+            "destination": a.path,
+            "type": "bind",
+            "source": a.merged,
+            "options": ["rbind", "rw"],
+        }));
+    }
     for m in &plan.mounts {
         mounts.push(match &m.kind {
             MountKind::Bind { source, read_only } => json!({
@@ -127,6 +135,13 @@ mod tests {
                 work: "/r/w".into(),
                 merged: "/r/root".into(),
             },
+            anchors: vec![AnchorMount {
+                path: "/usr".into(),
+                lower: Some("/l/usr".into()),
+                upper: "/d/usr/g1/upper".into(),
+                work: "/d/usr/g1/work".into(),
+                merged: "/r/anchors/usr".into(),
+            }],
             mounts: vec![
                 PlannedMount {
                     destination: "/workspace".into(),
@@ -189,6 +204,9 @@ mod tests {
             .map(|m| m["destination"].as_str().unwrap().to_string())
             .collect();
         let ws = dests.iter().position(|d| d == "/workspace").unwrap();
+        let usr = dests.iter().position(|d| d == "/usr").unwrap();
+        assert!(usr < ws, "anchors come before the workspace");
+        assert_eq!(v["mounts"][usr]["source"], "/r/anchors/usr");
         let hooks = dests
             .iter()
             .position(|d| d == "/workspace/.git/hooks")

@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--remove-tree") {
-        std::process::exit(remove_tree(args.get(2).map(Path::new)));
+    match args.get(1).map(String::as_str) {
+        Some("--remove-tree") => std::process::exit(remove_tree(args.get(2).map(Path::new))),
+        Some("--scan-anchor") => std::process::exit(scan_anchor(&args[2..])),
+        _ => {}
     }
     let code = match run() {
         Ok(code) => code,
@@ -48,6 +50,65 @@ fn report_status(line: &str) {
 }
 
 type Failure = (i32, String);
+
+/// `lazaret-supervisor --scan-anchor PATH UPPER LOWER`: prints the JSON
+/// summary of a State Anchor's upper (never file contents), scanned from
+/// inside the mapped user namespace where its directories are readable.
+fn scan_anchor(args: &[String]) -> i32 {
+    let [path, upper, lower] = args else {
+        eprintln!("lazaret-supervisor: --scan-anchor takes PATH UPPER LOWER");
+        return exit::BAD_PLAN;
+    };
+    let map = match userns::current_id_map() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let w_raw = w.as_raw_fd();
+    // This process is single-threaded, so the clone may allocate.
+    let child = userns::clone_mapped(&map, CloneFlags::empty(), || {
+        // SAFETY: w_raw is the pipe's write end, inherited by the clone.
+        let mut out = unsafe { std::fs::File::from_raw_fd(w_raw) };
+        let result = lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
+            .map_err(|e| e.to_string());
+        let _ = serde_json::to_writer(&mut out, &result);
+        0
+    });
+    drop(w);
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let mut json = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut json);
+    let _ = nix::sys::wait::waitpid(child, None);
+    match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(&json) {
+        Ok(Ok(summary)) => {
+            println!("{}", serde_json::to_string(&summary).expect("json"));
+            exit::STOPPED
+        }
+        Ok(Err(e)) => {
+            eprintln!("lazaret-supervisor: cannot scan {upper}: {e}");
+            exit::START_FAILED
+        }
+        Err(e) => {
+            eprintln!("lazaret-supervisor: the scan of {upper} gave no result: {e}");
+            exit::START_FAILED
+        }
+    }
+}
 
 /// `lazaret-supervisor --remove-tree DIR`: removes a Domain's transient
 /// tree, whose files belong to the developer's subordinate IDs, from inside
@@ -250,6 +311,8 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
     )
     .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
 
+    mount_anchors(plan)?;
+
     std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
     let argv = plan.runsc.command(
         &plan.state_dir,
@@ -317,6 +380,38 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         }
         std::thread::sleep(Duration::from_millis(15));
     }
+}
+
+/// Overlays each State Anchor's upper on the image's copy of its path.
+fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    let empty = plan.bundle_dir.join("empty-lower");
+    for a in &plan.anchors {
+        let lower = match &a.lower {
+            Some(l) => l.clone(),
+            None => {
+                std::fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+                empty.clone()
+            }
+        };
+        std::fs::create_dir_all(&a.merged)
+            .map_err(|e| format!("cannot create {}: {e}", a.merged.display()))?;
+        let opts = format!(
+            "userxattr,lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            a.upper.display(),
+            a.work.display()
+        );
+        mount(
+            Some("lazaret-anchor"),
+            &a.merged,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .map_err(|e| format!("cannot mount the State Anchor for {} ({opts}): {e}", a.path))?;
+    }
+    Ok(())
 }
 
 fn runsc_status(plan: &SandboxPlan) -> Option<String> {

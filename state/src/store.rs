@@ -5,14 +5,16 @@
 //! The coordinator records its intent before it creates anything, so that
 //! the next coordinator, after a crash, knows what may have been left.
 
-use redb::{Database, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 const GENERATION: TableDefinition<&str, &[u8]> = TableDefinition::new("generation");
-const DOMAIN: TableDefinition<&str, &[u8]> = TableDefinition::new("domain");
+/// State Anchors by sandbox path.
+const ANCHORS: TableDefinition<&str, &[u8]> = TableDefinition::new("anchors");
+const RESET: TableDefinition<&str, &[u8]> = TableDefinition::new("reset");
 const CURRENT: &str = "current";
-const META: &str = "meta";
+const INTENT: &str = "intent";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -60,11 +62,17 @@ pub struct Generation {
     pub holder: Option<(i32, u64)>,
 }
 
+/// One State Anchor: its current generation.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AnchorRecord {
+    pub generation: u64,
+}
+
+/// A reset in progress: for each anchor, the generation it leaves and the
+/// new empty one it switches to. Recorded before anything is created.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DomainMeta {
-    pub profile: String,
-    pub workspace: String,
-    pub image: String,
+pub struct ResetIntent {
+    pub switches: Vec<(String, u64, u64)>,
 }
 
 pub struct Store {
@@ -120,12 +128,59 @@ impl Store {
         self.put(GENERATION, CURRENT, g)
     }
 
-    pub fn set_meta(&self, m: &DomainMeta) -> Result<(), StoreError> {
-        self.put(DOMAIN, META, m)
+    pub fn anchors(&self) -> Result<Vec<(String, AnchorRecord)>, StoreError> {
+        let r = self.db.begin_read()?;
+        let t = match r.open_table(ANCHORS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for item in t.iter()? {
+            let (k, v) = item?;
+            out.push((k.value().to_string(), postcard::from_bytes(v.value())?));
+        }
+        Ok(out)
     }
 
-    pub fn meta(&self) -> Result<Option<DomainMeta>, StoreError> {
-        self.get(DOMAIN, META)
+    pub fn set_anchor(&self, path: &str, rec: AnchorRecord) -> Result<(), StoreError> {
+        self.put(ANCHORS, path, &rec)
+    }
+
+    pub fn reset_intent(&self) -> Result<Option<ResetIntent>, StoreError> {
+        self.get(RESET, INTENT)
+    }
+
+    pub fn set_reset_intent(&self, intent: &ResetIntent) -> Result<(), StoreError> {
+        self.put(RESET, INTENT, intent)
+    }
+
+    /// Switches every anchor of `intent` to its new generation and clears
+    /// the intent, in one transaction: the commit point of a reset.
+    pub fn complete_reset(&self, intent: &ResetIntent) -> Result<(), StoreError> {
+        let w = self.db.begin_write()?;
+        {
+            let mut anchors = w.open_table(ANCHORS)?;
+            for (path, _, new) in &intent.switches {
+                let bytes = postcard::to_stdvec(&AnchorRecord { generation: *new })?;
+                anchors.insert(path.as_str(), bytes.as_slice())?;
+            }
+            let mut reset = w.open_table(RESET)?;
+            reset.remove(INTENT)?;
+        }
+        w.commit()?;
+        Ok(())
+    }
+
+    /// Drops an interrupted intent without switching (rollback).
+    pub fn clear_reset_intent(&self) -> Result<(), StoreError> {
+        let w = self.db.begin_write()?;
+        {
+            let mut reset = w.open_table(RESET)?;
+            reset.remove(INTENT)?;
+        }
+        w.commit()?;
+        Ok(())
     }
 }
 
@@ -152,5 +207,30 @@ mod tests {
         }
         let s = Store::open(&p).unwrap();
         assert_eq!(s.generation().unwrap(), Some(g));
+    }
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    #[test]
+    fn reset_intent_commits_atomically() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("domain.redb")).unwrap();
+        s.set_anchor("/usr", AnchorRecord { generation: 1 })
+            .unwrap();
+        s.set_anchor("/root", AnchorRecord { generation: 4 })
+            .unwrap();
+        let intent = ResetIntent {
+            switches: vec![("/usr".into(), 1, 2)],
+        };
+        s.set_reset_intent(&intent).unwrap();
+        assert_eq!(s.reset_intent().unwrap(), Some(intent.clone()));
+        s.complete_reset(&intent).unwrap();
+        assert_eq!(s.reset_intent().unwrap(), None);
+        let a = s.anchors().unwrap();
+        assert!(a.contains(&("/usr".into(), AnchorRecord { generation: 2 })));
+        assert!(a.contains(&("/root".into(), AnchorRecord { generation: 4 })));
     }
 }

@@ -1,0 +1,558 @@
+//! `lazaret state list|inspect|verify|reset`: the developer's view of the
+//! Domains' persistent state, without touching Lazaret's storage by hand
+//! (FR-11, DX-6, SR-14).
+//!
+//! Exit codes: 0 success; 1 `verify` found problems; 2 refused (the Domain
+//! is active or in use, or the reset was not confirmed); 125 failure.
+
+use crate::error::CliError;
+use lazaret_config::EnvVars;
+use lazaret_protocol::DomainIdV1;
+use lazaret_state::anchors::Anchors;
+use lazaret_state::meta::DomainMeta;
+use lazaret_state::scan::Summary;
+use lazaret_state::store::Store;
+use lazaret_state::DomainLayout;
+use serde::Serialize;
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const VERIFY_PROBLEMS: i32 = 1;
+pub const REFUSED: i32 = 2;
+
+#[derive(clap::Subcommand)]
+pub enum StateCmd {
+    /// Every Domain with its profile, workspace, image, State Anchors and sizes
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// One Domain's metadata and a summary of its overlay changes (never file contents)
+    Inspect {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Structural verification of an inactive Domain's state
+    Verify {
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Discard State Anchors: the next start follows the current image
+    Reset {
+        /// Persistent paths to reset (e.g. /usr)
+        paths: Vec<String>,
+        /// Reset every State Anchor of the Domain
+        #[arg(long, conflicts_with = "paths")]
+        all: bool,
+        /// Do not ask for confirmation (the safety checks still apply)
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        which: Which,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct Common {
+    /// Config file (for the Storage Root)
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// How the Domain is named: by (profile, workspace), or by its ID.
+#[derive(clap::Args)]
+pub struct Which {
+    #[arg(long, default_value = "default")]
+    profile: String,
+    /// Agent Workspace (default: the current directory)
+    #[arg(long, conflicts_with = "domain")]
+    workspace: Option<PathBuf>,
+    /// A Domain ID, as `lazaret state list` shows it
+    #[arg(long)]
+    domain: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
+    let env = EnvVars::from_process();
+    let loaded = lazaret_config::load(
+        common.config.as_deref(),
+        &env,
+        rustix::process::getuid().as_raw(),
+    )?;
+    Ok(lazaret_config::storage_root(&loaded.config, &env)?)
+}
+
+struct Domain {
+    id: String,
+    layout: DomainLayout,
+    meta: Option<DomainMeta>,
+}
+
+/// Resolves a Domain through trusted metadata only: the ID is derived or
+/// parsed, never taken as a path.
+fn resolve(which: &Which) -> Result<Domain, CliError> {
+    let root = storage_root(&which.common)?;
+    let id = match &which.domain {
+        Some(d) => DomainIdV1::parse(d).ok_or_else(|| {
+            CliError::Session(format!(
+                "{d:?} is not a Domain ID (32 lowercase hex digits, as `lazaret state list` shows)"
+            ))
+        })?,
+        None => {
+            let ws = match &which.workspace {
+                Some(w) => w.clone(),
+                None => std::env::current_dir().map_err(|source| CliError::Workspace {
+                    path: ".".into(),
+                    source,
+                })?,
+            };
+            let ws = ws.canonicalize().map_err(|source| CliError::Workspace {
+                path: ws.display().to_string(),
+                source,
+            })?;
+            DomainIdV1::derive(&which.profile, ws.as_os_str().as_bytes())
+        }
+    };
+    let layout = DomainLayout::new(root.join("domains").join(id.to_string()));
+    lazaret_state::beneath::Root::open(&layout.root).map_err(|e| {
+        CliError::Session(format!(
+            "no Domain {id} in {} ({e}); `lazaret state list` shows the Domains",
+            root.display()
+        ))
+    })?;
+    let meta = lazaret_state::meta::read(&layout.meta()).ok();
+    Ok(Domain {
+        id: id.to_string(),
+        layout,
+        meta,
+    })
+}
+
+fn scan(domain: &Domain, path: &str, generation: u64) -> Result<Summary, CliError> {
+    let upper = domain
+        .layout
+        .anchors()
+        .join(lazaret_state::layout::anchor_dir_name(path))
+        .join(lazaret_state::layout::generation_dir_name(generation))
+        .join("upper");
+    let lower = domain
+        .meta
+        .as_ref()
+        .map(|m| Path::new(&m.image_rootfs).join(path.trim_start_matches('/')))
+        .unwrap_or_default();
+    let out = Command::new(crate::leader::libexec()?.join("lazaret-supervisor"))
+        .arg("--scan-anchor")
+        .arg(path)
+        .arg(&upper)
+        .arg(&lower)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| CliError::Session(format!("cannot run lazaret-supervisor: {e}")))?;
+    if !out.status.success() {
+        return Err(CliError::Session(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| CliError::Session(format!("bad scan output: {e}")))
+}
+
+/// Whether a coordinator holds the Domain's lock right now.
+fn is_active(domain: &Domain) -> bool {
+    let Ok(f) = std::fs::File::open(domain.layout.lock()) else {
+        return false;
+    };
+    // Taken and dropped at once: a starting coordinator retries its lock.
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
+}
+
+/// The coordinator holding a Domain, if one runs.
+fn holder(domain_id: &str) -> Option<i32> {
+    processes(domain_id)
+        .into_iter()
+        .find(|(_, c)| c.contains("lazaret-coordinator"))
+        .map(|(p, _)| p)
+}
+
+/// Live processes (not zombies, not us) whose argv names the Domain.
+fn processes(needle: &str) -> Vec<(i32, String)> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rfind(')').and_then(|i| stat[i + 2..].chars().next()) == Some('Z');
+        if pid == me || zombie {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            out.push((pid, cmd.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// Mounts of the Domain Root seen from any of our processes' namespaces.
+fn mounts(root: &Path) -> Vec<String> {
+    let needle = root.display().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().parse::<i32>().is_err() {
+            continue;
+        }
+        if let Ok(info) = std::fs::read_to_string(e.path().join("mountinfo")) {
+            out.extend(
+                info.lines()
+                    .filter(|l| l.contains(&needle))
+                    .map(str::to_string),
+            );
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The exclusive lifecycle lock: the Domain `flock` a running coordinator
+/// holds. Refused, naming the holder, when the Domain is active; then
+/// establishes that no process or mount uses its state.
+fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
+    let lock = rustix::fs::open(
+        domain.layout.lock(),
+        rustix::fs::OFlags::CREATE
+            | rustix::fs::OFlags::RDWR
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| {
+        (
+            crate::error::LAZARET_FAILED,
+            format!("cannot open the Domain lock: {e}"),
+        )
+    })?;
+    let lock = std::fs::File::from(lock);
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        let who = match holder(&domain.id) {
+            Some(pid) => format!("lazaret-coordinator (pid {pid}) holds it"),
+            None => "another lazaret process holds it".into(),
+        };
+        return Err((
+            REFUSED,
+            format!("Domain {} is active: {who}; end its sessions (or wait for them to end) and try again", domain.id),
+        ));
+    }
+    let users = processes(&domain.id);
+    if !users.is_empty() {
+        let list: Vec<String> = users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect();
+        return Err((
+            REFUSED,
+            format!(
+                "processes still use Domain {}: {}",
+                domain.id,
+                list.join("; ")
+            ),
+        ));
+    }
+    let m = mounts(&domain.layout.root);
+    if !m.is_empty() {
+        return Err((
+            REFUSED,
+            format!("mounts still use Domain {}: {}", domain.id, m.join("; ")),
+        ));
+    }
+    Ok(lock)
+}
+
+fn remove_tree(p: &Path) -> Result<(), String> {
+    let libexec = crate::leader::libexec().map_err(|e| e.to_string())?;
+    let status = Command::new(libexec.join("lazaret-supervisor"))
+        .arg("--remove-tree")
+        .arg(p)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "lazaret-supervisor --remove-tree exited with {status}"
+        ))
+    }
+}
+
+#[derive(Serialize)]
+struct AnchorView {
+    path: String,
+    generation: u64,
+    bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<Summary>,
+}
+
+#[derive(Serialize)]
+struct DomainView {
+    domain_id: String,
+    profile: Option<String>,
+    workspace: Option<String>,
+    image: Option<String>,
+    generation: Option<u64>,
+    active: bool,
+    anchors: Vec<AnchorView>,
+}
+
+fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
+    let mut anchors = Vec::new();
+    if let Some(m) = &domain.meta {
+        for a in &m.anchors {
+            let s = scan(domain, &a.path, a.generation)?;
+            anchors.push(AnchorView {
+                path: a.path.clone(),
+                generation: a.generation,
+                bytes: s.bytes,
+                changes: with_changes.then_some(s),
+            });
+        }
+    }
+    Ok(DomainView {
+        domain_id: domain.id.clone(),
+        profile: domain.meta.as_ref().map(|m| m.profile.clone()),
+        workspace: domain.meta.as_ref().map(|m| m.workspace.clone()),
+        image: domain.meta.as_ref().map(|m| m.image.clone()),
+        generation: domain.meta.as_ref().map(|m| m.generation),
+        active: is_active(domain),
+        anchors,
+    })
+}
+
+fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn print_header(v: &DomainView) {
+    let o = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+    println!(
+        "Domain {}  profile {}  workspace {}  image {}  {}",
+        v.domain_id,
+        o(&v.profile),
+        o(&v.workspace),
+        o(&v.image),
+        if v.active { "active" } else { "inactive" }
+    );
+}
+
+pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
+    match cmd {
+        StateCmd::List { json, common } => {
+            let root = storage_root(&common)?;
+            let mut views = Vec::new();
+            let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| DomainIdV1::parse(n).is_some())
+                .collect();
+            names.sort();
+            for name in names {
+                let which = Which {
+                    profile: String::new(),
+                    workspace: None,
+                    domain: Some(name),
+                    common: Common {
+                        config: common.config.clone(),
+                    },
+                };
+                views.push(view(&resolve(&which)?, false)?);
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&views).expect("json"));
+            } else if views.is_empty() {
+                println!("no Domains in {}", root.display());
+            } else {
+                for v in &views {
+                    print_header(v);
+                    for a in &v.anchors {
+                        println!(
+                            "  {:<12} generation {:<4} {}",
+                            a.path,
+                            a.generation,
+                            human_bytes(a.bytes)
+                        );
+                    }
+                }
+            }
+            Ok(0)
+        }
+        StateCmd::Inspect { which, json } => {
+            let domain = resolve(&which)?;
+            let v = view(&domain, true)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                return Ok(0);
+            }
+            print_header(&v);
+            for a in &v.anchors {
+                let c = a.changes.as_ref().expect("with changes");
+                println!(
+                    "  {} (generation {}): {} added, {} changed, {} deleted, {}",
+                    a.path,
+                    a.generation,
+                    c.added_count,
+                    c.changed_count,
+                    c.deleted_count,
+                    human_bytes(c.bytes)
+                );
+                for (mark, list) in [("+", &c.added), ("~", &c.changed), ("-", &c.deleted)] {
+                    for p in list {
+                        println!("    {mark} {p}");
+                    }
+                }
+                if c.truncated {
+                    println!("    ... (lists cut at 1000 paths each)");
+                }
+            }
+            Ok(0)
+        }
+        StateCmd::Verify { which } => {
+            let domain = resolve(&which)?;
+            let _lock = match lock_inactive(&domain) {
+                Ok(l) => l,
+                Err((code, msg)) => {
+                    eprintln!("lazaret: {msg}");
+                    return Ok(code);
+                }
+            };
+            let store = Store::open(&domain.layout.store())
+                .map_err(|e| CliError::Session(e.to_string()))?;
+            let problems = Anchors::new(&domain.layout, &store)
+                .and_then(|a| a.verify())
+                .map_err(|e| CliError::Session(e.to_string()))?;
+            if problems.is_empty() {
+                println!(
+                    "Domain {}: State Anchors verified, no problem found",
+                    domain.id
+                );
+                Ok(0)
+            } else {
+                for p in &problems {
+                    println!("problem: {p}");
+                }
+                Ok(VERIFY_PROBLEMS)
+            }
+        }
+        StateCmd::Reset {
+            paths,
+            all,
+            yes,
+            which,
+        } => reset(&which, paths, all, yes),
+    }
+}
+
+fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32, CliError> {
+    if paths.is_empty() && !all {
+        return Err(CliError::Session(
+            "name the persistent paths to reset (e.g. /usr), or pass --all".into(),
+        ));
+    }
+    let domain = resolve(which)?;
+    let _lock = match lock_inactive(&domain) {
+        Ok(l) => l,
+        Err((code, msg)) => {
+            eprintln!("lazaret: {msg}");
+            return Ok(code);
+        }
+    };
+    let store =
+        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors =
+        Anchors::new(&domain.layout, &store).map_err(|e| CliError::Session(e.to_string()))?;
+    anchors
+        .recover(&mut |p: &Path| remove_tree(p))
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    let recorded = anchors
+        .list()
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    let targets: Vec<String> = if all {
+        recorded.iter().map(|(p, _)| p.clone()).collect()
+    } else {
+        paths
+            .iter()
+            .map(|p| {
+                let t = p.trim_end_matches('/');
+                if t.is_empty() {
+                    "/".to_string()
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect()
+    };
+    let meta = domain.meta.as_ref();
+    println!(
+        "Domain {}: profile {}, workspace {}",
+        domain.id,
+        meta.map(|m| m.profile.as_str()).unwrap_or("?"),
+        meta.map(|m| m.workspace.as_str()).unwrap_or("?")
+    );
+    for t in &targets {
+        match recorded.iter().find(|(p, _)| p == t) {
+            Some((_, g)) => println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again"),
+            None => {
+                let known: Vec<_> = recorded.iter().map(|(p, _)| p.as_str()).collect();
+                return Err(CliError::Session(format!(
+                    "no State Anchor for {t}; this Domain has: {}",
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    println!(
+        "  kept: the image, the workspace, Ignored Workspace State and every other State Anchor"
+    );
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!("lazaret: not confirmed: pass --yes to reset without a terminal");
+            return Ok(REFUSED);
+        }
+        print!("Reset? [y/N] ");
+        let _ = std::io::stdout().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            println!("nothing was reset");
+            return Ok(REFUSED);
+        }
+    }
+    let switches = anchors
+        .reset(&targets, &mut |p: &Path| remove_tree(p))
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    for (p, old, new) in switches {
+        println!("reset {p}: generation {old} -> {new} (empty)");
+    }
+    Ok(0)
+}

@@ -1,0 +1,246 @@
+//! State Anchors end to end: persistence across restarts, `lazaret state`
+//! list/inspect/verify/reset, crash consistency of reset, confinement.
+
+use lazaret_tests::{assert_domain_gone, require_env, text, Workspace};
+
+const TOOL: &str = "printf '#!/bin/sh\\necho tool-ok\\n' > /usr/local/bin/lz-tool && chmod +x /usr/local/bin/lz-tool && echo kept > /root/lz-file";
+const PROBE: &str = "{ command -v lz-tool >/dev/null && echo tool=yes || echo tool=no; } ; { test -f /root/lz-file && echo file=yes || echo file=no; }";
+
+fn run(ws: &Workspace, script: &str) -> String {
+    let out = ws.run_sh(script);
+    assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+    // The Domain must stop between runs, or the next one joins it.
+    assert_domain_gone(&ws.domain_id("default"));
+    text(&out.stdout)
+}
+
+fn state(ws: &Workspace, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["state"];
+    all.extend_from_slice(args);
+    ws.lazaret(&all).output().unwrap()
+}
+
+#[test]
+fn installed_tools_and_packages_persist_and_reset_discards_them() {
+    let env = require_env!();
+    let ws = env.workspace("anchor");
+    run(&ws, TOOL);
+    // A package installed with dpkg, built here: no network needed.
+    run(
+        &ws,
+        "set -e; d=$(mktemp -d); mkdir -p $d/pkg/DEBIAN $d/pkg/usr/share/lz-pkg; echo payload > $d/pkg/usr/share/lz-pkg/data; \
+         printf 'Package: lz-pkg\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: test\\n' > $d/pkg/DEBIAN/control; \
+         dpkg-deb --build $d/pkg $d/lz-pkg.deb >/dev/null; dpkg -i $d/lz-pkg.deb >/dev/null",
+    );
+    let out = run(&ws, &format!("{PROBE}; lz-tool; dpkg-query -W -f '${{Status}}\\n' lz-pkg; cat /usr/share/lz-pkg/data"));
+    assert_eq!(
+        out,
+        "tool=yes\nfile=yes\ntool-ok\ninstall ok installed\npayload\n"
+    );
+
+    // reset /usr: the tool and the package files go, /root stays.
+    let before = std::fs::read(ws.path.join("README")).unwrap();
+    let r = state(&ws, &["reset", "/usr", "--yes"]);
+    assert!(r.status.success(), "{}{}", text(&r.stdout), text(&r.stderr));
+    assert!(
+        text(&r.stdout).contains(&ws.domain_id("default")),
+        "reset does not show its Domain"
+    );
+    assert_eq!(run(&ws, PROBE), "tool=no\nfile=yes\n");
+    // reset --all: everything goes; the workspace is untouched.
+    let r = state(&ws, &["reset", "--all", "--yes"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(run(&ws, PROBE), "tool=no\nfile=no\n");
+    assert_eq!(std::fs::read(ws.path.join("README")).unwrap(), before);
+    let v = state(&ws, &["verify"]);
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}{}",
+        text(&v.stdout),
+        text(&v.stderr)
+    );
+}
+
+#[test]
+fn reset_and_verify_are_refused_while_a_session_is_active() {
+    let env = require_env!();
+    let ws = env.workspace("anchor-busy");
+    let mut session = ws.lazaret(&["run", "--", "sleep", "60"]).spawn().unwrap();
+    let id = ws.domain_id("default");
+    assert!(lazaret_tests::eventually(
+        std::time::Duration::from_secs(60),
+        || {
+            lazaret_tests::processes_mentioning(&id)
+                .iter()
+                .any(|(_, c)| c.contains(" exec "))
+        }
+    ));
+    for args in [&["reset", "--all", "--yes"][..], &["verify"][..]] {
+        let r = state(&ws, args);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", text(&r.stderr));
+        assert!(
+            text(&r.stderr).contains("lazaret-coordinator"),
+            "{}",
+            text(&r.stderr)
+        );
+    }
+    let _ = session.kill();
+    let _ = session.wait();
+    assert_domain_gone(&id);
+}
+
+#[test]
+fn killed_reset_recovers_to_prior_or_new_empty_generation() {
+    let env = require_env!();
+    let ws = env.workspace("anchor-crash");
+    run(&ws, TOOL);
+    // (fault point, whether the tool survives: rolled back or forward)
+    for (point, tool_kept) in [
+        ("reset-intent", true),
+        ("reset-mkdir", true),
+        ("reset-rename", false),
+        ("reset-switch", false),
+    ] {
+        if !tool_kept {
+            // Put the tool back for the next round.
+            run(&ws, TOOL);
+        }
+        let r = ws
+            .lazaret(&["state", "reset", "/usr", "--yes"])
+            .env("LAZARET_FAULT_POINT", point)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            r.status.signal(),
+            Some(9),
+            "{point}: the fault point did not fire: {}",
+            text(&r.stderr)
+        );
+        let out = run(&ws, PROBE);
+        let want = if tool_kept {
+            "tool=yes\nfile=yes\n"
+        } else {
+            "tool=no\nfile=yes\n"
+        };
+        assert_eq!(out, want, "after a reset killed at {point}");
+        let v = state(&ws, &["verify"]);
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "{point}: {}{}",
+            text(&v.stdout),
+            text(&v.stderr)
+        );
+    }
+}
+
+#[test]
+fn planted_symlinks_are_never_followed() {
+    let env = require_env!();
+    let ws = env.workspace("anchor-link");
+    let outside = ws.base.join("outside");
+    assert!(env
+        .sh(&format!(
+            "mkdir -p '{o}' && echo precious > '{o}/marker'",
+            o = outside.display()
+        ))
+        .status
+        .success());
+    // The sandbox plants a link in its upper, pointing at a host path.
+    run(
+        &ws,
+        &format!(
+            "ln -s '{}' /root/evil && ln -s '{}/marker' /root/evil-file",
+            outside.display(),
+            outside.display()
+        ),
+    );
+    let r = state(&ws, &["reset", "/root", "--yes"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(
+        std::fs::read_to_string(outside.join("marker")).unwrap(),
+        "precious\n"
+    );
+    // A link planted in the Domain Root itself, in place of an anchor.
+    let opt = ws.domain_root("default").join("state/anchors/opt");
+    assert!(env
+        .sh(&format!(
+            "rm -rf '{a}' && ln -s '{o}' '{a}'",
+            a = opt.display(),
+            o = outside.display()
+        ))
+        .status
+        .success());
+    let v = state(&ws, &["verify"]);
+    assert_eq!(
+        v.status.code(),
+        Some(1),
+        "verify did not report the link: {}",
+        text(&v.stdout)
+    );
+    let r = state(&ws, &["reset", "--all", "--yes"]);
+    assert!(!r.status.success(), "reset went through a planted link");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("marker")).unwrap(),
+        "precious\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        1,
+        "something was written outside"
+    );
+}
+
+#[test]
+fn list_and_inspect_print_json_without_contents() {
+    let env = require_env!();
+    let ws = env.workspace("anchor-json");
+    run(
+        &ws,
+        "echo very-secret-content-4711 > /root/notes.txt && rm -rf /usr/share/doc/bash",
+    );
+    let id = ws.domain_id("default");
+    let l = state(&ws, &["list", "--json"]);
+    assert!(l.status.success(), "{}", text(&l.stderr));
+    let list: serde_json::Value = serde_json::from_slice(&l.stdout).expect("list --json is JSON");
+    let me = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == id.as_str())
+        .expect("the Domain is listed");
+    assert_eq!(me["workspace"], ws.path.display().to_string());
+    let i = state(&ws, &["inspect", "--json"]);
+    assert!(i.status.success(), "{}", text(&i.stderr));
+    let s = text(&i.stdout);
+    let v: serde_json::Value = serde_json::from_str(&s).expect("inspect --json is JSON");
+    let root = v["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "/root")
+        .unwrap();
+    assert!(root["changes"]["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "/root/notes.txt"));
+    let usr = v["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "/usr")
+        .unwrap();
+    assert!(
+        usr["changes"]["deleted_count"].as_u64().unwrap() > 0
+            || !usr["changes"]["opaque"].as_array().unwrap().is_empty()
+    );
+    assert!(
+        !s.contains("very-secret-content-4711"),
+        "inspect printed a file's content"
+    );
+    let human = state(&ws, &["inspect"]);
+    assert!(!text(&human.stdout).contains("very-secret-content-4711"));
+}
