@@ -19,6 +19,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
         .map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
     for b in [
+        "lazaret-escalate",
         "lazaret-coordinator",
         "lazaret-supervisor",
         "lazaret-exec-bridge",
@@ -100,6 +101,13 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         persistent_paths: r.profile.persistent_paths.clone(),
+        auto_approve: r
+            .profile
+            .escalation
+            .auto_approve
+            .iter()
+            .map(|a| (a.argv.clone(), a.trailing_args))
+            .collect(),
         volumes: r
             .profile
             .volumes

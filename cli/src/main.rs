@@ -7,6 +7,7 @@
 mod doctor;
 mod error;
 mod leader;
+mod prompt;
 mod run;
 mod state_cmd;
 mod terminal;
@@ -32,6 +33,13 @@ enum Cmd {
     /// List, inspect, verify and reset the Domains' persistent state
     #[command(subcommand)]
     State(state_cmd::StateCmd),
+    /// The Domain's record of Host Escalation decisions
+    Escalations {
+        #[command(flatten)]
+        which: state_cmd::Which,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check this machine's prerequisites, one line each
     Doctor {
         /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
@@ -53,6 +61,13 @@ fn main() {
             }
         },
         Cmd::State(cmd) => match state_cmd::run(cmd) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("lazaret: error: {e}");
+                error::LAZARET_FAILED
+            }
+        },
+        Cmd::Escalations { which, json } => match state_cmd::escalations(&which, json) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("lazaret: error: {e}");

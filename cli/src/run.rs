@@ -2,16 +2,18 @@
 //! start-up), and relay one Client Session.
 
 use crate::error::CliError;
-use crate::{leader, terminal};
+use crate::{leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, TtyInfo, PROTOCOL_VERSION};
 use lazaret_protocol::DomainIdV1;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -186,22 +188,34 @@ fn session(
         terminal::enter_raw()
             .map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
     }
+    let w = Arc::new(Mutex::new(w));
+    let route: prompt::KeyRoute = Arc::new(Mutex::new(None));
     spawn_signal_relay(&w, tty);
-    spawn_stdin_relay(
-        w.try_clone()
-            .map_err(|e| CliError::Session(e.to_string()))?,
-    );
+    spawn_stdin_relay(w.clone(), route.clone());
+    let (tx, events) = std::sync::mpsc::channel::<prompt::Event>();
+    std::thread::spawn(move || loop {
+        let m = read_frame::<_, ServerMsg>(&mut rd).map_err(|e| e.to_string());
+        let end = m.is_err();
+        if tx.send(m).is_err() || end {
+            return;
+        }
+    });
 
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr();
+    let mut backlog = VecDeque::new();
     loop {
-        match read_frame::<_, ServerMsg>(&mut rd) {
+        let ev = match backlog.pop_front() {
+            Some(ev) => ev,
+            None => events.recv().unwrap_or_else(|_| Err("closed".into())),
+        };
+        match ev {
             Ok(ServerMsg::Stdout(d)) => {
                 if out.write_all(&d).and_then(|_| out.flush()).is_err() {
                     // Our reader is gone (`lazaret run -- yes | head`):
                     // hang the session up, exit as if by SIGPIPE.
                     terminal::restore();
-                    let _ = rd.shutdown(std::net::Shutdown::Both);
+                    let _ = w.lock().unwrap().shutdown(std::net::Shutdown::Both);
                     return Ok(Some(128 + libc::SIGPIPE));
                 }
             }
@@ -212,6 +226,20 @@ fn session(
                 terminal::restore();
                 return Ok(Some(status));
             }
+            Ok(ServerMsg::Prompt(p)) => {
+                drop(out);
+                if let Some(argv) = prompt::ask(&p, &route, &events, &mut backlog) {
+                    let _ = write_frame(
+                        &mut *w.lock().unwrap(),
+                        &ClientMsg::Decision {
+                            request_id: p.request_id.clone(),
+                            argv,
+                        },
+                    );
+                }
+                out = std::io::stdout().lock();
+            }
+            Ok(ServerMsg::PromptWithdrawn { .. }) => {}
             Ok(other) => {
                 terminal::restore();
                 return Err(CliError::Session(format!("unexpected record {other:?}")));
@@ -227,21 +255,30 @@ fn session(
     }
 }
 
-fn spawn_stdin_relay(mut w: UnixStream) {
+fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute) {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            match stdin.read(&mut buf) {
+            let n = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => {
-                    let _ = write_frame(&mut w, &ClientMsg::StdinEof);
+                    let _ = write_frame(&mut *w.lock().unwrap(), &ClientMsg::StdinEof);
                     return;
                 }
-                Ok(n) => {
-                    if write_frame(&mut w, &ClientMsg::Stdin(buf[..n].to_vec())).is_err() {
-                        return;
-                    }
-                }
+                Ok(n) => n,
+            };
+            // While a prompt owns the terminal, keystrokes are its alone.
+            if let Some(tx) = route.lock().unwrap().as_ref() {
+                let _ = tx.send(buf[..n].to_vec());
+                continue;
+            }
+            if write_frame(
+                &mut *w.lock().unwrap(),
+                &ClientMsg::Stdin(buf[..n].to_vec()),
+            )
+            .is_err()
+            {
+                return;
             }
         }
     });
@@ -250,9 +287,9 @@ fn spawn_stdin_relay(mut w: UnixStream) {
 /// Resizes follow the terminal; without a PTY, Ctrl-C and friends are
 /// forwarded as signals. SIGTERM and SIGHUP end the session cleanly, so the
 /// terminal is restored on the way out.
-fn spawn_signal_relay(w: &UnixStream, tty: bool) {
+fn spawn_signal_relay(w: &Arc<Mutex<UnixStream>>, tty: bool) {
     use signal_hook::consts::*;
-    let Ok(mut w) = w.try_clone() else { return };
+    let w = w.clone();
     let Ok(mut signals) =
         signal_hook::iterator::Signals::new([SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP])
     else {
@@ -271,12 +308,12 @@ fn spawn_signal_relay(w: &UnixStream, tty: bool) {
                 SIGTERM if !tty => ClientMsg::Signal(Signal::Terminate),
                 SIGHUP if !tty => ClientMsg::Signal(Signal::Hangup),
                 SIGTERM | SIGHUP => {
-                    let _ = w.shutdown(std::net::Shutdown::Both);
+                    let _ = w.lock().unwrap().shutdown(std::net::Shutdown::Both);
                     return;
                 }
                 _ => continue,
             };
-            if write_frame(&mut w, &msg).is_err() {
+            if write_frame(&mut *w.lock().unwrap(), &msg).is_err() {
                 return;
             }
         }

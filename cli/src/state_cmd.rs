@@ -556,3 +556,65 @@ fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32,
     }
     Ok(0)
 }
+
+/// `lazaret escalations [--json]`: the Domain's record of Host Escalation
+/// decisions (who or which rule decided, the requested and the run vector,
+/// the result), and of refused mailbox entries.
+pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
+    let domain = resolve(which)?;
+    let path = domain.layout.root.join("escalations.log");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(CliError::Session(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
+        return Ok(0);
+    }
+    if records.is_empty() {
+        println!("no Host Escalation recorded for Domain {}", domain.id);
+    }
+    for r in records {
+        let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+        if s("event") == "refused" {
+            println!("refused mailbox entry {}: {}", s("entry"), s("reason"));
+            continue;
+        }
+        let argv: Vec<String> = r["argv"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ran: Option<Vec<String>> = r["ran_argv"].as_array().map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        });
+        print!(
+            "{} session {}: {} -> {} (by {})",
+            &s("request_id")[..s("request_id").len().min(8)],
+            &s("session_id")[..s("session_id").len().min(8)],
+            crate::prompt::show_argv(&argv),
+            s("result"),
+            s("decided_by")
+        );
+        match ran {
+            Some(ran) if ran != argv => println!(", edited to {}", crate::prompt::show_argv(&ran)),
+            _ => println!(),
+        }
+    }
+    Ok(0)
+}

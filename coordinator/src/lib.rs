@@ -5,7 +5,9 @@
 //! last session leaves (FR-6). It holds no mount or network authority of its
 //! own: those belong to the supervisor.
 
+pub mod escalation;
 pub mod fdno;
+pub mod gate;
 pub mod git_sentry;
 pub mod lifecycle;
 pub mod procs;

@@ -1,8 +1,10 @@
 //! Start, serve, tear down, and recover a Domain.
 
+use crate::escalation::Escalations;
 use crate::session::{self, SessionCtx};
 use crate::{exit, fdno, git_sentry, procs};
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::plan::{
     AnchorMount, CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
 };
@@ -151,7 +153,10 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     lazaret_state::meta::write(&layout.meta(), &meta)
         .map_err(|e| format!("cannot write {}: {e}", layout.meta().display()))?;
 
-    let started = start_sandbox(input, &layout, &gen, &anchor_dirs);
+    // The sandbox request-signing key of this generation: the secret half
+    // is mounted read-only into the sandbox, the public half stays here.
+    let keys = ed25519_compact::KeyPair::generate();
+    let started = start_sandbox(input, &layout, &gen, &anchor_dirs, &keys.sk);
     let (mut supervisor, holder_pid) = match started {
         Ok(s) => s,
         Err(e) => {
@@ -196,13 +201,26 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     ));
     report(ready, "ready");
 
+    let escalations = Arc::new(Escalations::new(
+        keys.pk,
+        gen.sandbox_id.clone(),
+        input.profile_name.clone(),
+        input.workspace.clone(),
+        &control_dir(&layout),
+        layout.root.join("escalations.log"),
+        input.auto_approve.clone(),
+    ));
+    let mailbox_stop = Arc::new(AtomicBool::new(false));
+    escalations.clone().watch(mailbox_stop.clone());
     let ctx = Arc::new(SessionCtx::new(
         input.clone(),
         layout.run(),
         gen.sandbox_id.clone(),
         holder,
+        escalations,
     ));
     serve(&listener, &ctx, &stop, &mut supervisor);
+    mailbox_stop.store(true, Ordering::Relaxed);
 
     // No new session may join from here on.
     let _ = std::fs::remove_file(layout.socket());
@@ -284,22 +302,94 @@ fn mkdir_private(p: &Path) -> Result<(), String> {
 
 /// Builds the sandbox plan (pure apart from reading the workspace's Git
 /// layout) and starts the supervisor with it.
+/// Lazaret's fixed control mount (`/.lazaret` inside): the escalation
+/// client, the request-signing key, the sandbox ID and the mailbox.
+fn control_dir(layout: &Layout) -> std::path::PathBuf {
+    layout.run().join("control")
+}
+
+fn prepare_control(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    gen: &Generation,
+    key: &ed25519_compact::SecretKey,
+) -> Result<Vec<PlannedMount>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let control = control_dir(layout);
+    for d in ["bin", "mailbox/requests", "mailbox/results"] {
+        mkdir_private(&control.join(d))?;
+    }
+    // The sandbox's root writes requests through the gofer, which runs as
+    // the developer: the request directory stays private to the developer.
+    let write = |name: &str, bytes: &[u8], mode: u32| -> Result<(), String> {
+        let p = control.join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))
+    };
+    write("request-key", key.as_ref(), 0o600)?;
+    write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
+    let client = input.libexec.join("lazaret-escalate");
+    std::fs::copy(&client, control.join("bin/lazaret-escalate"))
+        .map_err(|e| format!("cannot install {}: {e}", client.display()))?;
+    // On every PATH, login shells included: a link in a layer of ours.
+    // Modes as in the image: the layer's directories show through.
+    let link_dir = layout.run().join("control-lower/usr/local/bin");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&link_dir)
+        .map_err(|e| format!("cannot create {}: {e}", link_dir.display()))?;
+    for d in [
+        "control-lower",
+        "control-lower/usr",
+        "control-lower/usr/local",
+    ] {
+        let _ =
+            std::fs::set_permissions(layout.run().join(d), std::fs::Permissions::from_mode(0o755));
+    }
+    std::os::unix::fs::symlink(
+        format!("{}/lazaret-escalate", esc_paths::BIN),
+        link_dir.join("lazaret-escalate"),
+    )
+    .map_err(|e| format!("cannot create the lazaret-escalate link: {e}"))?;
+    Ok(vec![
+        PlannedMount {
+            destination: esc_paths::CONTROL.into(),
+            kind: MountKind::Bind {
+                source: control.clone(),
+                read_only: true,
+            },
+            purpose: MountPurpose::Control,
+        },
+        PlannedMount {
+            destination: esc_paths::REQUESTS.into(),
+            kind: MountKind::Bind {
+                source: control.join("mailbox/requests"),
+                read_only: false,
+            },
+            purpose: MountPurpose::Control,
+        },
+    ])
+}
+
 fn start_sandbox(
     input: &CoordinatorInput,
     layout: &Layout,
     gen: &Generation,
     anchors: &[AnchorDirs],
+    key: &ed25519_compact::SecretKey,
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
     git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
-    let plan = plan(
-        input,
-        &run,
-        gen,
-        anchors,
-        git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?,
-    );
+    let mut mounts = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
+    mounts.extend(prepare_control(input, layout, gen, key)?);
+    let plan = plan(input, &run, gen, anchors, mounts);
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (status_r, status_w) =
@@ -400,6 +490,7 @@ pub fn plan(
             merged: run.join("root"),
         },
         anchors,
+        control_lower: Some(run.join("control-lower")),
         mounts,
         hostname: "lazaret".into(),
         env: session::base_env(input, None),

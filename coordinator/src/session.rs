@@ -3,8 +3,11 @@
 //! on a coordinator-owned PTY (FR-14) or on pipes that keep stdout and
 //! stderr apart.
 
+use crate::escalation::{Escalations, SessionEntry, Terminal};
+use crate::gate::Gate;
 use crate::lifecycle::log;
 use lazaret_helpers::fds;
+use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, PROTOCOL_VERSION};
@@ -26,6 +29,7 @@ pub struct SessionCtx {
     active: AtomicUsize,
     /// Exec bridges of live sessions, by Session ID, to end them at teardown.
     bridges: Mutex<HashMap<String, u32>>,
+    pub escalations: Arc<Escalations>,
 }
 
 impl SessionCtx {
@@ -34,6 +38,7 @@ impl SessionCtx {
         run_dir: PathBuf,
         sandbox_id: String,
         holder: OwnedFd,
+        escalations: Arc<Escalations>,
     ) -> Self {
         Self {
             input,
@@ -42,6 +47,7 @@ impl SessionCtx {
             holder,
             active: AtomicUsize::new(0),
             bridges: Mutex::new(HashMap::new()),
+            escalations,
         }
     }
 
@@ -70,7 +76,8 @@ pub fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
     Ok(())
 }
 
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.lazaret/bin";
 
 /// The environment of sandbox processes: a fixed base, the profile's
 /// `env`, then the session's terminal type.
@@ -177,7 +184,33 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     }
 
     let tty = hello.tty.clone();
-    let env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
+    let mut env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
+    // The Session Anchor: given only to this session's processes, it binds
+    // their escalation requests to this session (FR-10).
+    let mut anchor = [0u8; 32];
+    getrandom::getrandom(&mut anchor).map_err(|e| e.to_string())?;
+    env.push(format!("{}={sid}", esc_paths::SESSION_ID_ENV));
+    env.push(format!(
+        "{}={}",
+        esc_paths::SESSION_ANCHOR_ENV,
+        hex::encode(anchor)
+    ));
+    let gate = Arc::new(Gate::default());
+    let decisions = Arc::new(Mutex::new(HashMap::new()));
+    let _registration = Registration::new(
+        ctx,
+        sid,
+        SessionEntry {
+            anchor,
+            terminal: tty.as_ref().map(|_| Terminal {
+                writer: writer.clone(),
+                gate: gate.clone(),
+                prompt_lock: Arc::new(Mutex::new(())),
+                decisions: decisions.clone(),
+            }),
+            gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        },
+    );
     let process = lazaret_supervisor::bundle::exec_process_json(
         &sandbox_argv(hello.argv.as_deref()),
         &env,
@@ -211,12 +244,89 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         session_id: sid.to_string(),
     };
     match tty {
-        Some(t) => run_pty(ctx, sid, cmd, t.rows, t.cols, reader, writer, accepted),
+        Some(t) => run_pty(
+            ctx,
+            sid,
+            cmd,
+            (t.rows, t.cols),
+            reader,
+            writer,
+            accepted,
+            (gate, decisions),
+        ),
         None => run_pipes(ctx, sid, cmd, reader, writer, accepted),
     }
 }
 
 type Writer = Arc<Mutex<UnixStream>>;
+type Decisions = Arc<Mutex<HashMap<String, std::sync::mpsc::Sender<Option<Vec<String>>>>>>;
+
+/// The session in the Escalation Mailbox's registry while it lives; when it
+/// ends, its pending requests end and their host commands stop (OR-3).
+struct Registration<'a> {
+    ctx: &'a SessionCtx,
+    sid: String,
+}
+
+impl<'a> Registration<'a> {
+    fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> Self {
+        ctx.escalations
+            .sessions
+            .lock()
+            .unwrap()
+            .insert(sid.to_string(), entry);
+        Self {
+            ctx,
+            sid: sid.to_string(),
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self
+            .ctx
+            .escalations
+            .sessions
+            .lock()
+            .unwrap()
+            .remove(&self.sid)
+        {
+            e.gone.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The PTY reader: stops reading while the gate is closed, so a prompt
+/// owns the developer's terminal alone.
+fn pump_gated(master: std::fs::File, w: Writer, gate: Arc<Gate>) -> std::thread::JoinHandle<()> {
+    use std::os::fd::AsFd;
+    std::thread::spawn(move || {
+        let mut master = master;
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            gate.pass();
+            let mut pfd = [nix::poll::PollFd::new(
+                master.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(100u16)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+            }
+            match master.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if !send(&w, &ServerMsg::Stdout(buf[..n].to_vec())) {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
 
 fn send(w: &Writer, msg: &ServerMsg) -> bool {
     write_frame(&mut *w.lock().unwrap(), msg).is_ok()
@@ -254,11 +364,11 @@ fn run_pty(
     ctx: &SessionCtx,
     sid: &str,
     mut cmd: Command,
-    rows: u16,
-    cols: u16,
+    (rows, cols): (u16, u16),
     mut reader: UnixStream,
     writer: Writer,
     accepted: ServerMsg,
+    (gate, decisions): (Arc<Gate>, Decisions),
 ) -> Result<(), String> {
     let ws = nix::pty::Winsize {
         ws_row: rows,
@@ -284,10 +394,10 @@ fn run_pty(
     send(&writer, &accepted);
 
     let master = std::fs::File::from(pty.master);
-    let out = pump(
+    let out = pump_gated(
         master.try_clone().map_err(|e| e.to_string())?,
         writer.clone(),
-        ServerMsg::Stdout,
+        gate,
     );
     let input_master = master.try_clone().map_err(|e| e.to_string())?;
     let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -314,6 +424,11 @@ fn run_pty(
                     let _ = m.write_all(&[4]);
                 }
                 Ok(ClientMsg::Signal(_)) => {}
+                Ok(ClientMsg::Decision { request_id, argv }) => {
+                    if let Some(tx) = decisions.lock().unwrap().get(&request_id) {
+                        let _ = tx.send(argv);
+                    }
+                }
                 Err(FrameError::Closed) | Err(_) => {
                     // The client is gone: hang up the session.
                     let _ = nix::sys::signal::kill(bridge_pid, nix::sys::signal::Signal::SIGHUP);
@@ -382,7 +497,7 @@ fn run_pipes(
                 }
             }
             Ok(ClientMsg::StdinEof) => stdin = None,
-            Ok(ClientMsg::Resize { .. }) => {}
+            Ok(ClientMsg::Resize { .. }) | Ok(ClientMsg::Decision { .. }) => {}
             Ok(ClientMsg::Signal(sig)) => forward(match sig {
                 Signal::Interrupt => S::SIGINT,
                 Signal::Quit => S::SIGQUIT,

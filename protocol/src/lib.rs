@@ -5,6 +5,7 @@
 //! inherited at fixed numbers or passed out of band.
 
 pub mod domain;
+pub mod escalation;
 pub mod frame;
 pub mod plan;
 pub mod session;

@@ -18,6 +18,11 @@ pub struct SandboxPlan {
     pub root: RootLayout,
     /// State Anchors, overlaid on their sandbox paths, parents first.
     pub anchors: Vec<AnchorMount>,
+    /// A Lazaret-owned read-only layer placed above the image in the root
+    /// and in every anchor that covers part of it (for example the
+    /// `/usr/local/bin/lazaret-escalate` link into the control mount), so
+    /// that no upper ever has to hold a control file.
+    pub control_lower: Option<PathBuf>,
     /// Mounts in order; later ones may sit inside earlier ones.
     pub mounts: Vec<PlannedMount>,
     pub hostname: String,
@@ -90,6 +95,8 @@ pub enum MountPurpose {
     Workspace,
     GitSentry,
     Volume,
+    /// Lazaret's fixed control mount (`/.lazaret`) and its mailbox.
+    Control,
 }
 
 /// `0 -> uid` and `1.. -> subordinate range`, the same shape for gids.
@@ -120,6 +127,8 @@ pub struct CoordinatorInput {
     /// The profile's persistent paths: one State Anchor each.
     pub persistent_paths: Vec<String>,
     pub volumes: Vec<VolumeSpec>,
+    /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
+    pub auto_approve: Vec<(Vec<String>, bool)>,
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
     pub libexec: PathBuf,
 }

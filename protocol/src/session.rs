@@ -40,8 +40,28 @@ pub enum Signal {
 pub enum ClientMsg {
     Stdin(Vec<u8>),
     StdinEof,
-    Resize { rows: u16, cols: u16 },
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
     Signal(Signal),
+    /// The developer's decision on a prompted Host Escalation: the vector
+    /// to run (possibly edited), or `None` to deny.
+    Decision {
+        request_id: String,
+        argv: Option<Vec<String>>,
+    },
+}
+
+/// What the developer is asked to decide (DX-4).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EscalationPrompt {
+    pub request_id: String,
+    pub profile: String,
+    pub session_id: String,
+    pub cwd: String,
+    pub argv: Vec<String>,
+    pub justification: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -60,5 +80,11 @@ pub enum ServerMsg {
     /// The session could not be served; the text says what to do next.
     Refused {
         reason: String,
+    },
+    /// Terminal ownership moves to the prompt: sandbox output is paused.
+    Prompt(EscalationPrompt),
+    /// The prompted request ended without a decision (it was cancelled).
+    PromptWithdrawn {
+        request_id: String,
     },
 }

@@ -135,6 +135,7 @@ mod tests {
                 work: "/r/w".into(),
                 merged: "/r/root".into(),
             },
+            control_lower: None,
             anchors: vec![AnchorMount {
                 path: "/usr".into(),
                 lower: Some("/l/usr".into()),

@@ -296,9 +296,10 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
     for d in [&root.upper, &root.work, &root.merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
+    match_root_attrs(&root.upper, &root.lower)?;
     let opts = format!(
         "userxattr,lowerdir={},upperdir={},workdir={}",
-        root.lower.display(),
+        lowers(plan.control_lower.as_deref(), "/", &root.lower),
         root.upper.display(),
         root.work.display()
     );
@@ -382,6 +383,30 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
     }
 }
 
+/// The merged directory of an overlay takes its mode and owner from the
+/// upper's root: make them the image's, not those of a fresh private
+/// directory (`/etc` must stay 0755 and root's).
+fn match_root_attrs(upper: &Path, lower: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(md) = std::fs::metadata(lower) else {
+        return Ok(());
+    };
+    std::os::unix::fs::chown(upper, Some(md.uid()), Some(md.gid()))
+        .and_then(|_| {
+            std::fs::set_permissions(upper, std::fs::Permissions::from_mode(md.mode() & 0o7777))
+        })
+        .map_err(|e| format!("cannot set the owner and mode of {}: {e}", upper.display()))
+}
+
+/// The `lowerdir` list for sandbox path `path`: the control layer's part
+/// for that path, when it has one, above the image's.
+fn lowers(control: Option<&Path>, path: &str, image: &Path) -> String {
+    match control.map(|c| c.join(path.trim_start_matches('/'))) {
+        Some(c) if c.is_dir() => format!("{}:{}", c.display(), image.display()),
+        _ => image.display().to_string(),
+    }
+}
+
 /// Overlays each State Anchor's upper on the image's copy of its path.
 fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
     use nix::mount::{mount, MsFlags};
@@ -396,9 +421,10 @@ fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
         };
         std::fs::create_dir_all(&a.merged)
             .map_err(|e| format!("cannot create {}: {e}", a.merged.display()))?;
+        match_root_attrs(&a.upper, &lower)?;
         let opts = format!(
             "userxattr,lowerdir={},upperdir={},workdir={}",
-            lower.display(),
+            lowers(plan.control_lower.as_deref(), &a.path, &lower),
             a.upper.display(),
             a.work.display()
         );

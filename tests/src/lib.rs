@@ -10,6 +10,8 @@
 //! passes, unless `LAZARET_TESTS_MUST_RUN=1`, which turns the skip into a
 //! failure (CI sets it).
 
+pub mod pty;
+
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 pub const BINARIES: &[&str] = &[
     "lazaret",
+    "lazaret-escalate",
     "lazaret-coordinator",
     "lazaret-supervisor",
     "lazaret-exec-bridge",

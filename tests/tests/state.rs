@@ -32,6 +32,11 @@ fn installed_tools_and_packages_persist_and_reset_discards_them() {
          printf 'Package: lz-pkg\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: test\\n' > $d/pkg/DEBIAN/control; \
          dpkg-deb --build $d/pkg $d/lz-pkg.deb >/dev/null; dpkg -i $d/lz-pkg.deb >/dev/null",
     );
+    // The anchors' roots keep the image's owner and mode.
+    assert_eq!(
+        run(&ws, "stat -c '%a %U' /etc /usr /var /usr/local/bin"),
+        "755 root\n755 root\n755 root\n755 root\n"
+    );
     let out = run(&ws, &format!("{PROBE}; lz-tool; dpkg-query -W -f '${{Status}}\\n' lz-pkg; cat /usr/share/lz-pkg/data"));
     assert_eq!(
         out,

@@ -1,0 +1,234 @@
+//! `lazaret-escalate [--justification TEXT] [--timeout SECS] -- CMD [ARGS...]`
+//!
+//! Runs inside the Agent Sandbox. It writes a signed request into the
+//! Escalation Mailbox, waits for the Escalation Result, prints the host
+//! command's stdout and stderr to its own, and exits with the command's
+//! status. It holds nothing but the generation's request-signing key and
+//! its session's Session Anchor: it is untrusted, and the coordinator
+//! trusts nothing it says beyond what it signed.
+//!
+//! Exit codes: the host command's status; 77 denied; 124 timed out;
+//! 130 cancelled (Ctrl-C); 125 failed (no mailbox, bad environment, the
+//! host could not run the command). Each non-command outcome prints one
+//! line on stderr.
+
+use clap::Parser;
+use lazaret_protocol::escalation::{
+    self as esc, exit, paths, Body, Kind, Outcome, Request, ResultRecord,
+};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "lazaret-escalate",
+    about = "Ask the developer to run one command on the host"
+)]
+struct Args {
+    /// Why the command is needed; shown to the developer
+    #[arg(long, default_value = "")]
+    justification: String,
+    /// Give up after this many seconds (0: wait for the decision)
+    #[arg(long, default_value_t = 0)]
+    timeout: u32,
+    /// Write the signed request to FILE instead of the mailbox, and exit
+    /// (for debugging and tests of the mailbox's defences)
+    #[arg(long, hide = true)]
+    write_request_to: Option<PathBuf>,
+    /// The host command and its arguments, passed as one vector (no shell)
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("lazaret-escalate: {msg}");
+    std::process::exit(exit::FAILED)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn read_small(p: &str, limit: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(limit).read_to_end(&mut v))
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "cannot read {p}: {e}; is this running inside a Lazaret sandbox?"
+            ))
+        });
+    v
+}
+
+struct Session {
+    key: ed25519_compact::SecretKey,
+    anchor: [u8; 32],
+    session_id: String,
+    sandbox_id: String,
+}
+
+impl Session {
+    fn load() -> Self {
+        let key = ed25519_compact::SecretKey::from_slice(&read_small(paths::KEY, 128))
+            .unwrap_or_else(|_| fail("the request-signing key is malformed"));
+        let session_id = std::env::var(paths::SESSION_ID_ENV).unwrap_or_else(|_| {
+            fail(&format!(
+                "{} is not set: run inside a `lazaret run` session",
+                paths::SESSION_ID_ENV
+            ))
+        });
+        let anchor_hex = std::env::var(paths::SESSION_ANCHOR_ENV).unwrap_or_else(|_| {
+            fail(&format!(
+                "{} is not set: run inside a `lazaret run` session",
+                paths::SESSION_ANCHOR_ENV
+            ))
+        });
+        let mut anchor = [0u8; 32];
+        hex::decode_to_slice(anchor_hex.trim(), &mut anchor)
+            .unwrap_or_else(|_| fail(&format!("{} is malformed", paths::SESSION_ANCHOR_ENV)));
+        let sandbox_id = String::from_utf8_lossy(&read_small(paths::SANDBOX_ID, 256))
+            .trim()
+            .to_string();
+        Self {
+            key,
+            anchor,
+            session_id,
+            sandbox_id,
+        }
+    }
+
+    fn record(&self, request_id: [u8; 16], kind: Kind) -> Vec<u8> {
+        let body = Body {
+            version: esc::VERSION,
+            sandbox_id: self.sandbox_id.clone(),
+            session_id: self.session_id.clone(),
+            request_id,
+            created_unix_ms: now_ms(),
+            kind,
+        };
+        esc::seal(&body, &self.key, &self.anchor)
+    }
+}
+
+/// Publishes a record by writing a temporary name and renaming it.
+fn publish(name: &str, bytes: &[u8]) {
+    let dir = Path::new(paths::REQUESTS);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, bytes)
+        .and_then(|_| std::fs::rename(&tmp, dir.join(name)))
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "cannot write to the Escalation Mailbox {}: {e}",
+                dir.display()
+            ))
+        });
+}
+
+fn main() {
+    let args = Args::parse();
+    let session = Session::load();
+    let mut request_id = [0u8; 16];
+    getrandom::getrandom(&mut request_id).unwrap_or_else(|e| fail(&e.to_string()));
+    let cwd = std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let record = session.record(
+        request_id,
+        Kind::Request(Request {
+            argv: args.command.clone(),
+            justification: args.justification.clone(),
+            cwd,
+            timeout_secs: args.timeout,
+        }),
+    );
+    if let Some(f) = &args.write_request_to {
+        std::fs::write(f, &record).unwrap_or_else(|e| fail(&e.to_string()));
+        return;
+    }
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register(sig, interrupted.clone());
+    }
+    let id = hex::encode(request_id);
+    publish(&format!("{id}.req"), &record);
+
+    let result_path = Path::new(paths::RESULTS).join(&id);
+    let deadline =
+        (args.timeout > 0).then(|| Instant::now() + Duration::from_secs(args.timeout as u64 + 30));
+    let mut cancelled_at: Option<Instant> = None;
+    loop {
+        // Inotify inside gVisor does not see host writes: poll.
+        if let Ok(f) = std::fs::File::open(&result_path) {
+            let mut bytes = Vec::new();
+            let _ = f.take(esc::MAX_RESULT as u64 + 1).read_to_end(&mut bytes);
+            match postcard::from_bytes::<ResultRecord>(&bytes) {
+                Ok(r) if r.request_id == request_id => std::process::exit(report(r.outcome)),
+                _ => fail("the Escalation Result is malformed"),
+            }
+        }
+        if interrupted.load(Ordering::Relaxed) && cancelled_at.is_none() {
+            publish(
+                &format!("{id}.cancel"),
+                &session.record(request_id, Kind::Cancel),
+            );
+            cancelled_at = Some(Instant::now());
+        }
+        if cancelled_at.is_some_and(|t| t.elapsed() > Duration::from_secs(15)) {
+            eprintln!("lazaret-escalate: cancelled (the host did not confirm)");
+            std::process::exit(exit::CANCELLED);
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            eprintln!("lazaret-escalate: timed out waiting for the host");
+            std::process::exit(exit::TIMED_OUT);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn report(outcome: Outcome) -> i32 {
+    match outcome {
+        Outcome::Completed {
+            status,
+            stdout,
+            stderr,
+            truncated,
+        } => {
+            let _ = std::io::stdout().write_all(&stdout);
+            let _ = std::io::stderr().write_all(&stderr);
+            if truncated {
+                eprintln!(
+                    "lazaret-escalate: the host command's output was cut at {} bytes per stream",
+                    esc::MAX_OUTPUT
+                );
+            }
+            status
+        }
+        Outcome::Denied { reason } => {
+            eprintln!("lazaret-escalate: denied: {reason}");
+            exit::DENIED
+        }
+        Outcome::TimedOut => {
+            eprintln!("lazaret-escalate: timed out: the host command was stopped");
+            exit::TIMED_OUT
+        }
+        Outcome::Cancelled => {
+            eprintln!("lazaret-escalate: cancelled");
+            exit::CANCELLED
+        }
+        Outcome::Failed { reason } => {
+            eprintln!("lazaret-escalate: failed: {reason}");
+            exit::FAILED
+        }
+    }
+}

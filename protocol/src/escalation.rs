@@ -1,0 +1,237 @@
+//! Escalation Mailbox records (spec 3.6).
+//!
+//! A request file is `signature (64) || session MAC (32) || body`, where
+//! body is a postcard [`Body`]. The signature is Ed25519 by the Domain
+//! generation's sandbox request-signing key; the MAC is HMAC-SHA256 keyed
+//! by the requesting session's Session Anchor. Both cover the exact body
+//! bytes, and the coordinator checks the signature over the bytes it owns
+//! before it parses anything. Fixed offsets: the envelope needs no parser.
+//!
+//! Results are written by the coordinator into a directory the sandbox
+//! can only read; the mount mode, not a signature, makes them authentic.
+
+use ed25519_compact::{PublicKey, SecretKey, Signature};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+pub const VERSION: u32 = 1;
+/// The largest request file the coordinator reads.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// The largest result file the client reads.
+pub const MAX_RESULT: usize = 8 << 20;
+/// Output of a host command kept in a result, per stream.
+pub const MAX_OUTPUT: usize = 2 << 20;
+/// A request older (or newer) than this is refused.
+pub const MAX_AGE_MS: u64 = 5 * 60 * 1000;
+
+const SIG: usize = 64;
+const MAC: usize = 32;
+
+/// Where things are inside the sandbox (the fixed control mount).
+pub mod paths {
+    pub const CONTROL: &str = "/.lazaret";
+    pub const KEY: &str = "/.lazaret/request-key";
+    pub const SANDBOX_ID: &str = "/.lazaret/sandbox-id";
+    pub const REQUESTS: &str = "/.lazaret/mailbox/requests";
+    pub const RESULTS: &str = "/.lazaret/mailbox/results";
+    pub const BIN: &str = "/.lazaret/bin";
+    pub const SESSION_ID_ENV: &str = "LAZARET_SESSION_ID";
+    pub const SESSION_ANCHOR_ENV: &str = "LAZARET_SESSION_ANCHOR";
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Request {
+    pub argv: Vec<String>,
+    pub justification: String,
+    /// Working directory of the caller inside the sandbox, for the prompt.
+    pub cwd: String,
+    /// 0: no timeout.
+    pub timeout_secs: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Kind {
+    Request(Request),
+    Cancel,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Body {
+    pub version: u32,
+    /// The Agent Sandbox ID: binds the record to one Domain generation.
+    pub sandbox_id: String,
+    pub session_id: String,
+    /// Escalation Request ID, random.
+    pub request_id: [u8; 16],
+    pub created_unix_ms: u64,
+    pub kind: Kind,
+}
+
+impl Body {
+    pub fn request_hex(&self) -> String {
+        hex::encode(self.request_id)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("record of {0} bytes is shorter than its signature and MAC")]
+    Truncated(usize),
+    #[error("record of {0} bytes exceeds {MAX_REQUEST}")]
+    TooLarge(usize),
+    #[error("signature does not verify with this generation's key")]
+    BadSignature,
+    #[error("session MAC does not verify with the session's anchor")]
+    BadMac,
+    #[error("malformed body: {0}")]
+    Malformed(String),
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn mac(anchor: &[u8; 32], body: &[u8]) -> [u8; 32] {
+    let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+    m.update(body);
+    m.finalize().into_bytes().into()
+}
+
+/// Signs and MACs a body into request-file bytes.
+pub fn seal(body: &Body, key: &SecretKey, anchor: &[u8; 32]) -> Vec<u8> {
+    let bytes = postcard::to_stdvec(body).expect("postcard");
+    let sig = key.sign(&bytes, None);
+    let mut out = Vec::with_capacity(SIG + MAC + bytes.len());
+    out.extend_from_slice(sig.as_ref());
+    out.extend_from_slice(&mac(anchor, &bytes));
+    out.extend_from_slice(&bytes);
+    out
+}
+
+/// A record whose signature verified; the MAC is checked once the session
+/// is known, with [`Verified::check_session`].
+pub struct Verified {
+    pub body: Body,
+    mac: [u8; 32],
+    bytes: Vec<u8>,
+}
+
+impl Verified {
+    pub fn check_session(&self, anchor: &[u8; 32]) -> Result<(), RecordError> {
+        let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+        m.update(&self.bytes);
+        m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)
+    }
+}
+
+/// Verifies the signature over the exact bytes, then parses the body.
+pub fn open(record: &[u8], key: &PublicKey) -> Result<Verified, RecordError> {
+    if record.len() > MAX_REQUEST {
+        return Err(RecordError::TooLarge(record.len()));
+    }
+    if record.len() <= SIG + MAC {
+        return Err(RecordError::Truncated(record.len()));
+    }
+    let (sig, rest) = record.split_at(SIG);
+    let (mac, bytes) = rest.split_at(MAC);
+    let sig = Signature::from_slice(sig).map_err(|_| RecordError::BadSignature)?;
+    key.verify(bytes, &sig)
+        .map_err(|_| RecordError::BadSignature)?;
+    let body: Body =
+        postcard::from_bytes(bytes).map_err(|e| RecordError::Malformed(e.to_string()))?;
+    if body.version != VERSION {
+        return Err(RecordError::Malformed(format!("version {}", body.version)));
+    }
+    Ok(Verified {
+        body,
+        mac: mac.try_into().expect("32 bytes"),
+        bytes: bytes.to_vec(),
+    })
+}
+
+/// The terminal state of an accepted request.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Outcome {
+    Completed {
+        status: i32,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+        /// Output beyond [`MAX_OUTPUT`] per stream was dropped.
+        truncated: bool,
+    },
+    Denied {
+        reason: String,
+    },
+    TimedOut,
+    Cancelled,
+    Failed {
+        reason: String,
+    },
+}
+
+/// The Escalation Result, at `results/<request-id-hex>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResultRecord {
+    pub request_id: [u8; 16],
+    pub outcome: Outcome,
+}
+
+/// Exit codes of `lazaret-escalate` for outcomes other than a completed
+/// command (which gives the command's own status).
+pub mod exit {
+    pub const DENIED: i32 = 77;
+    pub const TIMED_OUT: i32 = 124;
+    pub const FAILED: i32 = 125;
+    pub const CANCELLED: i32 = 130;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_compact::KeyPair;
+
+    fn body() -> Body {
+        Body {
+            version: VERSION,
+            sandbox_id: "s".into(),
+            session_id: "sess".into(),
+            request_id: [7; 16],
+            created_unix_ms: 1,
+            kind: Kind::Request(Request {
+                argv: vec!["git".into(), "push".into()],
+                justification: "j".into(),
+                cwd: "/workspace".into(),
+                timeout_secs: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_tampering() {
+        let kp = KeyPair::generate();
+        let anchor = [1u8; 32];
+        let rec = seal(&body(), &kp.sk, &anchor);
+        let v = open(&rec, &kp.pk).unwrap();
+        assert_eq!(v.body, body());
+        v.check_session(&anchor).unwrap();
+        assert_eq!(v.check_session(&[2u8; 32]), Err(RecordError::BadMac));
+        // One flipped bit anywhere in the body breaks the signature.
+        let mut bad = rec.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(matches!(open(&bad, &kp.pk), Err(RecordError::BadSignature)));
+        // Another generation's key.
+        let other = KeyPair::generate();
+        assert!(matches!(
+            open(&rec, &other.pk),
+            Err(RecordError::BadSignature)
+        ));
+        assert!(matches!(
+            open(&rec[..50], &kp.pk),
+            Err(RecordError::Truncated(50))
+        ));
+        assert!(matches!(
+            open(&vec![0; MAX_REQUEST + 1], &kp.pk),
+            Err(RecordError::TooLarge(_))
+        ));
+        assert!(open(b"garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage", &kp.pk).is_err());
+    }
+}

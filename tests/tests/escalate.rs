@@ -1,0 +1,299 @@
+//! Host Escalation end to end: `lazaret-escalate` in the real sandbox, the
+//! signed Escalation Mailbox, auto-approval rules, the prompt at the
+//! requesting terminal, and the mailbox's defences.
+
+use lazaret_tests::pty::{wait, Pty};
+use lazaret_tests::{assert_domain_gone, eventually, require_env, text, Workspace};
+use std::time::Duration;
+
+fn rules(ws: &Workspace, extra: &str) {
+    ws.write_config(&format!(
+        r#"[[profiles.default.escalation.auto_approve]]
+argv = ["/bin/echo", "hi"]
+[[profiles.default.escalation.auto_approve]]
+argv = ["/bin/sh", "-c", "echo oops >&2; exit 3"]
+[[profiles.default.escalation.auto_approve]]
+argv = ["/usr/bin/printf", "%s|"]
+trailing_args = true
+{extra}"#
+    ));
+}
+
+fn log(ws: &Workspace) -> String {
+    std::fs::read_to_string(ws.domain_root("default").join("escalations.log")).unwrap_or_default()
+}
+
+#[test]
+fn auto_approved_commands_run_on_the_host_and_results_come_back() {
+    let env = require_env!();
+    let ws = env.workspace("esc-auto");
+    let marker = ws.base.join("ran-on-host");
+    rules(
+        &ws,
+        &format!(
+            "[[profiles.default.escalation.auto_approve]]\nargv = [\"/usr/bin/touch\", \"{}\"]\n",
+            marker.display()
+        ),
+    );
+    let out = ws.run_sh("lazaret-escalate -- /bin/echo hi");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hi\n");
+    let out = ws.run_sh("lazaret-escalate -- /bin/sh -c 'echo oops >&2; exit 3'");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("oops"), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "");
+    // No shell on the host: every argument arrives as one literal.
+    let out = ws.run_sh("lazaret-escalate -- /usr/bin/printf '%s|' 'a;b' '$(id)' 'x\ny' '`id`'");
+    assert_eq!(
+        text(&out.stdout),
+        "a;b|$(id)|x\ny|`id`|",
+        "{}",
+        text(&out.stderr)
+    );
+    // It ran on the host: the marker is outside anything the sandbox sees.
+    let out = ws.run_sh(&format!(
+        "lazaret-escalate -- /usr/bin/touch '{m}' && ! test -e '{m}'",
+        m = marker.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists(), "the command did not run on the host");
+    let esc = ws.lazaret(&["escalations", "--json"]).output().unwrap();
+    let records: serde_json::Value = serde_json::from_slice(&esc.stdout).unwrap();
+    assert!(
+        records
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["decided_by"] == "auto-approval rule 1"
+                && r["result"] == "completed, status 0")
+    );
+}
+
+#[test]
+fn vectors_that_differ_from_a_rule_are_not_auto_approved() {
+    let env = require_env!();
+    let ws = env.workspace("esc-strict");
+    rules(&ws, "");
+    for cmd in [
+        "lazaret-escalate -- /bin/echo ho",
+        "lazaret-escalate -- /bin/echo hi extra",
+        "lazaret-escalate -- /bin/echo",
+        "lazaret-escalate -- /bin/sh -c 'echo oops >&2; exit 3' extra",
+    ] {
+        let out = ws.run_sh(cmd);
+        assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("denied"),
+            "{cmd}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "", "{cmd} ran");
+    }
+}
+
+#[test]
+fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
+    let env = require_env!();
+    let ws = env.workspace("esc-prompt");
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+
+    pty.send("lazaret-escalate --justification 'needs the host' -- /bin/echo one; echo rc=$?\r");
+    at = pty.expect(at, "Host Escalation request", short);
+    at = pty.expect(at, "session:", short);
+    at = pty.expect(at, "\"needs the host\"", short);
+    at = pty.expect(at, "[a]pprove", short);
+    pty.send("a");
+    at = pty.expect(at, "\none\r\nrc=0", short);
+
+    pty.send("lazaret-escalate -- /bin/echo two; echo rc=$?\r");
+    at = pty.expect(at, "[a]pprove", short);
+    pty.send("d");
+    at = pty.expect(at, "rc=77", short);
+
+    pty.send("lazaret-escalate -- /bin/echo three; echo rc=$?\r");
+    at = pty.expect(at, "[a]pprove", short);
+    pty.send("e");
+    at = pty.expect(at, "> ", short);
+    // Clear the line, type another vector, approve what is shown.
+    pty.send("\u{15}/bin/echo 'edited vector'\r");
+    at = pty.expect(at, "\"/bin/echo\" \"edited vector\"", short);
+    pty.send("a");
+    at = pty.expect(at, "\nedited vector\r\nrc=0", short);
+    assert!(!text(&pty.seen.lock().unwrap()[at..]).contains("three"));
+
+    pty.send("exit\r");
+    assert_eq!(wait(&mut child, short), Some(0));
+    let log = log(&ws);
+    assert!(
+        log.contains("\"ran_argv\":[\"/bin/echo\",\"edited vector\"]"),
+        "{log}"
+    );
+    assert!(log.contains("\"argv\":[\"/bin/echo\",\"three\"]"), "{log}");
+}
+
+#[test]
+fn two_sessions_each_get_only_their_own_prompt_and_result() {
+    let env = require_env!();
+    let ws = env.workspace("esc-two");
+    let short = Duration::from_secs(20);
+    let mut a = Pty::new();
+    let mut b = Pty::new();
+    let mut ca = a.spawn(&ws, &["run"]);
+    let at_a = a.expect(0, "/workspace#", Duration::from_secs(60));
+    let mut cb = b.spawn(&ws, &["run"]);
+    let at_b = b.expect(0, "/workspace#", Duration::from_secs(60));
+    a.send("lazaret-escalate --justification just-AAA -- /bin/echo result-$((1+1))AAA\r");
+    b.send("lazaret-escalate --justification just-BBB -- /bin/echo result-$((1+1))BBB\r");
+    // The typed command line holds the justification too: wait for the
+    // prompt itself.
+    let at_a = a.expect(at_a, "justification: \"just-AAA\"", short);
+    let at_b = b.expect(at_b, "justification: \"just-BBB\"", short);
+    let at_a = a.expect(at_a, "[a]pprove", short);
+    let at_b = b.expect(at_b, "[a]pprove", short);
+    a.send("a");
+    b.send("a");
+    a.expect(at_a, "host\r\nresult-2AAA\r\n", short);
+    b.expect(at_b, "host\r\nresult-2BBB\r\n", short);
+    let sa = text(&a.seen.lock().unwrap());
+    let sb = text(&b.seen.lock().unwrap());
+    assert!(
+        !sa.contains("BBB"),
+        "session B's prompt or result reached A: {sa}"
+    );
+    assert!(
+        !sb.contains("AAA"),
+        "session A's prompt or result reached B: {sb}"
+    );
+    a.send("exit\r");
+    b.send("exit\r");
+    assert_eq!(wait(&mut ca, short), Some(0));
+    assert_eq!(wait(&mut cb, short), Some(0));
+}
+
+#[test]
+fn forged_and_malformed_requests_are_refused_and_run_nothing() {
+    let env = require_env!();
+    let ws = env.workspace("esc-forged");
+    let count = ws.base.join("count");
+    let rule_cmd = format!("echo x >> {}", count.display());
+    rules(
+        &ws,
+        &format!("[[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/sh\", \"-c\", \"{rule_cmd}\"]\n"),
+    );
+    let req = |out: &str, env_prefix: &str| {
+        format!("{env_prefix} lazaret-escalate --write-request-to {out} -- /bin/sh -c '{rule_cmd}'")
+    };
+    // A valid request saved to the workspace, for the stale-generation case.
+    let out = ws.run_sh(&req("/workspace/stale.req", ""));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+
+    let script = format!(
+        "set -e; R=/.lazaret/mailbox/requests; cd /tmp
+         put() {{ cp \"$1\" $R/.tmp-$2; mv $R/.tmp-$2 $R/$2; }}
+         {good}
+         {anchor}
+         {session}
+         put /tmp/good accepted.req; sleep 1
+         put /tmp/good replayed.req
+         put /tmp/badanchor anchor.req
+         put /tmp/badsession session.req
+         cp /tmp/good /tmp/badsig; printf '\\001' | dd of=/tmp/badsig bs=1 seek=5 conv=notrunc 2>/dev/null; put /tmp/badsig sig.req
+         put /workspace/stale.req stale.req
+         ln -s /tmp/good $R/link.req
+         mkfifo $R/fifo.req
+         head -c 100000 /dev/zero > /tmp/big; put /tmp/big big.req
+         head -c 80 /tmp/good > /tmp/trunc; put /tmp/trunc trunc.req
+         echo garbage > /tmp/garbage; put /tmp/garbage garbage.req
+         sleep 2; ls -A $R",
+        good = req("/tmp/good", ""),
+        anchor = req("/tmp/badanchor", &format!("LAZARET_SESSION_ANCHOR={}", "0".repeat(64))),
+        session = req("/tmp/badsession", &format!("LAZARET_SESSION_ID={}", "f".repeat(32))),
+    );
+    let out = ws.run_sh(&script);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // gVisor keeps a FIFO made inside in the sandbox: it never reaches the
+    // host's mailbox (the coordinator's refusal of host-side FIFOs is unit
+    // tested). Everything else must have been taken.
+    let left: Vec<_> = text(&out.stdout)
+        .lines()
+        .filter(|l| *l != "fifo.req")
+        .map(str::to_string)
+        .collect();
+    assert!(left.is_empty(), "the mailbox was not emptied: {left:?}");
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap_or_default(),
+        "x\n",
+        "exactly the one valid request may run"
+    );
+    let log = log(&ws);
+    for (entry, why) in [
+        ("replayed.req", "replayed"),
+        ("anchor.req", "Session Anchor"),
+        ("session.req", "no such Client Session"),
+        ("sig.req", "signature"),
+        ("stale.req", "signature"),
+        ("link.req", "symbolic link"),
+        ("big.req", "over the limit"),
+        ("trunc.req", "signature"),
+        ("garbage.req", "shorter"),
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("\"entry\":\"{entry}\"")) && l.contains(why)),
+            "{entry} was not refused for {why:?}: {log}"
+        );
+    }
+}
+
+#[test]
+fn cancellation_and_session_loss_stop_the_host_command() {
+    let env = require_env!();
+    let ws = env.workspace("esc-cancel");
+    let pidfile = ws.base.join("pid");
+    let cmd = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    rules(
+        &ws,
+        &format!("[[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/sh\", \"-c\", \"{cmd}\"]\n"),
+    );
+    let host_alive = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .map(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    };
+    // Ctrl-C (SIGINT) in lazaret-escalate.
+    let out = ws.run_sh(&format!(
+        "lazaret-escalate -- /bin/sh -c '{cmd}' & p=$!; \
+         for i in $(seq 100); do [ -n \"$(lazaret-escalate -- /bin/echo hi 2>/dev/null)\" ] || true; break; done; \
+         sleep 2; kill -INT $p; wait $p; echo rc=$?"
+    ));
+    assert!(
+        text(&out.stdout).contains("rc=130"),
+        "{} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || host_alive(&pidfile)
+            == Some(false)),
+        "the host command outlived its cancelled request"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+    // The session ends while the command runs.
+    std::fs::remove_file(&pidfile).unwrap();
+    let out = ws.run_sh(&format!(
+        "lazaret-escalate -- /bin/sh -c '{cmd}' >/dev/null 2>&1 & sleep 2; exit 0"
+    ));
+    assert!(out.status.success());
+    assert!(host_alive(&pidfile).is_some(), "the command never started");
+    assert!(
+        eventually(Duration::from_secs(10), || host_alive(&pidfile)
+            == Some(false)),
+        "the host command outlived its session"
+    );
+}
