@@ -41,6 +41,10 @@ use std::time::{Duration, Instant};
 /// accident either.
 pub const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// Decisions arriving from a session's client, by request ID: the vector
+/// to run, or `None` to deny.
+pub type Decisions = Arc<Mutex<HashMap<String, mpsc::Sender<Option<Vec<String>>>>>>;
+
 /// A registered Client Session, as the mailbox sees it.
 pub struct SessionEntry {
     pub anchor: [u8; 32],
@@ -56,7 +60,7 @@ pub struct Terminal {
     /// One prompt at a time per session.
     pub prompt_lock: Arc<Mutex<()>>,
     /// Decisions arriving from the client, by request ID.
-    pub decisions: Arc<Mutex<HashMap<String, mpsc::Sender<Option<Vec<String>>>>>>,
+    pub decisions: Decisions,
 }
 
 pub struct Escalations {

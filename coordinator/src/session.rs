@@ -3,7 +3,7 @@
 //! on a coordinator-owned PTY (FR-14) or on pipes that keep stdout and
 //! stderr apart.
 
-use crate::escalation::{Escalations, SessionEntry, Terminal};
+use crate::escalation::{Decisions, Escalations, SessionEntry, Terminal};
 use crate::gate::Gate;
 use crate::lifecycle::log;
 use lazaret_helpers::fds;
@@ -259,7 +259,6 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
 }
 
 type Writer = Arc<Mutex<UnixStream>>;
-type Decisions = Arc<Mutex<HashMap<String, std::sync::mpsc::Sender<Option<Vec<String>>>>>>;
 
 /// The session in the Escalation Mailbox's registry while it lives; when it
 /// ends, its pending requests end and their host commands stop (OR-3).
