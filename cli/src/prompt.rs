@@ -87,10 +87,9 @@ impl Input<'_> {
                         out("\n");
                         return None;
                     }
-                    '\u{7f}' | '\u{8}' => {
-                        if buf.pop().is_some() {
-                            out("\u{8} \u{8}");
-                        }
+                    '\u{7f}' | '\u{8}' if !buf.is_empty() => {
+                        buf.pop();
+                        out("\u{8} \u{8}");
                     }
                     '\u{15}' => {
                         for _ in 0..buf.len() {
