@@ -1,0 +1,242 @@
+//! Installing the policy, reading back what the kernel holds, checking it
+//! against the policy, and the readiness fingerprint over both.
+
+use netlink_packet_route::AddressFamily;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
+use crate::policy::{Policy, PolicyError};
+use crate::sysctl::{Ipv6Conf, SysctlError};
+
+/// Domain separation of the fingerprint.
+pub const FINGERPRINT_CONTEXT: &[u8] = b"lazaret-netpolicy readiness fingerprint v1\0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttestError {
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("observed state differs from the policy: {}; the enforcement namespace was changed by someone else, start the Domain anew", .0.join("; "))]
+    Mismatch(Vec<String>),
+    #[error("readiness fingerprint {observed} differs from the installed {expected}: the enforcement namespace changed between install and probe")]
+    Fingerprint { expected: String, observed: String },
+}
+
+/// Handles on the two namespaces, opened before confinement.
+pub struct Namespaces {
+    pub enforcement: Rtnl,
+    pub enforcement_ipv6: Ipv6Conf,
+    pub sandbox: Rtnl,
+    pub sandbox_ipv6: Ipv6Conf,
+}
+
+/// What the enforcement namespace holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnforcementState {
+    pub links: Vec<String>,
+    pub addresses_v4: Vec<String>,
+    pub addresses_v6: Vec<String>,
+    pub routes_v4: Vec<ObservedRoute>,
+    pub routes_v6: Vec<ObservedRoute>,
+    pub rules_v4: Vec<ObservedRule>,
+    /// `disable_ipv6` of `all`, `default` and every link.
+    pub disable_ipv6: BTreeMap<String, String>,
+}
+
+/// What the sandbox namespace holds that does not change when slirp B
+/// attaches (so the fingerprint is the same at install and at probe).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxState {
+    pub disable_ipv6_all: String,
+    pub disable_ipv6_default: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    pub enforcement: EnforcementState,
+    pub sandbox: SandboxState,
+}
+
+/// The installer's statement: this policy, this observed state, this
+/// fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attestation {
+    pub policy_digest: String,
+    pub binding: String,
+    pub expected_routes: Vec<String>,
+    pub observed: Observed,
+    /// SHA-256 over the context, the policy digest and the canonical
+    /// (postcard) observed state.
+    pub fingerprint: String,
+}
+
+/// Installs `policy` in the enforcement namespace and disables IPv6 in
+/// both, then attests. Fails closed: any refusal or mismatch is an error.
+pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, AttestError> {
+    let link = &policy.link;
+    let ifindex = ns.enforcement.ifindex(&link.ifname)?;
+    ns.enforcement_ipv6.disable_ipv6()?;
+    ns.sandbox_ipv6.disable_ipv6()?;
+    // Per-link values follow `all`; write them too so a kernel that does
+    // not propagate is still covered.
+    for (_, name) in ns.enforcement.links()? {
+        ns.enforcement_ipv6.write(&name, "disable_ipv6", "1")?;
+    }
+    for (_, name) in ns.sandbox.links()? {
+        ns.sandbox_ipv6.write(&name, "disable_ipv6", "1")?;
+    }
+    ns.enforcement.flush_main_v4(link.network, ifindex)?;
+    // Denials first, so no allow is ever in force without its context.
+    let mut routes = policy.routes();
+    routes.sort_by_key(|r| !matches!(r, crate::policy::RouteSpec::Unreachable(_)));
+    for r in &routes {
+        ns.enforcement.add_route(r, ifindex)?;
+    }
+    attest(ns, policy)
+}
+
+/// Reads the state back, verifies it against `policy`, fingerprints it.
+pub fn attest(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, AttestError> {
+    let observed = observe(ns)?;
+    let problems = verify(policy, &observed);
+    if !problems.is_empty() {
+        return Err(AttestError::Mismatch(problems));
+    }
+    let policy_digest = policy.digest()?;
+    let fingerprint = fingerprint(&policy_digest, &observed)?;
+    Ok(Attestation {
+        policy_digest,
+        binding: policy.binding.clone(),
+        expected_routes: policy.routes().iter().map(|r| r.to_string()).collect(),
+        observed,
+        fingerprint,
+    })
+}
+
+pub fn observe(ns: &mut Namespaces) -> Result<Observed, AttestError> {
+    let e = &mut ns.enforcement;
+    let links: Vec<String> = e.links()?.into_iter().map(|(_, n)| n).collect();
+    let mut disable_ipv6 = BTreeMap::new();
+    for name in ["all", "default"]
+        .into_iter()
+        .map(String::from)
+        .chain(links.iter().cloned())
+    {
+        let v = ns.enforcement_ipv6.read(&name, "disable_ipv6")?;
+        disable_ipv6.insert(name, v);
+    }
+    let enforcement = EnforcementState {
+        addresses_v4: e.addresses(AddressFamily::Inet)?,
+        addresses_v6: e.addresses(AddressFamily::Inet6)?,
+        routes_v4: e.routes(AddressFamily::Inet)?,
+        routes_v6: e.routes(AddressFamily::Inet6)?,
+        rules_v4: e.rules(AddressFamily::Inet)?,
+        links,
+        disable_ipv6,
+    };
+    let sandbox = SandboxState {
+        disable_ipv6_all: ns.sandbox_ipv6.read("all", "disable_ipv6")?,
+        disable_ipv6_default: ns.sandbox_ipv6.read("default", "disable_ipv6")?,
+    };
+    Ok(Observed {
+        enforcement,
+        sandbox,
+    })
+}
+
+const MAIN: u32 = 254;
+const LOCAL: u32 = 255;
+const DEFAULT_TABLE: u32 = 253;
+
+/// Every way the observed state departs from the policy; empty when it
+/// implements it exactly. Pure.
+pub fn verify(policy: &Policy, o: &Observed) -> Vec<String> {
+    let mut p = Vec::new();
+    let e = &o.enforcement;
+    // The main table: exactly the expected routes.
+    let main: Vec<&ObservedRoute> = e.routes_v4.iter().filter(|r| r.table == MAIN).collect();
+    let expected = policy.routes();
+    for spec in &expected {
+        let n = main.iter().filter(|r| route_matches(r, spec)).count();
+        if n != 1 {
+            p.push(format!("route `{spec}` present {n} times, expected once"));
+        }
+    }
+    for r in &main {
+        if !expected.iter().any(|s| route_matches(r, s)) {
+            p.push(format!("unexpected route {r:?}"));
+        }
+    }
+    // Other tables: only the kernel's local table, holding only local and
+    // broadcast entries.
+    for r in &e.routes_v4 {
+        match r.table {
+            MAIN => {}
+            LOCAL if r.kind == "local" || r.kind == "broadcast" => {}
+            _ => p.push(format!("unexpected route outside the main table: {r:?}")),
+        }
+    }
+    // Policy routing: exactly the kernel's three default rules.
+    let defaults = [(0u32, LOCAL), (32766, MAIN), (32767, DEFAULT_TABLE)];
+    let rules: Vec<(u32, u32)> = e.rules_v4.iter().map(|r| (r.priority, r.table)).collect();
+    if rules != defaults
+        || e.rules_v4
+            .iter()
+            .any(|r| !r.selectors.is_empty() || r.action != "totable")
+    {
+        p.push(format!(
+            "policy-routing rules are not the kernel defaults: {:?}",
+            e.rules_v4
+        ));
+    }
+    // IPv6 off.
+    for (k, v) in &e.disable_ipv6 {
+        if v != "1" {
+            p.push(format!(
+                "enforcement namespace: ipv6 conf {k} disable_ipv6={v}"
+            ));
+        }
+    }
+    if !e.addresses_v6.is_empty() {
+        p.push(format!(
+            "enforcement namespace has IPv6 addresses {:?}",
+            e.addresses_v6
+        ));
+    }
+    if o.sandbox.disable_ipv6_all != "1" || o.sandbox.disable_ipv6_default != "1" {
+        p.push(format!(
+            "sandbox namespace: disable_ipv6 all={} default={}",
+            o.sandbox.disable_ipv6_all, o.sandbox.disable_ipv6_default
+        ));
+    }
+    // The link as slirp configured it.
+    let want_addr = format!(
+        "{} {}/{}",
+        policy.link.ifname,
+        policy.link.guest,
+        policy.link.network.prefix_len()
+    );
+    if !e.addresses_v4.contains(&want_addr) {
+        p.push(format!(
+            "enforcement namespace lacks the address {want_addr} (has {:?})",
+            e.addresses_v4
+        ));
+    }
+    p
+}
+
+/// The readiness fingerprint: SHA-256(context || policy digest || postcard(observed)).
+pub fn fingerprint(policy_digest: &str, observed: &Observed) -> Result<String, PolicyError> {
+    let bytes = postcard::to_stdvec(observed).map_err(|e| PolicyError::Encode(e.to_string()))?;
+    let mut h = Sha256::new();
+    h.update(FINGERPRINT_CONTEXT);
+    h.update(policy_digest.as_bytes());
+    h.update(b"\0");
+    h.update(&bytes);
+    Ok(hex::encode(h.finalize()))
+}

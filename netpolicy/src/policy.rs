@@ -1,0 +1,902 @@
+//! Policy derivation: `[profiles.NAME.network]` becomes a canonical,
+//! generation-bound [`Policy`] (pure data, no system calls).
+//!
+//! Semantics, decided here and nowhere else:
+//! - IPv4 is permitted by default except the built-in denied ranges: RFC 1918
+//!   (10/8, 172.16/12, 192.168/16), link-local 169.254/16 (cloud metadata),
+//!   CGNAT 100.64/10, "this network" 0/8, loopback 127/8, multicast 224/4 and
+//!   reserved 240/4 (with the limited broadcast address), and on the slirp
+//!   link the host-loopback gateway (10.0.2.2) and, unless it is a chosen
+//!   resolver, slirp's DNS forwarder (10.0.2.3).
+//! - `allow` and `deny` add prefixes; `dns` resolvers get host routes even
+//!   inside denied ranges; `default = "deny"` denies everything not allowed.
+//! - Longest prefix wins (plain Linux routing). The same prefix in `allow`
+//!   and `deny` (or a resolver and a `deny` /32) is an error naming both.
+//!   An `allow` of exactly a built-in prefix (say `10.0.0.0/8`) replaces the
+//!   built-in denial: trusted configuration says so explicitly.
+//! - The "fixed" built-ins (0/8, 127/8, 224/4, 240/4) and the slirp link
+//!   network cannot be allowed: an entry inside them is an error.
+//! - IPv6 is disabled in both namespaces (`disable_ipv6=1`), so no IPv6
+//!   destination is reachable at all. IPv6 `deny` entries are therefore
+//!   already satisfied and accepted; IPv6 `allow` or `dns` entries are errors.
+
+use ipnet::Ipv4Net;
+use lazaret_config::{Network, NetworkDefault, NetworkMode};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+
+/// Version of the canonical encoding; part of the digest.
+pub const POLICY_VERSION: u32 = 1;
+/// Upper bound of the canonical policy bytes (checked before parsing).
+pub const MAX_POLICY_BYTES: u64 = 256 * 1024;
+/// At most this many resolvers: the C library reads no more (`MAXNS`).
+pub const MAX_RESOLVERS: usize = 3;
+/// At most this many `allow` plus `deny` entries.
+pub const MAX_ENTRIES: usize = 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    #[error("network.{list}[{index}] {entry:?} is not an IPv4 or IPv6 CIDR (write it as 198.51.100.0/24 or 198.51.100.7)")]
+    InvalidCidr {
+        list: &'static str,
+        index: usize,
+        entry: String,
+    },
+    #[error(
+        "network.{list}[{index}] {entry:?} has host bits set; write the network address, {network}"
+    )]
+    HostBits {
+        list: &'static str,
+        index: usize,
+        entry: String,
+        network: Ipv4Net,
+    },
+    #[error("network.dns[{index}] {entry:?} is not an IP address (write a resolver address such as 198.51.100.53)")]
+    InvalidResolver { index: usize, entry: String },
+    #[error("network.allow[{allow_index}] {allow:?} and network.deny[{deny_index}] {deny:?} name the same prefix {prefix}; remove one of them")]
+    Conflict {
+        allow_index: usize,
+        allow: String,
+        deny_index: usize,
+        deny: String,
+        prefix: Ipv4Net,
+    },
+    #[error("network.dns[{dns_index}] {dns:?} and network.deny[{deny_index}] {deny:?} name the same host {prefix}; remove one of them")]
+    ResolverDenied {
+        dns_index: usize,
+        dns: String,
+        deny_index: usize,
+        deny: String,
+        prefix: Ipv4Net,
+    },
+    #[error("network.{list}[{index}] {entry:?} lies in {range} ({what}), which Lazaret never routes; remove it")]
+    Unroutable {
+        list: &'static str,
+        index: usize,
+        entry: String,
+        range: Ipv4Net,
+        what: &'static str,
+    },
+    #[error("network.{list}[{index}] {entry:?} overlaps the slirp4netns link network {link}; remove it (the link is Lazaret's own)")]
+    LinkOverlap {
+        list: &'static str,
+        index: usize,
+        entry: String,
+        link: Ipv4Net,
+    },
+    #[error("network.{list}[{index}] {entry:?} is the whole address space; set `default = \"{default}\"` instead")]
+    WholeSpace {
+        list: &'static str,
+        index: usize,
+        entry: String,
+        default: &'static str,
+    },
+    #[error(
+        "network.{list}[{index}] {entry:?} is IPv6, but IPv6 is disabled in the sandbox; remove it"
+    )]
+    Ipv6Disabled {
+        list: &'static str,
+        index: usize,
+        entry: String,
+    },
+    #[error(
+        "network.dns lists {count} resolvers; at most {MAX_RESOLVERS} are used, remove the others"
+    )]
+    TooManyResolvers { count: usize },
+    #[error(
+        "network.allow and network.deny list {count} entries; at most {MAX_ENTRIES} are supported"
+    )]
+    TooManyEntries { count: usize },
+    #[error("the {which} probe target {target} is {actual} by the policy, so it cannot prove the policy; pick a target the policy {expected}")]
+    ProbeTarget {
+        which: &'static str,
+        target: SocketAddrV4,
+        actual: &'static str,
+        expected: &'static str,
+    },
+    #[error("the DNS probe name {name:?} is not a valid domain name")]
+    ProbeName { name: String },
+    #[error("policy encoding: {0}")]
+    Encode(String),
+    #[error("policy bytes do not decode: {0}; the coordinator and this helper must come from the same Lazaret build")]
+    Decode(String),
+    #[error("policy bytes are not canonical (re-encoding differs); refusing them")]
+    NotCanonical,
+    #[error("policy version {found} is not supported (this helper speaks {POLICY_VERSION}); use the helper of the same Lazaret build")]
+    Version { found: u32 },
+    #[error("policy is inconsistent: {0}; it was not derived by `derive`")]
+    Inconsistent(String),
+}
+
+/// What happens to traffic towards a prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Deny,
+}
+
+impl Verdict {
+    fn past(self) -> &'static str {
+        match self {
+            Verdict::Allow => "permitted",
+            Verdict::Deny => "denied",
+        }
+    }
+}
+
+/// Why a rule exists: printed by `lazaret net show` and in errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A built-in denied range; `fixed` ones cannot be allowed.
+    Builtin {
+        what: String,
+        fixed: bool,
+    },
+    /// The slirp link's host-loopback gateway or DNS forwarder.
+    Link {
+        what: String,
+    },
+    Allow {
+        index: u32,
+        entry: String,
+    },
+    Deny {
+        index: u32,
+        entry: String,
+    },
+    Dns {
+        index: u32,
+        entry: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    pub prefix: Ipv4Net,
+    pub verdict: Verdict,
+    pub origin: Origin,
+}
+
+/// The slirp4netns link as both helpers configure it (`--configure`
+/// defaults): the enforcement namespace's side of slirp A and the sandbox
+/// namespace's side of slirp B look the same.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub ifname: String,
+    pub network: Ipv4Net,
+    /// slirp's gateway; also its host-loopback alias, always denied.
+    pub gateway: Ipv4Addr,
+    /// slirp's DNS forwarder.
+    pub dns: Ipv4Addr,
+    /// The namespace's own address.
+    pub guest: Ipv4Addr,
+    pub mtu: u32,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Self {
+            ifname: "tap0".into(),
+            network: Ipv4Net::new(Ipv4Addr::new(10, 0, 2, 0), 24).expect("static prefix"),
+            gateway: Ipv4Addr::new(10, 0, 2, 2),
+            dns: Ipv4Addr::new(10, 0, 2, 3),
+            guest: Ipv4Addr::new(10, 0, 2, 100),
+            mtu: 65520,
+        }
+    }
+}
+
+/// IPv6 handling; only one choice today, spelled out in the policy so the
+/// attestation states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ipv6Mode {
+    /// `net.ipv6.conf.{all,default,*}.disable_ipv6 = 1` in the enforcement
+    /// and the sandbox namespace.
+    DisabledInBothNamespaces,
+}
+
+/// What the readiness probe checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbePlan {
+    /// Must be refused by the policy (connect fails with "no route").
+    pub denied: SocketAddrV4,
+    /// Must be reachable, when the caller names one.
+    pub permitted: Option<SocketAddrV4>,
+    /// Name asked of each resolver; any well-formed answer passes.
+    pub dns_name: String,
+    pub timeout_ms: u32,
+}
+
+/// The derived, canonical network policy of one Domain generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub version: u32,
+    /// Opaque generation binding chosen by the coordinator (Domain ID and
+    /// generation), so that a policy of one generation is not mistaken for
+    /// another's.
+    pub binding: String,
+    pub link: Link,
+    /// The verdict of 0.0.0.0/0.
+    pub default: Verdict,
+    /// Sorted by prefix (address, then length); one rule per prefix;
+    /// never 0.0.0.0/0.
+    pub rules: Vec<Rule>,
+    /// What the sandbox's `/etc/resolv.conf` and slirp B's resolve with.
+    pub resolvers: Vec<Ipv4Addr>,
+    pub ipv6: Ipv6Mode,
+    /// IPv6 `deny` entries, accepted as already satisfied (IPv6 is off).
+    pub ipv6_denied: Vec<String>,
+    pub probe: ProbePlan,
+}
+
+/// Result of derivation: no network at all, or a policy to install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkPlan {
+    /// `mode = "none"`: run the sandbox with `--network=none`.
+    None,
+    Policy(Policy),
+}
+
+/// Inputs that do not come from the profile.
+#[derive(Debug, Clone, Default)]
+pub struct DeriveOptions {
+    /// Generation binding (see [`Policy::binding`]).
+    pub binding: String,
+    /// Denied probe target; by default the first of 169.254.169.254:80 and
+    /// 240.0.0.1:80 that the policy denies.
+    pub probe_denied: Option<SocketAddrV4>,
+    /// Permitted probe target; none by default (nothing is contacted).
+    pub probe_permitted: Option<SocketAddrV4>,
+    /// Name asked of each resolver; default `lazaret-probe.invalid.` is
+    /// never a real name, so an NXDOMAIN answer is the expected proof.
+    pub dns_name: Option<String>,
+    /// Per-check timeout; default 3000 ms.
+    pub probe_timeout_ms: Option<u32>,
+}
+
+struct Builtin {
+    net: [u8; 4],
+    len: u8,
+    what: &'static str,
+    fixed: bool,
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        net: [0, 0, 0, 0],
+        len: 8,
+        what: "\"this network\"",
+        fixed: true,
+    },
+    Builtin {
+        net: [10, 0, 0, 0],
+        len: 8,
+        what: "RFC 1918 private",
+        fixed: false,
+    },
+    Builtin {
+        net: [100, 64, 0, 0],
+        len: 10,
+        what: "CGNAT shared address space",
+        fixed: false,
+    },
+    Builtin {
+        net: [127, 0, 0, 0],
+        len: 8,
+        what: "loopback",
+        fixed: true,
+    },
+    Builtin {
+        net: [169, 254, 0, 0],
+        len: 16,
+        what: "link-local, cloud metadata",
+        fixed: false,
+    },
+    Builtin {
+        net: [172, 16, 0, 0],
+        len: 12,
+        what: "RFC 1918 private",
+        fixed: false,
+    },
+    Builtin {
+        net: [192, 168, 0, 0],
+        len: 16,
+        what: "RFC 1918 private",
+        fixed: false,
+    },
+    Builtin {
+        net: [224, 0, 0, 0],
+        len: 4,
+        what: "multicast",
+        fixed: true,
+    },
+    Builtin {
+        net: [240, 0, 0, 0],
+        len: 4,
+        what: "reserved and broadcast",
+        fixed: true,
+    },
+];
+
+fn builtin_net(b: &Builtin) -> Ipv4Net {
+    Ipv4Net::new(Ipv4Addr::from(b.net), b.len).expect("static prefix")
+}
+
+const DEFAULT_DENIED_PROBES: [SocketAddrV4; 2] = [
+    SocketAddrV4::new(Ipv4Addr::new(169, 254, 169, 254), 80),
+    SocketAddrV4::new(Ipv4Addr::new(240, 0, 0, 1), 80),
+];
+
+/// Parses one `allow`/`deny` entry: a CIDR or a bare address (a /32).
+fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, PolicyError> {
+    let s = entry.trim();
+    let invalid = || PolicyError::InvalidCidr {
+        list,
+        index,
+        entry: entry.to_string(),
+    };
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(match ip {
+            IpAddr::V4(a) => Entry::V4(Ipv4Net::new(a, 32).expect("32 is valid")),
+            IpAddr::V6(_) => Entry::V6,
+        });
+    }
+    match s.parse::<ipnet::IpNet>().map_err(|_| invalid())? {
+        ipnet::IpNet::V4(n) => {
+            if n.trunc() != n {
+                return Err(PolicyError::HostBits {
+                    list,
+                    index,
+                    entry: entry.to_string(),
+                    network: n.trunc(),
+                });
+            }
+            Ok(Entry::V4(n))
+        }
+        ipnet::IpNet::V6(_) => Ok(Entry::V6),
+    }
+}
+
+enum Entry {
+    V4(Ipv4Net),
+    V6,
+}
+
+/// Derives the policy. Pure: the same profile and options always give the
+/// same bytes.
+pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, PolicyError> {
+    if net.mode == Some(NetworkMode::None) {
+        return Ok(NetworkPlan::None);
+    }
+    if net.allow.len() + net.deny.len() > MAX_ENTRIES {
+        return Err(PolicyError::TooManyEntries {
+            count: net.allow.len() + net.deny.len(),
+        });
+    }
+    let link = Link::default();
+    let default = match net.default {
+        NetworkDefault::Allow => Verdict::Allow,
+        NetworkDefault::Deny => Verdict::Deny,
+    };
+    let mut ipv6_denied = Vec::new();
+
+    // Every config entry: checked against the fixed ranges and the link.
+    let check = |list: &'static str, index: usize, entry: &str, n: Ipv4Net| {
+        if n.prefix_len() == 0 {
+            return Err(PolicyError::WholeSpace {
+                list,
+                index,
+                entry: entry.to_string(),
+                default: if list == "deny" { "deny" } else { "allow" },
+            });
+        }
+        // Inside (or equal to) the link: the link is Lazaret's own. A prefix
+        // strictly containing it is fine, the device route stays more specific.
+        if link.network.contains(&n) {
+            return Err(PolicyError::LinkOverlap {
+                list,
+                index,
+                entry: entry.to_string(),
+                link: link.network,
+            });
+        }
+        if list != "deny" {
+            for b in BUILTINS.iter().filter(|b| b.fixed) {
+                let range = builtin_net(b);
+                if range.contains(&n) {
+                    return Err(PolicyError::Unroutable {
+                        list,
+                        index,
+                        entry: entry.to_string(),
+                        range,
+                        what: b.what,
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+
+    let mut allows: Vec<(usize, Ipv4Net)> = Vec::new();
+    for (i, e) in net.allow.iter().enumerate() {
+        match parse_entry("allow", i, e)? {
+            Entry::V4(n) => {
+                check("allow", i, e, n)?;
+                allows.push((i, n));
+            }
+            Entry::V6 => {
+                return Err(PolicyError::Ipv6Disabled {
+                    list: "allow",
+                    index: i,
+                    entry: e.clone(),
+                })
+            }
+        }
+    }
+    let mut denies: Vec<(usize, Ipv4Net)> = Vec::new();
+    for (i, e) in net.deny.iter().enumerate() {
+        match parse_entry("deny", i, e)? {
+            Entry::V4(n) => {
+                check("deny", i, e, n)?;
+                if let Some((ai, _)) = allows.iter().find(|(_, a)| *a == n) {
+                    return Err(PolicyError::Conflict {
+                        allow_index: *ai,
+                        allow: net.allow[*ai].clone(),
+                        deny_index: i,
+                        deny: e.clone(),
+                        prefix: n,
+                    });
+                }
+                denies.push((i, n));
+            }
+            Entry::V6 => ipv6_denied.push(e.trim().to_string()),
+        }
+    }
+
+    if net.dns.len() > MAX_RESOLVERS {
+        return Err(PolicyError::TooManyResolvers {
+            count: net.dns.len(),
+        });
+    }
+    let mut resolvers: Vec<(usize, Ipv4Addr)> = Vec::new();
+    for (i, e) in net.dns.iter().enumerate() {
+        let ip: IpAddr = e.trim().parse().map_err(|_| PolicyError::InvalidResolver {
+            index: i,
+            entry: e.clone(),
+        })?;
+        let IpAddr::V4(a) = ip else {
+            return Err(PolicyError::Ipv6Disabled {
+                list: "dns",
+                index: i,
+                entry: e.clone(),
+            });
+        };
+        let host = Ipv4Net::new(a, 32).expect("32 is valid");
+        if a != link.dns {
+            check("dns", i, e, host)?;
+        }
+        if let Some((di, _)) = denies.iter().find(|(_, d)| *d == host) {
+            return Err(PolicyError::ResolverDenied {
+                dns_index: i,
+                dns: e.clone(),
+                deny_index: *di,
+                deny: net.deny[*di].clone(),
+                prefix: host,
+            });
+        }
+        if !resolvers.iter().any(|(_, r)| *r == a) {
+            resolvers.push((i, a));
+        }
+    }
+    if resolvers.is_empty() {
+        // slirp's forwarder: through slirp B, then slirp A, to the host's
+        // own resolver (see the integration notes).
+        resolvers.push((usize::MAX, link.dns));
+    }
+
+    // Assemble: built-ins, link, config. One rule per prefix.
+    let mut rules: Vec<Rule> = Vec::new();
+    let put = |rules: &mut Vec<Rule>, rule: Rule, replace: bool| {
+        if let Some(r) = rules.iter_mut().find(|r| r.prefix == rule.prefix) {
+            if replace {
+                *r = rule;
+            }
+        } else {
+            rules.push(rule);
+        }
+    };
+    for b in BUILTINS {
+        put(
+            &mut rules,
+            Rule {
+                prefix: builtin_net(b),
+                verdict: Verdict::Deny,
+                origin: Origin::Builtin {
+                    what: b.what.into(),
+                    fixed: b.fixed,
+                },
+            },
+            false,
+        );
+    }
+    put(
+        &mut rules,
+        Rule {
+            prefix: Ipv4Net::new(link.gateway, 32).expect("32 is valid"),
+            verdict: Verdict::Deny,
+            origin: Origin::Link {
+                what: "slirp host-loopback gateway".into(),
+            },
+        },
+        false,
+    );
+    if !resolvers.iter().any(|(_, r)| *r == link.dns) {
+        put(
+            &mut rules,
+            Rule {
+                prefix: Ipv4Net::new(link.dns, 32).expect("32 is valid"),
+                verdict: Verdict::Deny,
+                origin: Origin::Link {
+                    what: "slirp DNS forwarder (not a chosen resolver)".into(),
+                },
+            },
+            false,
+        );
+    }
+    for (i, n) in &denies {
+        put(
+            &mut rules,
+            Rule {
+                prefix: *n,
+                verdict: Verdict::Deny,
+                origin: Origin::Deny {
+                    index: *i as u32,
+                    entry: net.deny[*i].trim().to_string(),
+                },
+            },
+            false,
+        );
+    }
+    for (i, n) in &allows {
+        put(
+            &mut rules,
+            Rule {
+                prefix: *n,
+                verdict: Verdict::Allow,
+                origin: Origin::Allow {
+                    index: *i as u32,
+                    entry: net.allow[*i].trim().to_string(),
+                },
+            },
+            true,
+        );
+    }
+    for (i, a) in &resolvers {
+        if *a == link.dns {
+            continue; // on-link: the device route reaches it
+        }
+        let host = Ipv4Net::new(*a, 32).expect("32 is valid");
+        let rule = Rule {
+            prefix: host,
+            verdict: Verdict::Allow,
+            origin: Origin::Dns {
+                index: *i as u32,
+                entry: net.dns[*i].trim().to_string(),
+            },
+        };
+        // An `allow` of the same /32 already permits it.
+        let keep_allow = rules
+            .iter()
+            .any(|r| r.prefix == host && matches!(r.origin, Origin::Allow { .. }));
+        put(&mut rules, rule, !keep_allow);
+    }
+    rules.sort_by(|a, b| {
+        (a.prefix.addr(), a.prefix.prefix_len()).cmp(&(b.prefix.addr(), b.prefix.prefix_len()))
+    });
+    ipv6_denied.sort();
+    ipv6_denied.dedup();
+
+    let mut policy = Policy {
+        version: POLICY_VERSION,
+        binding: opts.binding.clone(),
+        link,
+        default,
+        rules,
+        resolvers: resolvers.into_iter().map(|(_, a)| a).collect(),
+        ipv6: Ipv6Mode::DisabledInBothNamespaces,
+        ipv6_denied,
+        probe: ProbePlan {
+            denied: DEFAULT_DENIED_PROBES[0],
+            permitted: opts.probe_permitted,
+            dns_name: opts
+                .dns_name
+                .clone()
+                .unwrap_or_else(|| "lazaret-probe.invalid.".into()),
+            timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
+        },
+    };
+    policy.probe.denied = match opts.probe_denied {
+        Some(t) => t,
+        None => DEFAULT_DENIED_PROBES
+            .into_iter()
+            .find(|t| policy.verdict_for(*t.ip()).verdict == Verdict::Deny)
+            .expect("240/4 is a fixed denial"),
+    };
+    policy.check_probe()?;
+    Ok(NetworkPlan::Policy(policy))
+}
+
+/// The decision for one destination, with the rule that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The matching prefix (0.0.0.0/0 for the default).
+    pub prefix: Ipv4Net,
+    pub origin: Option<Origin>,
+}
+
+/// One route of the enforcement namespace's main table.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RouteSpec {
+    /// `unreachable PREFIX` (connect fails with EHOSTUNREACH).
+    Unreachable(Ipv4Net),
+    /// `PREFIX via GATEWAY dev IFNAME onlink`.
+    Via {
+        prefix: Ipv4Net,
+        gateway: Ipv4Addr,
+        ifname: String,
+    },
+    /// The device route the kernel adds for the link's address; expected,
+    /// never installed by Lazaret.
+    Device { prefix: Ipv4Net, ifname: String },
+}
+
+impl RouteSpec {
+    pub fn prefix(&self) -> Ipv4Net {
+        match self {
+            RouteSpec::Unreachable(p) => *p,
+            RouteSpec::Via { prefix, .. } | RouteSpec::Device { prefix, .. } => *prefix,
+        }
+    }
+}
+
+impl std::fmt::Display for RouteSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouteSpec::Unreachable(p) => write!(f, "unreachable {p}"),
+            RouteSpec::Via {
+                prefix,
+                gateway,
+                ifname,
+            } => write!(f, "{prefix} via {gateway} dev {ifname} onlink"),
+            RouteSpec::Device { prefix, ifname } => write!(f, "{prefix} dev {ifname} scope link"),
+        }
+    }
+}
+
+impl Policy {
+    /// Canonical bytes (postcard).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, PolicyError> {
+        postcard::to_stdvec(self).map_err(|e| PolicyError::Encode(e.to_string()))
+    }
+
+    /// SHA-256 over the canonical bytes, lower-case hex.
+    pub fn digest(&self) -> Result<String, PolicyError> {
+        Ok(digest_bytes(&self.to_bytes()?))
+    }
+
+    /// Decodes canonical bytes and checks they are canonical and consistent.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Policy, PolicyError> {
+        let p: Policy =
+            postcard::from_bytes(bytes).map_err(|e| PolicyError::Decode(e.to_string()))?;
+        if p.version != POLICY_VERSION {
+            return Err(PolicyError::Version { found: p.version });
+        }
+        if p.to_bytes()? != bytes {
+            return Err(PolicyError::NotCanonical);
+        }
+        p.check_consistent()?;
+        Ok(p)
+    }
+
+    /// Structural invariants a derived policy always has; checked again by
+    /// the helper, which trusts the digest but not the deriver's code.
+    pub fn check_consistent(&self) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Inconsistent(m));
+        if self.link != Link::default() {
+            return bad(format!("unexpected link {:?}", self.link));
+        }
+        for w in self.rules.windows(2) {
+            let k = |r: &Rule| (r.prefix.addr(), r.prefix.prefix_len());
+            if k(&w[0]) >= k(&w[1]) {
+                return bad(format!("rules not sorted or duplicated at {}", w[1].prefix));
+            }
+        }
+        for r in &self.rules {
+            if r.prefix.trunc() != r.prefix || r.prefix.prefix_len() == 0 {
+                return bad(format!("bad rule prefix {}", r.prefix));
+            }
+            if r.verdict == Verdict::Allow {
+                if self.link.network.contains(&r.prefix) {
+                    return bad(format!("allow {} inside the link", r.prefix));
+                }
+                for b in BUILTINS.iter().filter(|b| b.fixed) {
+                    if builtin_net(b).contains(&r.prefix) {
+                        return bad(format!(
+                            "allow {} inside fixed {}",
+                            r.prefix,
+                            builtin_net(b)
+                        ));
+                    }
+                }
+            }
+        }
+        for b in BUILTINS.iter().filter(|b| b.fixed) {
+            if !self
+                .rules
+                .iter()
+                .any(|r| r.prefix == builtin_net(b) && r.verdict == Verdict::Deny)
+            {
+                return bad(format!("fixed denial {} missing", builtin_net(b)));
+            }
+        }
+        let gw = Ipv4Net::new(self.link.gateway, 32).expect("32 is valid");
+        if !self
+            .rules
+            .iter()
+            .any(|r| r.prefix == gw && r.verdict == Verdict::Deny)
+        {
+            return bad("host-loopback gateway denial missing".into());
+        }
+        if self.resolvers.is_empty() || self.resolvers.len() > MAX_RESOLVERS {
+            return bad(format!("{} resolvers", self.resolvers.len()));
+        }
+        for r in &self.resolvers {
+            if self.verdict_for(*r).verdict != Verdict::Allow {
+                return bad(format!("resolver {r} is not reachable"));
+            }
+        }
+        if self.binding.len() > 4096 {
+            return bad("binding longer than 4096 bytes".into());
+        }
+        self.check_probe()
+    }
+
+    fn check_probe(&self) -> Result<(), PolicyError> {
+        let d = self.verdict_for(*self.probe.denied.ip()).verdict;
+        if d != Verdict::Deny {
+            return Err(PolicyError::ProbeTarget {
+                which: "denied",
+                target: self.probe.denied,
+                actual: d.past(),
+                expected: "denies",
+            });
+        }
+        if let Some(p) = self.probe.permitted {
+            let v = self.verdict_for(*p.ip()).verdict;
+            if v != Verdict::Allow || self.link.network.contains(p.ip()) {
+                return Err(PolicyError::ProbeTarget {
+                    which: "permitted",
+                    target: p,
+                    actual: if v == Verdict::Allow {
+                        "on the slirp link and"
+                    } else {
+                        "denied"
+                    },
+                    expected: "permits, off the slirp link",
+                });
+            }
+        }
+        if hickory_proto::rr::Name::from_ascii(&self.probe.dns_name).is_err()
+            || self.probe.dns_name.is_empty()
+            || self.probe.dns_name.len() > 253
+        {
+            return Err(PolicyError::ProbeName {
+                name: self.probe.dns_name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Longest-prefix decision for `addr`, exactly as the installed routes
+    /// decide it. The link network's device route permits the link itself
+    /// except where a link rule denies.
+    pub fn verdict_for(&self, addr: Ipv4Addr) -> Decision {
+        let mut best = Decision {
+            verdict: self.default,
+            prefix: Ipv4Net::default(),
+            origin: None,
+        };
+        let mut consider = |prefix: Ipv4Net, verdict: Verdict, origin: Option<Origin>| {
+            if prefix.contains(&addr) && prefix.prefix_len() >= best.prefix.prefix_len() {
+                best = Decision {
+                    verdict,
+                    prefix,
+                    origin,
+                };
+            }
+        };
+        consider(
+            self.link.network,
+            Verdict::Allow,
+            Some(Origin::Link {
+                what: "slirp link network".into(),
+            }),
+        );
+        for r in &self.rules {
+            consider(r.prefix, r.verdict, Some(r.origin.clone()));
+        }
+        best
+    }
+
+    /// The main routing table of the enforcement namespace, sorted.
+    pub fn routes(&self) -> Vec<RouteSpec> {
+        let via = |prefix| RouteSpec::Via {
+            prefix,
+            gateway: self.link.gateway,
+            ifname: self.link.ifname.clone(),
+        };
+        let mut out = vec![
+            match self.default {
+                Verdict::Allow => via(Ipv4Net::default()),
+                Verdict::Deny => RouteSpec::Unreachable(Ipv4Net::default()),
+            },
+            RouteSpec::Device {
+                prefix: self.link.network,
+                ifname: self.link.ifname.clone(),
+            },
+        ];
+        for r in &self.rules {
+            out.push(match r.verdict {
+                Verdict::Deny => RouteSpec::Unreachable(r.prefix),
+                Verdict::Allow => via(r.prefix),
+            });
+        }
+        out.sort();
+        out
+    }
+
+    /// The text of `/etc/resolv.conf` for the sandbox and for slirp B.
+    pub fn resolv_conf(&self) -> String {
+        let mut s =
+            String::from("# written by Lazaret from the profile's network.dns; do not edit\n");
+        for r in &self.resolvers {
+            s.push_str(&format!("nameserver {r}\n"));
+        }
+        s.push_str("options edns0\n");
+        s
+    }
+}
+
+/// Lower-case hex SHA-256.
+pub fn digest_bytes(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,311 @@
+//! Table tests of policy derivation: no root, no namespaces.
+
+use super::*;
+use lazaret_config::{Network, NetworkDefault, NetworkMode};
+
+fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> Network {
+    Network {
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+        dns: dns.iter().map(|s| s.to_string()).collect(),
+        default,
+        mode: None,
+    }
+}
+
+fn policy(n: &Network) -> Policy {
+    match derive(n, &DeriveOptions::default()).unwrap() {
+        NetworkPlan::Policy(p) => p,
+        NetworkPlan::None => panic!("expected a policy"),
+    }
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+use NetworkDefault::{Allow as DA, Deny as DD};
+use Verdict::{Allow as A, Deny as D};
+
+#[test]
+fn verdict_table() {
+    // (config, destination, expected verdict)
+    let default_allow = net(&[], &[], &[], DA);
+    let with_allow = net(&["10.99.0.0/24"], &[], &["10.99.5.53"], DA);
+    let default_deny = net(&["198.51.100.0/28", "10.99.0.0/24"], &[], &[], DD);
+    let nested = net(&["10.99.0.0/16"], &["10.99.7.0/24"], &[], DA);
+    let public_deny = net(&[], &["203.0.113.0/24"], &[], DA);
+    let override_builtin = net(&["172.16.0.0/12"], &[], &[], DA);
+    let cases: &[(&Network, &str, Verdict)] = &[
+        (&default_allow, "198.51.100.1", A),
+        (&default_allow, "8.8.8.8", A),
+        (&default_allow, "10.99.0.1", D),
+        (&default_allow, "172.16.9.1", D),
+        (&default_allow, "172.31.255.255", D),
+        (&default_allow, "172.32.0.1", A),
+        (&default_allow, "192.168.1.1", D),
+        (&default_allow, "169.254.169.254", D),
+        (&default_allow, "100.64.0.1", D),
+        (&default_allow, "100.127.255.254", D),
+        (&default_allow, "100.128.0.1", A),
+        (&default_allow, "0.1.2.3", D),
+        (&default_allow, "127.0.0.1", D),
+        (&default_allow, "224.0.0.1", D),
+        (&default_allow, "239.255.255.250", D),
+        (&default_allow, "240.0.0.1", D),
+        (&default_allow, "255.255.255.255", D),
+        (&default_allow, "10.0.2.2", D), // slirp host loopback
+        (&default_allow, "10.0.2.3", A), // slirp DNS: the default resolver
+        (&with_allow, "10.99.0.1", A),
+        (&with_allow, "10.99.1.1", D),
+        (&with_allow, "10.99.5.53", A), // resolver host route inside 10/8
+        (&with_allow, "10.99.5.54", D),
+        (&with_allow, "10.0.2.3", D), // not a chosen resolver
+        (&default_deny, "198.51.100.1", A),
+        (&default_deny, "198.51.100.16", D),
+        (&default_deny, "8.8.8.8", D),
+        (&default_deny, "10.99.0.1", A),
+        (&default_deny, "10.99.1.1", D),
+        (&default_deny, "10.0.2.3", A), // DNS stays reachable
+        (&nested, "10.99.0.1", A),
+        (&nested, "10.99.7.1", D),
+        (&nested, "10.98.0.1", D),
+        (&public_deny, "203.0.113.9", D),
+        (&public_deny, "203.0.114.9", A),
+        (&override_builtin, "172.16.9.1", A),
+        (&override_builtin, "10.1.1.1", D),
+    ];
+    for (n, dst, want) in cases {
+        let p = policy(n);
+        let d = p.verdict_for(ip(dst));
+        assert_eq!(d.verdict, *want, "{dst} under {n:?}: {d:?}");
+    }
+}
+
+#[test]
+fn default_deny_installs_unreachable_default() {
+    let p = policy(&net(&["198.51.100.0/28"], &[], &[], DD));
+    let r = p.routes();
+    assert!(r.contains(&RouteSpec::Unreachable(Ipv4Net::default())));
+    assert!(r.contains(&RouteSpec::Via {
+        prefix: "198.51.100.0/28".parse().unwrap(),
+        gateway: ip("10.0.2.2"),
+        ifname: "tap0".into()
+    }));
+}
+
+#[test]
+fn default_allow_routes() {
+    let p = policy(&net(&["10.99.0.0/24"], &[], &["10.99.5.53"], DA));
+    let r: Vec<String> = p.routes().iter().map(|r| r.to_string()).collect();
+    for want in [
+        "0.0.0.0/0 via 10.0.2.2 dev tap0 onlink",
+        "10.0.2.0/24 dev tap0 scope link",
+        "unreachable 10.0.0.0/8",
+        "unreachable 10.0.2.2/32",
+        "unreachable 10.0.2.3/32",
+        "10.99.0.0/24 via 10.0.2.2 dev tap0 onlink",
+        "10.99.5.53/32 via 10.0.2.2 dev tap0 onlink",
+        "unreachable 169.254.0.0/16",
+        "unreachable 100.64.0.0/10",
+        "unreachable 240.0.0.0/4",
+    ] {
+        assert!(r.contains(&want.to_string()), "{want} missing from {r:#?}");
+    }
+    assert_eq!(p.resolvers, vec![ip("10.99.5.53")]);
+    assert_eq!(
+        p.resolv_conf()
+            .lines()
+            .filter(|l| l.starts_with("nameserver"))
+            .collect::<Vec<_>>(),
+        vec!["nameserver 10.99.5.53"]
+    );
+}
+
+#[test]
+fn errors_name_the_entries() {
+    let cases: &[(Network, &str)] = &[
+        (
+            net(&["10.99.0.0/24"], &["10.99.0.0/24"], &[], DA),
+            "network.allow[0] \"10.99.0.0/24\" and network.deny[0] \"10.99.0.0/24\"",
+        ),
+        (
+            net(
+                &["1.2.3.0/24", "10.99.0.0/24"],
+                &["5.0.0.0/8", " 10.99.0.0/24"],
+                &[],
+                DA,
+            ),
+            "network.allow[1] \"10.99.0.0/24\" and network.deny[1] \" 10.99.0.0/24\"",
+        ),
+        (
+            net(&["10.99.0.0/33"], &[], &[], DA),
+            "network.allow[0] \"10.99.0.0/33\"",
+        ),
+        (
+            net(&[], &["not-a-cidr"], &[], DA),
+            "network.deny[0] \"not-a-cidr\"",
+        ),
+        (
+            net(&["10.99.0.1/24"], &[], &[], DA),
+            "host bits set; write the network address, 10.99.0.0/24",
+        ),
+        (
+            net(&[], &[], &["resolver.example"], DA),
+            "network.dns[0] \"resolver.example\"",
+        ),
+        (
+            net(&[], &["10.99.5.53/32"], &["10.99.5.53"], DA),
+            "network.dns[0] \"10.99.5.53\" and network.deny[0] \"10.99.5.53/32\"",
+        ),
+        (
+            net(&["127.0.0.1"], &[], &[], DA),
+            "lies in 127.0.0.0/8 (loopback)",
+        ),
+        (
+            net(&["224.0.0.0/8"], &[], &[], DA),
+            "lies in 224.0.0.0/4 (multicast)",
+        ),
+        (
+            net(&["10.0.2.0/24"], &[], &[], DA),
+            "overlaps the slirp4netns link network",
+        ),
+        (
+            net(&[], &["10.0.2.7"], &[], DA),
+            "network.deny[0] \"10.0.2.7\" overlaps the slirp4netns link",
+        ),
+        (
+            net(&["0.0.0.0/0"], &[], &[], DD),
+            "set `default = \"allow\"` instead",
+        ),
+        (
+            net(&["2001:db8::/32"], &[], &[], DA),
+            "network.allow[0] \"2001:db8::/32\" is IPv6",
+        ),
+        (
+            net(&[], &[], &["2001:db8::53"], DA),
+            "network.dns[0] \"2001:db8::53\" is IPv6",
+        ),
+        (
+            net(&[], &[], &["1.1.1.1", "1.0.0.1", "9.9.9.9", "8.8.8.8"], DA),
+            "at most 3",
+        ),
+    ];
+    for (n, want) in cases {
+        let e = derive(n, &DeriveOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "error {e:?} lacks {want:?}");
+    }
+}
+
+#[test]
+fn ipv6_deny_is_accepted_and_recorded() {
+    let p = policy(&net(&[], &["fc00::/7", "fe80::/10"], &[], DA));
+    assert_eq!(p.ipv6_denied, vec!["fc00::/7", "fe80::/10"]);
+    assert_eq!(p.ipv6, Ipv6Mode::DisabledInBothNamespaces);
+}
+
+#[test]
+fn mode_none_means_no_network() {
+    let mut n = net(&[], &[], &[], DA);
+    n.mode = Some(NetworkMode::None);
+    assert_eq!(
+        derive(&n, &DeriveOptions::default()).unwrap(),
+        NetworkPlan::None
+    );
+}
+
+#[test]
+fn canonical_bytes_round_trip_and_digest_is_stable() {
+    let n = net(
+        &["10.99.0.0/24", "10.99.0.0/24"],
+        &["203.0.113.0/24"],
+        &["10.99.5.53"],
+        DA,
+    );
+    let a = policy(&n);
+    let b = policy(&n);
+    assert_eq!(a.to_bytes().unwrap(), b.to_bytes().unwrap());
+    assert_eq!(a.digest().unwrap(), b.digest().unwrap());
+    let back = Policy::from_bytes(&a.to_bytes().unwrap()).unwrap();
+    assert_eq!(back, a);
+    // Order of entries does not matter for the routes, only for origins.
+    let mut other = a.clone();
+    other.binding = "generation 2".into();
+    assert_ne!(other.digest().unwrap(), a.digest().unwrap());
+}
+
+#[test]
+fn tampered_bytes_are_refused() {
+    let p = policy(&net(&[], &[], &[], DA));
+    let mut bytes = p.to_bytes().unwrap();
+    bytes.push(0);
+    assert!(matches!(
+        Policy::from_bytes(&bytes),
+        Err(PolicyError::Decode(_)) | Err(PolicyError::NotCanonical)
+    ));
+    // A structurally valid policy that drops a fixed denial is refused.
+    let mut bad = p.clone();
+    bad.rules.retain(|r| r.prefix.to_string() != "127.0.0.0/8");
+    assert!(matches!(
+        Policy::from_bytes(&bad.to_bytes().unwrap()),
+        Err(PolicyError::Inconsistent(_))
+    ));
+    let mut bad = p.clone();
+    bad.rules.push(Rule {
+        prefix: "127.0.0.0/9".parse().unwrap(),
+        verdict: Verdict::Allow,
+        origin: Origin::Allow {
+            index: 0,
+            entry: "x".into(),
+        },
+    });
+    assert!(Policy::from_bytes(&bad.to_bytes().unwrap()).is_err());
+    let mut v = p.clone();
+    v.version = 99;
+    assert!(matches!(
+        Policy::from_bytes(&v.to_bytes().unwrap()),
+        Err(PolicyError::Version { found: 99 })
+    ));
+}
+
+#[test]
+fn probe_targets() {
+    let n = net(&["169.254.169.254"], &[], &[], DA);
+    // The metadata address is allowed here, so the probe falls back.
+    assert_eq!(policy(&n).probe.denied, "240.0.0.1:80".parse().unwrap());
+    let opts = DeriveOptions {
+        probe_permitted: Some("10.99.1.1:80".parse().unwrap()),
+        ..Default::default()
+    };
+    let e = derive(&net(&[], &[], &[], DA), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("permitted probe target 10.99.1.1:80 is denied"),
+        "{e}"
+    );
+    let opts = DeriveOptions {
+        probe_denied: Some("198.51.100.1:80".parse().unwrap()),
+        ..Default::default()
+    };
+    let e = derive(&net(&[], &[], &[], DA), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("denied probe target 198.51.100.1:80 is permitted"),
+        "{e}"
+    );
+}
+
+#[test]
+fn resolver_equal_to_allow_keeps_the_allow_origin() {
+    let p = policy(&net(&["198.51.100.53/32"], &[], &["198.51.100.53"], DA));
+    let r = p
+        .rules
+        .iter()
+        .find(|r| r.prefix.to_string() == "198.51.100.53/32")
+        .unwrap();
+    assert!(matches!(r.origin, Origin::Allow { .. }));
+}

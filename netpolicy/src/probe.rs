@@ -1,0 +1,230 @@
+//! The readiness probe, run from the sandbox's network namespace: its
+//! traffic takes the sandbox's path (its tap0, slirp B, the enforcement
+//! namespace's routes). It checks that the denied target is refused by
+//! the policy ("no route"), that the permitted target, when one is named,
+//! is reachable, and that each resolver answers a DNS query.
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use crate::netlink::Rtnl;
+use crate::policy::Policy;
+use crate::sysctl::Ipv6Conf;
+
+/// How a TCP connection attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpOutcome {
+    Connected,
+    /// The destination (or slirp on its behalf) answered with a reset.
+    Refused,
+    /// `EHOSTUNREACH`, `ENETUNREACH`, `EACCES` or `EPERM`: a route said no.
+    NoRoute {
+        errno: i32,
+    },
+    TimedOut,
+    Failed {
+        error: String,
+    },
+}
+
+/// One attempt from the calling thread's network namespace.
+pub fn tcp_connect(target: SocketAddrV4, timeout: Duration) -> TcpOutcome {
+    match TcpStream::connect_timeout(&SocketAddr::V4(target), timeout) {
+        Ok(_) => TcpOutcome::Connected,
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
+            Some(n @ (libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM)) => {
+                TcpOutcome::NoRoute { errno: n }
+            }
+            Some(libc::ETIMEDOUT) => TcpOutcome::TimedOut,
+            _ if e.kind() == std::io::ErrorKind::TimedOut => TcpOutcome::TimedOut,
+            _ => TcpOutcome::Failed {
+                error: e.to_string(),
+            },
+        },
+    }
+}
+
+/// A resolver's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsAnswer {
+    pub rcode: String,
+    pub answers: Vec<String>,
+}
+
+/// Builds a recursive query for the A records of `name`.
+pub fn dns_query(id: u16, name: &str) -> Result<Vec<u8>, String> {
+    let name = Name::from_ascii(name).map_err(|e| format!("name {name:?}: {e}"))?;
+    let mut msg = Message::new();
+    msg.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true)
+        .add_query(Query::query(name, RecordType::A));
+    msg.to_vec().map_err(|e| e.to_string())
+}
+
+/// Asks `resolver` for `name` over UDP, retrying until `timeout`. Any
+/// well-formed response with our ID counts as an answer.
+pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsAnswer, String> {
+    let mut idb = [0u8; 2];
+    getrandom::getrandom(&mut idb).map_err(|e| format!("getrandom: {e}"))?;
+    let id = u16::from_ne_bytes(idb);
+    let query = dns_query(id, name)?;
+    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| format!("bind: {e}"))?;
+    sock.connect((resolver, 53))
+        .map_err(|e| format!("connect: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        if let Err(e) = sock.send(&query) {
+            last = format!("send: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let slice = (deadline - Instant::now()).min(Duration::from_millis(700));
+        if slice.is_zero() {
+            break;
+        }
+        sock.set_read_timeout(Some(slice))
+            .map_err(|e| format!("timeout: {e}"))?;
+        let mut buf = [0u8; 4096];
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let Ok(m) = Message::from_vec(&buf[..n]) else {
+                    last = "malformed answer".into();
+                    continue;
+                };
+                if m.id() != id || m.message_type() != MessageType::Response {
+                    continue;
+                }
+                return Ok(DnsAnswer {
+                    rcode: format!("{:?}", m.response_code()),
+                    answers: m.answers().iter().map(|r| r.to_string()).collect(),
+                });
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                last = "no answer before the timeout".into();
+            }
+            Err(e) => {
+                last = format!("recv: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    Err(last)
+}
+
+/// One check of the probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub check: String,
+    pub target: String,
+    pub passed: bool,
+    pub observed: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub checks: Vec<Check>,
+    pub passed: bool,
+}
+
+impl ProbeReport {
+    /// The failing checks, for an error message.
+    pub fn failures(&self) -> String {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| format!("{} {} ({})", c.check, c.target, c.observed))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Runs every check of `policy.probe` from the current namespace, which
+/// must be the sandbox's (`sandbox` and `sandbox_ipv6` are its handles).
+pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> ProbeReport {
+    let t = Duration::from_millis(u64::from(policy.probe.timeout_ms));
+    let mut checks = Vec::new();
+
+    let d = tcp_connect(policy.probe.denied, t);
+    checks.push(Check {
+        check: "denied destination refused".into(),
+        target: policy.probe.denied.to_string(),
+        passed: matches!(d, TcpOutcome::NoRoute { .. }),
+        observed: format!("{d:?}"),
+    });
+    if let Some(p) = policy.probe.permitted {
+        let o = tcp_connect(p, t);
+        checks.push(Check {
+            check: "permitted destination reachable".into(),
+            target: p.to_string(),
+            passed: matches!(o, TcpOutcome::Connected | TcpOutcome::Refused),
+            observed: format!("{o:?}"),
+        });
+    }
+    for r in &policy.resolvers {
+        let (passed, observed) = match dns_ask(*r, &policy.probe.dns_name, t) {
+            Ok(a) => (true, format!("rcode {} answers {:?}", a.rcode, a.answers)),
+            Err(e) => (false, e),
+        };
+        checks.push(Check {
+            check: "resolver answers".into(),
+            target: format!("{r}:53 {}", policy.probe.dns_name),
+            passed,
+            observed,
+        });
+    }
+    // IPv6 in the sandbox namespace, now that slirp B's tap0 exists.
+    let mut v6 = Vec::new();
+    let mut ok = true;
+    match sandbox.links() {
+        Ok(links) => {
+            for (_, name) in links {
+                match sandbox_ipv6.read(&name, "disable_ipv6") {
+                    Ok(v) => {
+                        ok &= v == "1";
+                        v6.push(format!("{name}={v}"));
+                    }
+                    Err(e) => {
+                        ok = false;
+                        v6.push(format!("{name}: {e}"));
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            ok = false;
+            v6.push(e.to_string());
+        }
+    }
+    match sandbox.addresses(netlink_packet_route::AddressFamily::Inet6) {
+        Ok(a) if a.is_empty() => {}
+        Ok(a) => {
+            ok = false;
+            v6.push(format!("IPv6 addresses {a:?}"));
+        }
+        Err(e) => {
+            ok = false;
+            v6.push(e.to_string());
+        }
+    }
+    checks.push(Check {
+        check: "IPv6 disabled in the sandbox namespace".into(),
+        target: "disable_ipv6 of every link".into(),
+        passed: ok,
+        observed: v6.join(" "),
+    });
+    let passed = checks.iter().all(|c| c.passed);
+    ProbeReport { checks, passed }
+}
