@@ -300,6 +300,9 @@ struct AnchorView {
     bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     changes: Option<Summary>,
+    /// Why the anchor could not be scanned (`lazaret state verify` tells more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -317,12 +320,17 @@ fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
     let mut anchors = Vec::new();
     if let Some(m) = &domain.meta {
         for a in &m.anchors {
-            let s = scan(domain, &a.path, a.generation)?;
+            // One unreadable anchor (or Domain) must not hide the others.
+            let (bytes, changes, error) = match scan(domain, &a.path, a.generation) {
+                Ok(s) => (s.bytes, with_changes.then_some(s), None),
+                Err(e) => (0, None, Some(e.to_string())),
+            };
             anchors.push(AnchorView {
                 path: a.path.clone(),
                 generation: a.generation,
-                bytes: s.bytes,
-                changes: with_changes.then_some(s),
+                bytes,
+                changes,
+                error,
             });
         }
     }
@@ -396,12 +404,11 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                 for v in &views {
                     print_header(v);
                     for a in &v.anchors {
-                        println!(
-                            "  {:<12} generation {:<4} {}",
-                            a.path,
-                            a.generation,
-                            human_bytes(a.bytes)
-                        );
+                        let size = match &a.error {
+                            None => human_bytes(a.bytes),
+                            Some(e) => format!("unreadable: {e}"),
+                        };
+                        println!("  {:<12} generation {:<4} {size}", a.path, a.generation);
                     }
                 }
             }
@@ -416,7 +423,15 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             }
             print_header(&v);
             for a in &v.anchors {
-                let c = a.changes.as_ref().expect("with changes");
+                let Some(c) = a.changes.as_ref() else {
+                    println!(
+                        "  {} (generation {}): unreadable: {}",
+                        a.path,
+                        a.generation,
+                        a.error.as_deref().unwrap_or("?")
+                    );
+                    continue;
+                };
                 println!(
                     "  {} (generation {}): {} added, {} changed, {} deleted, {}",
                     a.path,
