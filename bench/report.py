@@ -7,10 +7,12 @@
       u64 BE || profile || len(workspace) as u64 BE || workspace), in hex.
 
   report.py table RESULTS_DIR
-      Reads the hyperfine exports RESULTS_DIR/<case>.json and prints the table
+      Reads the hyperfine exports RESULTS_DIR/<case>.<round>.json (or
+      RESULTS_DIR/<case>.json), pools each case's rounds, and prints the table
       (median, p90, ratio lazaret/bare). Also writes RESULTS_DIR/summary.json.
 """
 
+import glob
 import hashlib
 import json
 import os
@@ -51,15 +53,24 @@ def quantile(xs, q):
 
 
 def load(results, stem):
-    path = os.path.join(results, stem + ".json")
-    if not os.path.exists(path):
+    """All samples of one case: STEM.json, or the rounds STEM.<k>.json."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(results), stem + ".*.json")))
+    paths = [p for p in paths if os.path.basename(p)[len(stem) + 1:-5].isdigit()]
+    single = os.path.join(results, stem + ".json")
+    if os.path.exists(single):
+        paths.append(single)
+    if not paths:
         return None
-    with open(path) as f:
-        r = json.load(f)["results"][0]
-    times = [t * 1000.0 for t in r["times"]]
+    times, command = [], None
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)["results"][0]
+        command = command or r["command"]
+        times += [t * 1000.0 for t in r["times"]]
     return {
-        "command": r["command"],
+        "command": command,
         "n": len(times),
+        "rounds": len(paths),
         "median_ms": quantile(times, 0.5),
         "p90_ms": quantile(times, 0.9),
         "min_ms": min(times),
