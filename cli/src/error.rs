@@ -8,7 +8,9 @@ pub enum CliError {
     #[error(transparent)]
     Config(#[from] lazaret_config::ConfigError),
     #[error(transparent)]
-    Image(#[from] lazaret_image::ImageError),
+    // Boxed: image errors carry a lot of context, and every CLI result
+    // would otherwise be as large as the largest of them.
+    Image(Box<lazaret_image::ImageError>),
     #[error(transparent)]
     Runsc(#[from] lazaret_helpers::runsc::RunscError),
     #[error(transparent)]
@@ -25,8 +27,16 @@ pub enum CliError {
     },
     #[error("{0}")]
     Placement(String),
+    #[error("the profile's network configuration is refused: {0}; nothing was started")]
+    Network(String),
     #[error("the sandbox could not start: {0}")]
     Start(String),
     #[error("{0}")]
     Session(String),
+}
+
+impl From<lazaret_image::ImageError> for CliError {
+    fn from(e: lazaret_image::ImageError) -> Self {
+        CliError::Image(Box::new(e))
+    }
 }

@@ -6,7 +6,7 @@ use crate::error::CliError;
 use crate::run::Resolved;
 use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
-use lazaret_protocol::plan::{CoordinatorInput, RunscInvocation, VolumeSpec};
+use lazaret_protocol::plan::{CoordinatorInput, NetworkInput, RunscInvocation, VolumeSpec};
 use std::io::{BufRead, IsTerminal};
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
@@ -23,6 +23,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
         "lazaret-coordinator",
         "lazaret-supervisor",
         "lazaret-exec-bridge",
+        "lazaret-netpolicy",
     ] {
         if !dir.join(b).is_file() {
             return Err(CliError::Start(format!(
@@ -53,6 +54,10 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     }
 
     let runsc = RunscInfo::detect(r.loaded.config.runtime.runsc.as_deref())?;
+    // A network configuration that cannot be derived fails here, before
+    // anything is prepared or started (the coordinator derives it again,
+    // bound to its generation).
+    let network = network_input(&r.profile.network, runsc.needs_proc_sys_net_hack())?;
     let id_map = userns::current_id_map()?;
     let images = lazaret_image::Store::new(&r.storage_root, id_map.clone());
     let opts = PrepareOptions {
@@ -119,8 +124,39 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             })
             .collect(),
         libexec: libexec()?,
+        network,
     };
     spawn_coordinator(r, &input)
+}
+
+/// The profile's `[network]` for the coordinator, after checking that a
+/// policy can be derived from it and that slirp4netns is there.
+pub(crate) fn network_input(
+    net: &lazaret_config::Network,
+    hide_proc_sys_net: bool,
+) -> Result<NetworkInput, CliError> {
+    let disabled = net.mode == Some(lazaret_config::NetworkMode::None);
+    let slirp4netns = lazaret_helpers::runsc::find_on_path("slirp4netns");
+    if !disabled {
+        let opts = lazaret_netpolicy::options_for(net, "validation")
+            .map_err(|e| CliError::Network(e.to_string()))?;
+        lazaret_netpolicy::derive(net, &opts).map_err(|e| CliError::Network(e.to_string()))?;
+        if slirp4netns.is_none() {
+            return Err(CliError::Network(
+                "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network] to run without a network".into(),
+            ));
+        }
+    }
+    Ok(NetworkInput {
+        disabled,
+        allow: net.allow.clone(),
+        deny: net.deny.clone(),
+        dns: net.dns.clone(),
+        default_deny: net.default == lazaret_config::NetworkDefault::Deny,
+        probe: net.probe.clone(),
+        slirp4netns,
+        hide_proc_sys_net,
+    })
 }
 
 fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliError> {

@@ -6,7 +6,9 @@
 
 mod doctor;
 mod error;
+mod image_cmd;
 mod leader;
+mod net_cmd;
 mod prompt;
 mod run;
 mod state_cmd;
@@ -30,6 +32,8 @@ struct Cli {
 enum Cmd {
     /// Open a shell (or run CMD) in the Domain's sandbox, starting it if needed
     Run(run::RunArgs),
+    /// Prepare, list and remove images (prepared read-only lowers)
+    Image(image_cmd::ImageArgs),
     /// List, inspect, verify and reset the Domains' persistent state
     #[command(subcommand)]
     State(state_cmd::StateCmd),
@@ -40,6 +44,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The Domain's network policy, readiness fingerprint and probe evidence
+    #[command(subcommand)]
+    Net(net_cmd::NetCmd),
     /// Check this machine's prerequisites, one line each
     Doctor {
         /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
@@ -60,6 +67,7 @@ fn main() {
                 error::LAZARET_FAILED
             }
         },
+        Cmd::Image(args) => image_cmd::run(args),
         Cmd::State(cmd) => match state_cmd::run(cmd) {
             Ok(code) => code,
             Err(e) => {
@@ -68,6 +76,13 @@ fn main() {
             }
         },
         Cmd::Escalations { which, json } => match state_cmd::escalations(&which, json) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("lazaret: error: {e}");
+                error::LAZARET_FAILED
+            }
+        },
+        Cmd::Net(cmd) => match net_cmd::run(cmd) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("lazaret: error: {e}");

@@ -106,7 +106,12 @@ pub struct Network {
     pub dns: Vec<String>,
     /// Policy for destinations matched by neither list.
     pub default: NetworkDefault,
+    /// `"none"` disables networking (`--network=none`); unset or
+    /// `"enabled"` installs the policy.
     pub mode: Option<NetworkMode>,
+    /// A destination (`IP:PORT`) the readiness probe must reach before the
+    /// sandbox starts; unset, the probe contacts nothing but the resolvers.
+    pub probe: Option<String>,
 }
 
 /// Policy for destinations not listed in `allow` or `deny`.

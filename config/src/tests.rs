@@ -32,6 +32,7 @@ deny = ["169.254.169.254/32"]
 dns = ["1.1.1.1"]
 default = "deny"
 mode = "enabled"
+probe = "198.51.100.7:443"
 
 [[profiles.default.escalation.auto_approve]]
 argv = ["git", "fetch"]
@@ -200,6 +201,7 @@ fn full_example_parses() {
             dns: vec!["1.1.1.1".into()],
             default: NetworkDefault::Deny,
             mode: Some(NetworkMode::Enabled),
+            probe: Some("198.51.100.7:443".into()),
         }
     );
     assert_eq!(
@@ -228,6 +230,7 @@ fn omitted_fields_take_defaults() {
     assert!(!x.escalation.auto_approve[0].trailing_args);
     assert_eq!(x.network.default, NetworkDefault::Allow);
     assert_eq!(x.network.mode, None);
+    assert_eq!(x.network.probe, None);
     // The file has no `default` profile, but the built-in one is there.
     assert_eq!(config.profile("default").unwrap(), &Profile::default());
 }

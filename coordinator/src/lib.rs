@@ -9,7 +9,9 @@ pub mod escalation;
 pub mod fdno;
 pub mod gate;
 pub mod git_sentry;
+pub mod lease;
 pub mod lifecycle;
+pub mod network;
 pub mod procs;
 pub mod session;
 

@@ -100,11 +100,15 @@ fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
 }
 
 fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<(), String> {
+    // A network configuration that cannot be derived stops the start
+    // before anything is touched.
+    crate::network::derive(input, "validation")?;
     let layout = Layout::new(&input.domain_root);
     let _lock = lock_domain(&layout.lock())?;
     let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
     let previous = store.generation().map_err(|e| e.to_string())?;
     recover(&layout, &store, previous.as_ref(), &input.libexec)?;
+    crate::lease::release_stale(input);
 
     // State Anchors: finish or roll back an interrupted reset, then make
     // sure every persistent path has its current generation.
@@ -152,15 +156,40 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     };
     lazaret_state::meta::write(&layout.meta(), &meta)
         .map_err(|e| format!("cannot write {}: {e}", layout.meta().display()))?;
+    if let Err(e) = crate::lease::take(input, gen.number) {
+        teardown(&layout, &store, &mut gen, None, input);
+        return Err(e);
+    }
+
+    // The network policy of this generation, bound to it; its intent is
+    // durable before the supervisor starts.
+    let binding = format!("{}/{}/{}", input.domain_id, gen.number, gen.sandbox_id);
+    let policy = crate::network::derive(input, &binding)?;
+    crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
 
     // The sandbox request-signing key of this generation: the secret half
     // is mounted read-only into the sandbox, the public half stays here.
     let keys = ed25519_compact::KeyPair::generate();
-    let started = start_sandbox(input, &layout, &gen, &anchor_dirs, &keys.sk);
+    let started = start_sandbox(
+        input,
+        &layout,
+        &gen,
+        &anchor_dirs,
+        &keys.sk,
+        policy.as_ref(),
+    );
+    crate::network::record_evidence(
+        &store,
+        &layout,
+        input,
+        gen.number,
+        policy.as_ref(),
+        started.as_ref().err(),
+    );
     let (mut supervisor, holder_pid) = match started {
         Ok(s) => s,
         Err(e) => {
-            teardown(&layout, &store, &mut gen, None, &input.libexec);
+            teardown(&layout, &store, &mut gen, None, input);
             return Err(e);
         }
     };
@@ -172,26 +201,14 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let holder = match procs::pidfd(holder_pid) {
         Ok(fd) => fd,
         Err(e) => {
-            teardown(
-                &layout,
-                &store,
-                &mut gen,
-                Some(&mut supervisor),
-                &input.libexec,
-            );
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
             return Err(format!("cannot open a pidfd for the sandbox holder: {e}"));
         }
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
         Err(e) => {
-            teardown(
-                &layout,
-                &store,
-                &mut gen,
-                Some(&mut supervisor),
-                &input.libexec,
-            );
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
             return Err(e);
         }
     };
@@ -226,13 +243,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let _ = std::fs::remove_file(layout.socket());
     drop(listener);
     ctx.end_all();
-    teardown(
-        &layout,
-        &store,
-        &mut gen,
-        Some(&mut supervisor),
-        &input.libexec,
-    );
+    teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
     Ok(())
 }
 
@@ -383,13 +394,23 @@ fn start_sandbox(
     gen: &Generation,
     anchors: &[AnchorDirs],
     key: &ed25519_compact::SecretKey,
+    policy: Option<&lazaret_netpolicy::Policy>,
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
     git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
     let mut mounts = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
     mounts.extend(prepare_control(input, layout, gen, key)?);
-    let plan = plan(input, &run, gen, anchors, mounts);
+    let network = match policy {
+        Some(p) => {
+            let (net, mount) = crate::network::prepare(input, layout, p)?;
+            mounts.push(mount);
+            Some(net)
+        }
+        None => None,
+    };
+    let mut plan = plan(input, &run, gen, anchors, mounts);
+    plan.network = network;
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (status_r, status_w) =
@@ -495,6 +516,7 @@ pub fn plan(
         hostname: "lazaret".into(),
         env: session::base_env(input, None),
         id_map: input.id_map.clone(),
+        network: None,
     }
 }
 
@@ -505,7 +527,7 @@ fn teardown(
     store: &Store,
     gen: &mut Generation,
     supervisor: Option<&mut Child>,
-    libexec: &Path,
+    input: &CoordinatorInput,
 ) {
     gen.phase = Phase::Stopping;
     let _ = store.set_generation(gen);
@@ -526,7 +548,9 @@ fn teardown(
             }
         }
     }
-    remove_run_dir(layout, libexec);
+    remove_run_dir(layout, &input.libexec);
+    // Unmounted: the image may go now.
+    crate::lease::release(input, gen.number);
     gen.phase = Phase::Stopped;
     gen.supervisor = None;
     gen.holder = None;

@@ -145,9 +145,14 @@ where
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)?;
     let mut child = Some(child);
     let go_r_raw = go_r.as_raw_fd();
+    let go_w_raw = go_w.as_raw_fd();
     let mut stack = vec![0u8; 1 << 20];
     let cb = Box::new(move || -> isize {
-        // Wait until the parent wrote our maps (one byte), or died (EOF).
+        // Our copy of the write end must go, or a parent that fails to map
+        // us (and drops its own) would leave us waiting forever.
+        // SAFETY: closing the clone's copy of a descriptor it owns.
+        unsafe { libc::close(go_w_raw) };
+        // Wait until the parent wrote our maps (one byte), or gave up (EOF).
         let mut b = [0u8; 1];
         // SAFETY: go_r_raw is the read end of a pipe this process inherited
         // from the clone; reading one byte into a stack buffer is sound.
@@ -240,6 +245,27 @@ pub fn run_mapped(map: &IdMap, cmd: &mut Command) -> Result<std::process::ExitSt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_mapping_is_an_error_not_a_hang() {
+        // Ranges nobody may map: newuidmap refuses them for any caller but
+        // root, and root has no subordinate ranges of its own here either.
+        let map = IdMap {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            sub_uid: (4_000_000_000, 1),
+            sub_gid: (4_000_000_000, 1),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = clone_mapped(&map, CloneFlags::empty(), || 0);
+            let _ = tx.send(r.is_err());
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(failed) => assert!(failed, "an impossible mapping succeeded"),
+            Err(_) => panic!("clone_mapped hung after a failed mapping"),
+        }
+    }
 
     #[test]
     fn parses_first_range_by_name_or_uid() {

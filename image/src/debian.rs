@@ -1,10 +1,11 @@
 //! The builder of `lazaret:default`: Debian bookworm built by `mmdebstrap
 //! --mode=unshare`, unpacked inside the mapped user namespace.
 
+use crate::catalog::{now, ArtifactRecord};
 use crate::store::{tail_lines, Store};
 use crate::{
     default_artifact_id, default_recipe, ImageError, PrepareOptions, PreparedImage,
-    DEFAULT_REFERENCE,
+    BUILDER_VERSION, DEFAULT_REFERENCE,
 };
 use std::fs::File;
 use std::io::BufReader;
@@ -27,13 +28,13 @@ pub(crate) const PACKAGES: &[&str] = &[
 
 /// Directories the sandbox mounts over, which must exist in the read-only
 /// rootfs. `tmp` is handled apart (mode 1777).
-const MOUNT_POINTS: &[&str] = &["workspace", "proc", "dev", "sys", "run", ".lazaret"];
+pub(crate) const MOUNT_POINTS: &[&str] = &["workspace", "proc", "dev", "sys", "run", ".lazaret"];
 
 /// The statx LD_PRELOAD shim, compiled by `build.rs` from
 /// `shim/statx-shim.c`.
 pub(crate) static STATX_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/statx-shim.so"));
 /// Where the shim goes in the image.
-const SHIM_PATH: &str = "usr/lib/lazaret-statx-shim.so";
+pub(crate) const SHIM_PATH: &str = "usr/lib/lazaret-statx-shim.so";
 
 /// Prepares `lazaret:default`: returns the published tree, or builds and
 /// publishes it under the build lock.
@@ -44,11 +45,13 @@ pub(crate) fn prepare_default(
 ) -> Result<PreparedImage, ImageError> {
     let id = default_artifact_id(opts);
     if let Some(img) = store.ready(&id, DEFAULT_REFERENCE) {
+        record(store, &id)?;
         return Ok(img);
     }
     store.ensure_lowers()?;
     let _lock = store.lock(DEFAULT_REFERENCE, progress)?;
     if let Some(img) = store.ready(&id, DEFAULT_REFERENCE) {
+        record(store, &id)?;
         return Ok(img);
     }
     store.remove_leftovers_locked(progress)?;
@@ -63,6 +66,7 @@ pub(crate) fn prepare_default(
         return Err(e);
     }
     store.publish(&staging, &id, &default_recipe(opts))?;
+    record(store, &id)?;
     store
         .ready(&id, DEFAULT_REFERENCE)
         .ok_or_else(|| ImageError::BadImage {
@@ -71,6 +75,28 @@ pub(crate) fn prepare_default(
                 store.artifact_dir(&id).display()
             ),
         })
+}
+
+/// Records the published default image in the Storage Catalog, unless it
+/// is there already (so the fast path costs one small transaction).
+fn record(store: &Store, id: &str) -> Result<(), ImageError> {
+    let catalog = store.catalog();
+    if catalog.artifact(id)?.is_some() {
+        return Ok(());
+    }
+    let rec = ArtifactRecord {
+        id: id.to_string(),
+        reference: DEFAULT_REFERENCE.to_string(),
+        source: DEFAULT_REFERENCE.to_string(),
+        // The artifact ID is the SHA-256 of the recipe.
+        manifest_digest: format!("sha256:{id}"),
+        platform: crate::oci::host_platform(),
+        preparer: BUILDER_VERSION.to_string(),
+        size: crate::tree_size(&store.artifact_dir(id).join("rootfs")),
+        created: now(),
+    };
+    catalog.record_artifact(&rec, None, || store.ready(id, DEFAULT_REFERENCE).is_some())?;
+    Ok(())
 }
 
 /// Builds the rootfs into `<staging>/rootfs`.

@@ -6,8 +6,70 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    #[error("unsupported image reference `{reference}`: only `lazaret:default` is supported for now; use `lazaret:default` as the image")]
+    #[error("unsupported image reference `{reference}`: use one of {forms}", forms = crate::reference::FORMS)]
     UnsupportedReference { reference: String },
+
+    #[error("bad image reference `{reference}`: {detail}")]
+    BadReference { reference: String, detail: String },
+
+    #[error("the image `{reference}` cannot be read: {}: {source}; check the path", path.display())]
+    SourceMissing {
+        reference: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("skopeo is not installed: run `sudo apt-get install skopeo`")]
+    SkopeoMissing,
+
+    #[error("skopeo could not copy `{reference}` ({status}); check that the image exists and is readable by you. its last output was:\n{output}")]
+    Copy {
+        reference: String,
+        status: String,
+        output: String,
+    },
+
+    #[error("the registry of `{reference}` cannot be reached ({detail}); no registry is reachable from this machine: save the image elsewhere (`podman save --format oci-archive -o img.tar IMAGE`), copy the archive here and use `oci-archive:img.tar`")]
+    RegistryUnreachable { reference: String, detail: String },
+
+    #[error("refused layer {layer}, entry `{entry}`: {reason}; nothing was published. the image is damaged or hostile: rebuild it from a trusted source")]
+    HostileEntry {
+        layer: String,
+        entry: String,
+        reason: String,
+    },
+
+    #[error("refused {what} {digest}: {reason}; nothing was published. the image is damaged or was tampered with: copy or rebuild it from a trusted source")]
+    BadBlob {
+        what: &'static str,
+        digest: String,
+        reason: String,
+    },
+
+    #[error("the image `{reference}` is not usable: {detail}")]
+    BadLayout { reference: String, detail: String },
+
+    #[error("the image `{reference}` is for {found}, but this machine runs {expected}: use an image built for {expected}")]
+    Platform {
+        reference: String,
+        found: String,
+        expected: String,
+    },
+
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
+
+    #[error("no prepared image matches `{id}`: see `lazaret image list`")]
+    UnknownArtifact { id: String },
+
+    #[error("`{id}` matches several prepared images ({matches}): give more of the ID")]
+    AmbiguousArtifact { id: String, matches: String },
+
+    #[error(
+        "prepared image {id} is in use by {leases}: stop those Domains' sessions first, then retry"
+    )]
+    Leased { id: String, leases: String },
 
     #[error("mmdebstrap is not installed: run `sudo apt-get install mmdebstrap`")]
     MmdebstrapMissing,

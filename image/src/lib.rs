@@ -8,29 +8,99 @@
 //! the developer's subordinate IDs, so its ownership is the one the sandbox's
 //! user namespace sees (platform notes §3).
 //!
+//! Other references (`oci:`, `oci-archive:`, `docker-archive:`,
+//! `containers-storage:`, `docker://`) are copied by `skopeo` into an OCI
+//! layout in a staging directory, then unpacked by Lazaret's own checked
+//! unpacker (`unpack.rs`: every tar entry is validated, and written only
+//! through directory descriptors resolved inside the rootfs). Every
+//! prepared artifact is recorded in the Storage Catalog (`catalog.rs`),
+//! where Domain generations lease it.
+//!
 //! Layout under the Storage Root:
 //!
 //! ```text
+//! catalog.redb               the Storage Catalog (artifacts, sources, leases)
+//! storage-catalog.lock       flock(2) around every catalog transaction
 //! lowers/                    0700
-//!   .build.lock              flock(2) serialising builds
-//!   .staging-XXXX/           a build in progress (or an interrupted one)
+//!   .build.lock              flock(2) serialising preparations (and gc)
+//!   .staging-XXXX/           a preparation in progress (or an interrupted one)
+//!   .trash-XXXX/             an artifact being removed
 //!   <artifact-id>/           0555 once published
 //!     rootfs/                the overlay lower
 //!     complete               marker written last; holds the recipe
 //! ```
 
+mod catalog;
 mod debian;
 mod error;
+mod manage;
+mod oci;
+pub mod progress;
+mod reference;
 mod store;
+mod unpack;
 
+pub use catalog::{ArtifactRecord, Catalog, CatalogError, Lease};
 pub use error::ImageError;
+pub use manage::{GcReport, Listed};
+pub use oci::{oci_artifact_id, OCI_PREPARER};
+pub use progress::Progress;
+pub use reference::Reference;
 pub use store::Store;
+pub use unpack::Limits;
 
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// The only reference supported for now.
+/// The built-in image.
 pub const DEFAULT_REFERENCE: &str = "lazaret:default";
+
+/// The artifact ID of a prepared rootfs path
+/// (`<storage_root>/lowers/<artifact-id>/rootfs`), for the Session
+/// Coordinator, which receives the rootfs path and leases the artifact.
+pub fn artifact_id_of_rootfs(rootfs: &Path) -> Option<&str> {
+    if rootfs.file_name()? != "rootfs" {
+        return None;
+    }
+    let dir = rootfs.parent()?;
+    if dir.parent()?.file_name()? != "lowers" {
+        return None;
+    }
+    let id = dir.file_name()?.to_str()?;
+    (id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+    .then_some(id)
+}
+
+/// The Storage Root of a prepared rootfs path (see
+/// [`artifact_id_of_rootfs`]).
+pub fn storage_root_of_rootfs(rootfs: &Path) -> Option<&Path> {
+    artifact_id_of_rootfs(rootfs)?;
+    rootfs.parent()?.parent()?.parent()
+}
+
+/// Bytes of regular-file content under `dir` (unreadable parts count 0).
+pub(crate) fn tree_size(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&p) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() && m.nlink() >= 1 {
+                total += m.len();
+            }
+        }
+    }
+    total
+}
 
 /// A prepared image: a published, complete rootfs tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +124,8 @@ pub struct PrepareOptions {
 }
 
 /// Something that turns an image reference into a prepared rootfs.
+/// `Store` is the one implementation; [`Store::prepare_with`] also reports
+/// byte progress for a progress bar.
 pub trait Preparer {
     /// Prepares `reference`, building it if needed. `progress` receives
     /// human-readable lines (without context; the caller adds it).
@@ -107,11 +179,38 @@ impl Preparer for Store {
         opts: &PrepareOptions,
         progress: &mut dyn FnMut(&str),
     ) -> Result<PreparedImage, ImageError> {
-        match reference {
-            DEFAULT_REFERENCE => debian::prepare_default(self, opts, progress),
-            _ => Err(ImageError::UnsupportedReference {
-                reference: reference.to_string(),
-            }),
+        self.prepare_with(reference, opts, &mut progress::Lines(progress))
+    }
+}
+
+impl Store {
+    /// Prepares `reference` (any supported form) with the default
+    /// [`Limits`], records it in the Storage Catalog, and returns the
+    /// published rootfs. Reuses a published artifact when the source is
+    /// unchanged; concurrent preparations of one reference wait for each
+    /// other and give one artifact.
+    pub fn prepare_with(
+        &self,
+        reference: &str,
+        opts: &PrepareOptions,
+        progress: &mut dyn Progress,
+    ) -> Result<PreparedImage, ImageError> {
+        self.prepare_limited(reference, opts, Limits::default(), progress)
+    }
+
+    /// [`Store::prepare_with`] with explicit limits.
+    pub fn prepare_limited(
+        &self,
+        reference: &str,
+        opts: &PrepareOptions,
+        limits: Limits,
+        progress: &mut dyn Progress,
+    ) -> Result<PreparedImage, ImageError> {
+        match Reference::parse(reference)? {
+            Reference::Default => {
+                debian::prepare_default(self, opts, &mut |l: &str| progress.line(l))
+            }
+            r => oci::prepare_oci(self, reference, &r, opts, limits, progress),
         }
     }
 }

@@ -23,9 +23,10 @@ pub mod helper;
 pub mod netlink;
 pub mod policy;
 pub mod probe;
+pub mod record;
 pub mod sysctl;
 
-pub use policy::{derive, DeriveOptions, NetworkPlan, Policy, PolicyError};
+pub use policy::{derive, options_for, DeriveOptions, NetworkPlan, Policy, PolicyError};
 
 /// The fixed descriptor numbers the supervisor hands to the helper.
 pub mod fdno {

@@ -115,6 +115,10 @@ pub enum PolicyError {
         actual: &'static str,
         expected: &'static str,
     },
+    #[error(
+        "network.probe {entry:?} is not an IPv4 address and port (write it as 198.51.100.7:443)"
+    )]
+    InvalidProbe { entry: String },
     #[error("the DNS probe name {name:?} is not a valid domain name")]
     ProbeName { name: String },
     #[error("policy encoding: {0}")]
@@ -229,6 +233,12 @@ pub struct ProbePlan {
     /// Name asked of each resolver; any well-formed answer passes.
     pub dns_name: String,
     pub timeout_ms: u32,
+    /// Whether a silent resolver fails the probe. True for resolvers the
+    /// profile names in `dns`; false for the implicit one (slirp's
+    /// forwarder to the host's own resolver, which Lazaret does not
+    /// configure and which may be offline): its answer is recorded as
+    /// evidence but does not keep the sandbox from starting.
+    pub dns_required: bool,
 }
 
 /// The derived, canonical network policy of one Domain generation.
@@ -386,6 +396,24 @@ enum Entry {
     V6,
 }
 
+/// The [`DeriveOptions`] a profile asks for: the generation `binding`
+/// and, from `probe = "IP:PORT"`, the permitted probe target.
+pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, PolicyError> {
+    let probe_permitted = match &net.probe {
+        None => None,
+        Some(p) => Some(
+            p.trim()
+                .parse::<SocketAddrV4>()
+                .map_err(|_| PolicyError::InvalidProbe { entry: p.clone() })?,
+        ),
+    };
+    Ok(DeriveOptions {
+        binding: binding.to_string(),
+        probe_permitted,
+        ..DeriveOptions::default()
+    })
+}
+
 /// Derives the policy. Pure: the same profile and options always give the
 /// same bytes.
 pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, PolicyError> {
@@ -482,6 +510,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             count: net.dns.len(),
         });
     }
+    let dns_required = !net.dns.is_empty();
     let mut resolvers: Vec<(usize, Ipv4Addr)> = Vec::new();
     for (i, e) in net.dns.iter().enumerate() {
         let ip: IpAddr = e.trim().parse().map_err(|_| PolicyError::InvalidResolver {
@@ -637,6 +666,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
                 .clone()
                 .unwrap_or_else(|| "lazaret-probe.invalid.".into()),
             timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
+            dns_required,
         },
     };
     policy.probe.denied = match opts.probe_denied {

@@ -10,6 +10,7 @@ fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> 
         dns: dns.iter().map(|s| s.to_string()).collect(),
         default,
         mode: None,
+        probe: None,
     }
 }
 
@@ -308,4 +309,47 @@ fn resolver_equal_to_allow_keeps_the_allow_origin() {
         .find(|r| r.prefix.to_string() == "198.51.100.53/32")
         .unwrap();
     assert!(matches!(r.origin, Origin::Allow { .. }));
+}
+
+#[test]
+fn probe_key_and_implicit_resolver() {
+    let mut n = net(&[], &[], &[], DA);
+    n.probe = Some("198.51.100.1:8080".into());
+    let opts = options_for(&n, "d/1").unwrap();
+    assert_eq!(opts.binding, "d/1");
+    assert_eq!(
+        opts.probe_permitted,
+        Some("198.51.100.1:8080".parse().unwrap())
+    );
+    let NetworkPlan::Policy(p) = derive(&n, &opts).unwrap() else {
+        panic!("no policy")
+    };
+    assert_eq!(
+        p.probe.permitted,
+        Some("198.51.100.1:8080".parse().unwrap())
+    );
+    // No `dns`: slirp's forwarder to the host's resolver, not required.
+    assert!(!p.probe.dns_required);
+    for bad in [
+        "198.51.100.1",
+        "example.com:80",
+        "[::1]:80",
+        "1.2.3.4:99999",
+    ] {
+        n.probe = Some(bad.into());
+        let e = options_for(&n, "d/1").unwrap_err().to_string();
+        assert!(e.contains(&format!("network.probe {bad:?}")), "{e}");
+    }
+    // A private probe target is denied by the default policy: refused.
+    n.probe = Some("10.99.0.1:80".into());
+    let e = derive(&n, &options_for(&n, "d/1").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("permitted probe target 10.99.0.1:80 is denied"),
+        "{e}"
+    );
+    // Named resolvers are required to answer.
+    let p = policy(&net(&[], &[], &["198.51.100.53"], DA));
+    assert!(p.probe.dns_required);
 }

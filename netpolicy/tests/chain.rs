@@ -650,6 +650,7 @@ fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> 
         dns: dns.iter().map(|s| s.to_string()).collect(),
         default,
         mode: None,
+        probe: None,
     }
 }
 

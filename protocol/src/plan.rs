@@ -30,6 +30,36 @@ pub struct SandboxPlan {
     pub env: Vec<String>,
     /// Subordinate ID ranges of the developer, for the user namespace.
     pub id_map: IdMap,
+    /// The Network Sidecar; `None` runs the sandbox with `--network=none`.
+    pub network: Option<SandboxNetwork>,
+}
+
+/// What the supervisor and the holder need to build the Network Sidecar
+/// (see `netpolicy/README.md`): the enforcement namespace N1 is the
+/// holder's, the sandbox namespace N2 a child's; the policy is installed
+/// and probed in N1 before `runsc run` (fail closed).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxNetwork {
+    /// The canonical policy bytes (opaque here; `lazaret-netpolicy`
+    /// checks them against `digest`).
+    pub policy: Vec<u8>,
+    /// SHA-256 (hex) of `policy`.
+    pub digest: String,
+    /// `lazaret-netpolicy`.
+    pub helper: PathBuf,
+    pub slirp4netns: PathBuf,
+    /// The resolver file: bound over `/etc/resolv.conf` in the holder's
+    /// mount namespace (for slirp4netns B) and, read-only, in the sandbox.
+    pub resolv_conf: PathBuf,
+    /// Where the holder leaves the helper's reports (`install.json`,
+    /// `probe.json`) for the coordinator.
+    pub evidence_dir: PathBuf,
+    /// A tmpfs over `/proc/sys/net` before `runsc run` (runsc releases
+    /// with the `isRootNS` bug).
+    pub hide_proc_sys_net: bool,
+    /// Named in the argv of the slirp4netns processes, so that `ps` (and
+    /// the tests) can tell which Domain they belong to.
+    pub domain_id: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -97,6 +127,8 @@ pub enum MountPurpose {
     Volume,
     /// Lazaret's fixed control mount (`/.lazaret`) and its mailbox.
     Control,
+    /// `/etc/resolv.conf`: the resolvers of the network policy.
+    Network,
 }
 
 /// `0 -> uid` and `1.. -> subordinate range`, the same shape for gids.
@@ -131,6 +163,26 @@ pub struct CoordinatorInput {
     pub auto_approve: Vec<(Vec<String>, bool)>,
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
     pub libexec: PathBuf,
+    pub network: NetworkInput,
+}
+
+/// The profile's `[network]` as written (the coordinator derives the
+/// policy from it), and what the host offers for it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkInput {
+    /// `mode = "none"`: no network at all.
+    pub disabled: bool,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub dns: Vec<String>,
+    /// `default = "deny"`.
+    pub default_deny: bool,
+    /// `probe = "IP:PORT"`.
+    pub probe: Option<String>,
+    /// `slirp4netns` as found on `PATH`; `None` when it is missing.
+    pub slirp4netns: Option<PathBuf>,
+    /// See [`SandboxNetwork::hide_proc_sys_net`].
+    pub hide_proc_sys_net: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -13,6 +13,10 @@ const GENERATION: TableDefinition<&str, &[u8]> = TableDefinition::new("generatio
 /// State Anchors by sandbox path.
 const ANCHORS: TableDefinition<&str, &[u8]> = TableDefinition::new("anchors");
 const RESET: TableDefinition<&str, &[u8]> = TableDefinition::new("reset");
+/// The Network Sidecar: the intent of the current generation and the last
+/// readiness evidence.
+const NETWORK: TableDefinition<&str, &[u8]> = TableDefinition::new("network");
+const EVIDENCE: &str = "evidence";
 const CURRENT: &str = "current";
 const INTENT: &str = "intent";
 
@@ -75,6 +79,35 @@ pub struct ResetIntent {
     pub switches: Vec<(String, u64, u64)>,
 }
 
+/// The network policy a generation is about to install, recorded before
+/// the supervisor starts.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkIntent {
+    pub generation: u64,
+    /// SHA-256 of the canonical policy bytes; empty when the network is
+    /// disabled (`mode = "none"`).
+    pub policy_digest: String,
+    pub disabled: bool,
+}
+
+/// What the readiness probe established for a generation (FR-18, FR-19).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkEvidence {
+    pub generation: u64,
+    pub policy_digest: String,
+    /// The readiness fingerprint (digest over the policy and the observed
+    /// state of both namespaces); empty when installation failed.
+    pub fingerprint: String,
+    pub passed: bool,
+    /// The failing stage and check, when `passed` is false.
+    pub error: Option<String>,
+    /// Seconds since the epoch.
+    pub recorded_at: u64,
+    /// The helper's JSON reports, verbatim.
+    pub install_report: String,
+    pub probe_report: String,
+}
+
 pub struct Store {
     db: Database,
 }
@@ -126,6 +159,22 @@ impl Store {
 
     pub fn set_generation(&self, g: &Generation) -> Result<(), StoreError> {
         self.put(GENERATION, CURRENT, g)
+    }
+
+    pub fn network_intent(&self) -> Result<Option<NetworkIntent>, StoreError> {
+        self.get(NETWORK, INTENT)
+    }
+
+    pub fn set_network_intent(&self, i: &NetworkIntent) -> Result<(), StoreError> {
+        self.put(NETWORK, INTENT, i)
+    }
+
+    pub fn network_evidence(&self) -> Result<Option<NetworkEvidence>, StoreError> {
+        self.get(NETWORK, EVIDENCE)
+    }
+
+    pub fn set_network_evidence(&self, e: &NetworkEvidence) -> Result<(), StoreError> {
+        self.put(NETWORK, EVIDENCE, e)
     }
 
     pub fn anchors(&self) -> Result<Vec<(String, AnchorRecord)>, StoreError> {
@@ -207,6 +256,42 @@ mod tests {
         }
         let s = Store::open(&p).unwrap();
         assert_eq!(s.generation().unwrap(), Some(g));
+    }
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::*;
+
+    #[test]
+    fn network_intent_and_evidence_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("domain.redb");
+        let i = NetworkIntent {
+            generation: 2,
+            policy_digest: "ab".repeat(32),
+            disabled: false,
+        };
+        let e = NetworkEvidence {
+            generation: 2,
+            policy_digest: "ab".repeat(32),
+            fingerprint: "cd".repeat(32),
+            passed: true,
+            error: None,
+            recorded_at: 7,
+            install_report: "{}".into(),
+            probe_report: "{\"ok\":true}".into(),
+        };
+        {
+            let s = Store::open(&p).unwrap();
+            assert_eq!(s.network_intent().unwrap(), None);
+            assert_eq!(s.network_evidence().unwrap(), None);
+            s.set_network_intent(&i).unwrap();
+            s.set_network_evidence(&e).unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.network_intent().unwrap(), Some(i));
+        assert_eq!(s.network_evidence().unwrap(), Some(e));
     }
 }
 

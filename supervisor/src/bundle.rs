@@ -40,7 +40,14 @@ pub const INIT_ARGS: &[&str] = &[
     "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
 ];
 
-pub fn config_json(plan: &SandboxPlan) -> Value {
+/// `netns`: the sandbox network namespace (`/proc/K/ns/net` of the
+/// holder's keeper child) when the plan has a network; otherwise the
+/// sandbox gets a fresh, empty one.
+pub fn config_json(plan: &SandboxPlan, netns: Option<&str>) -> Value {
+    let network = match netns {
+        Some(path) => json!({"type": "network", "path": path}),
+        None => json!({"type": "network"}),
+    };
     let mut mounts = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc"}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -92,10 +99,12 @@ pub fn config_json(plan: &SandboxPlan) -> Value {
         "mounts": mounts,
         "linux": {
             // A new namespace of each kind: the sandbox joins no host
-            // namespace (SR-12).
+            // namespace (SR-12). With a network, the network namespace is
+            // the Domain's sandbox namespace N2, behind the enforcement
+            // namespace; never a host one.
             "namespaces": [
                 {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
-                {"type": "network"},
+                network,
             ],
         },
     })
@@ -166,12 +175,13 @@ mod tests {
                 sub_uid: (100000, 65535),
                 sub_gid: (100000, 65535),
             },
+            network: None,
         }
     }
 
     #[test]
     fn no_admin_capabilities() {
-        let v = config_json(&plan());
+        let v = config_json(&plan(), None);
         let caps = v["process"]["capabilities"]["bounding"].as_array().unwrap();
         for bad in [
             "CAP_SYS_ADMIN",
@@ -186,7 +196,7 @@ mod tests {
 
     #[test]
     fn fresh_namespaces_without_paths() {
-        let v = config_json(&plan());
+        let v = config_json(&plan(), None);
         for ns in v["linux"]["namespaces"].as_array().unwrap() {
             assert!(
                 ns.get("path").is_none(),
@@ -197,7 +207,7 @@ mod tests {
 
     #[test]
     fn plan_mounts_follow_base_mounts_in_order() {
-        let v = config_json(&plan());
+        let v = config_json(&plan(), None);
         let dests: Vec<_> = v["mounts"]
             .as_array()
             .unwrap()
@@ -215,5 +225,53 @@ mod tests {
         assert!(ws < hooks);
         assert_eq!(v["mounts"][ws]["options"][1], "rw");
         assert_eq!(v["mounts"][hooks]["type"], "tmpfs");
+    }
+
+    #[test]
+    fn network_namespace_and_resolv_conf_over_the_etc_anchor() {
+        let mut p = plan();
+        p.anchors.push(AnchorMount {
+            path: "/etc".into(),
+            lower: Some("/l/etc".into()),
+            upper: "/d/etc/g1/upper".into(),
+            work: "/d/etc/g1/work".into(),
+            merged: "/r/anchors/etc".into(),
+        });
+        p.mounts.push(PlannedMount {
+            destination: "/etc/resolv.conf".into(),
+            kind: MountKind::Bind {
+                source: "/r/net/resolv.conf".into(),
+                read_only: true,
+            },
+            purpose: MountPurpose::Network,
+        });
+        let v = config_json(&p, Some("/proc/2/ns/net"));
+        let net: Vec<_> = v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["type"] == "network")
+            .collect();
+        assert_eq!(net.len(), 1);
+        assert_eq!(net[0]["path"], "/proc/2/ns/net");
+        for ns in v["linux"]["namespaces"].as_array().unwrap() {
+            if ns["type"] != "network" {
+                assert!(ns.get("path").is_none(), "joins {ns}");
+            }
+        }
+        let dests: Vec<_> = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap().to_string())
+            .collect();
+        let etc = dests.iter().position(|d| d == "/etc").unwrap();
+        let resolv = dests.iter().position(|d| d == "/etc/resolv.conf").unwrap();
+        assert!(
+            etc < resolv,
+            "the resolver file must sit on top of the /etc anchor"
+        );
+        assert_eq!(v["mounts"][resolv]["options"][1], "ro");
+        assert_eq!(v["mounts"][resolv]["source"], "/r/net/resolv.conf");
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod fdno;
+pub mod network;
 
 /// Exit codes of `lazaret-supervisor` (documented in the README).
 pub mod exit {

@@ -4,10 +4,17 @@
 //! Process layout:
 //! ```text
 //! lazaret-supervisor            (host namespaces; maps the user namespace)
+//!  ├─ slirp4netns A            (host netns -> tap0 of the holder's netns N1;
+//!  │                             only with a network)
 //!  └─ sandbox holder            (PID 1 of a new PID namespace, root of the
-//!      │                         Domain user namespace, own mount/net ns)
-//!      └─ runsc run             (terminal-neutral, --network=none)
+//!      │                         Domain user namespace, own mount/net ns N1)
+//!      ├─ keeper K              (holds the sandbox netns N2)
+//!      ├─ lazaret-netpolicy     (install, then probe; before runsc)
+//!      ├─ slirp4netns B         (in N1 -> tap0 of N2)
+//!      └─ runsc run             (terminal-neutral, --network=sandbox in N2,
+//!                                or --network=none)
 //! ```
+//! See [`lazaret_supervisor::network`] for the network's order.
 //! Every process of the sandbox lives in the holder's PID namespace, so when
 //! the holder dies, for whatever reason, the kernel kills all of them: no
 //! runsc, gofer or sandbox process can outlive the Domain. The holder dies
@@ -15,6 +22,7 @@
 
 use lazaret_helpers::{fds, memfd, userns};
 use lazaret_protocol::plan::SandboxPlan;
+use lazaret_supervisor::network::{self, Uplink};
 use lazaret_supervisor::{bundle, exit, fdno};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{self, SigHandler, SigSet, Signal};
@@ -146,21 +154,12 @@ fn run() -> Result<i32, Failure> {
     let plan: SandboxPlan =
         postcard::from_bytes(&bytes).map_err(|e| (exit::BAD_PLAN, format!("plan: {e}")))?;
     drop(plan_fd);
-
-    let config = bundle::config_json(&plan);
-    std::fs::create_dir_all(&plan.bundle_dir)
-        .and_then(|_| {
-            std::fs::write(
-                plan.bundle_dir.join("config.json"),
-                serde_json::to_vec_pretty(&config).expect("json"),
-            )
-        })
-        .map_err(|e| {
-            (
-                exit::START_FAILED,
-                format!("cannot write the OCI bundle: {e}"),
-            )
-        })?;
+    std::fs::create_dir_all(&plan.bundle_dir).map_err(|e| {
+        (
+            exit::START_FAILED,
+            format!("cannot create {}: {e}", plan.bundle_dir.display()),
+        )
+    })?;
 
     // Blocked before the holder exists, so that its SIGCHLD cannot be lost.
     let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
@@ -170,32 +169,80 @@ fn run() -> Result<i32, Failure> {
     // The holder tells us over this pipe when runsc's sandbox is running.
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    // We tell the holder over this one when slirp4netns A is up.
+    let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
     let ready_w_raw = ready_w.as_raw_fd();
+    let uplink_r_raw = uplink_r.as_raw_fd();
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS;
-    let holder = userns::clone_mapped(&plan.id_map, flags, || holder_main(&plan, ready_w_raw))
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let holder = userns::clone_mapped(&plan.id_map, flags, || {
+        holder_main(&plan, ready_w_raw, uplink_r_raw)
+    })
+    .map_err(|e| (exit::START_FAILED, e.to_string()))?;
     drop(ready_w);
-
-    let mut line = String::new();
-    {
+    drop(uplink_r);
+    let mut ready = std::io::BufReader::new(std::fs::File::from(ready_r));
+    let holder_line = |ready: &mut std::io::BufReader<std::fs::File>| {
         use std::io::BufRead;
-        let mut r = std::io::BufReader::new(std::fs::File::from(ready_r));
-        let _ = r.read_line(&mut line);
+        let mut line = String::new();
+        let _ = ready.read_line(&mut line);
+        line.trim().to_string()
+    };
+
+    let mut uplink = None;
+    if let Some(net) = &plan.network {
+        match Uplink::start(net, holder.as_raw()) {
+            Ok(u) => {
+                let _ = std::fs::File::from(uplink_w).write_all(b"u");
+                uplink = Some(u);
+            }
+            Err(e) => {
+                // The holder's own error, if it failed first, says more.
+                drop(uplink_w);
+                let _ = signal::kill(holder, Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(holder, None);
+                let line = holder_line(&mut ready);
+                let detail = line
+                    .strip_prefix("error ")
+                    .map(str::to_string)
+                    .unwrap_or(format!("network: uplink: {e}"));
+                return Err((exit::START_FAILED, detail));
+            }
+        }
+    } else {
+        drop(uplink_w);
     }
-    if line.trim() != "running" {
+
+    let line = holder_line(&mut ready);
+    if line != "running" {
         let _ = nix::sys::wait::waitpid(holder, None);
+        if let Some(u) = uplink {
+            u.stop();
+        }
         let detail = line
-            .trim()
             .strip_prefix("error ")
             .unwrap_or("the sandbox holder exited");
         return Err((exit::START_FAILED, detail.to_string()));
     }
     report_status(&format!("ready {}", holder.as_raw()));
+    let code = supervise(holder, &term, &mut uplink);
+    if let Some(u) = uplink {
+        u.stop();
+    }
+    code
+}
 
+/// Until the holder ends: forwards SIGTERM/SIGINT to it, which stops runsc.
+fn supervise(
+    holder: nix::unistd::Pid,
+    term: &SigSet,
+    uplink: &mut Option<Uplink>,
+) -> Result<i32, Failure> {
+    let mut uplink_lost = false;
     // Stop on SIGTERM: forward it to the holder, which stops runsc.
     loop {
         let sig = term
@@ -203,6 +250,10 @@ fn run() -> Result<i32, Failure> {
             .map_err(|e| (exit::START_FAILED, e.to_string()))?;
         match sig {
             Signal::SIGCHLD => {
+                if !uplink_lost && uplink.as_mut().is_some_and(|u| u.exited()) {
+                    uplink_lost = true;
+                    eprintln!("lazaret-supervisor: slirp4netns A exited: the sandbox has lost its network");
+                }
                 if let Ok(nix::sys::wait::WaitStatus::Exited(_, code)) =
                     nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
                 {
@@ -246,10 +297,10 @@ fn run() -> Result<i32, Failure> {
 extern "C" fn noop(_: libc::c_int) {}
 
 /// PID 1 of the Domain's PID namespace, ID 0 of its user namespace.
-fn holder_main(plan: &SandboxPlan, ready_w: i32) -> isize {
+fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
     // SAFETY: ready_w is the pipe's write end, inherited by the clone.
     let mut ready = unsafe { std::fs::File::from_raw_fd(ready_w) };
-    match holder_start(plan) {
+    match holder_start(plan, uplink_r) {
         Ok(mut runsc) => {
             let _ = writeln!(ready, "running");
             drop(ready);
@@ -262,7 +313,7 @@ fn holder_main(plan: &SandboxPlan, ready_w: i32) -> isize {
     }
 }
 
-fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
+fn holder_start(plan: &SandboxPlan, uplink_r: i32) -> Result<std::process::Child, String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -292,6 +343,18 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
         None::<&str>,
     )
     .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))?;
+
+    // The network first: policy installed and probe passed, or no sandbox.
+    let net = match &plan.network {
+        Some(n) => Some(network::setup_in_holder(n, uplink_r)?),
+        None => {
+            // SAFETY: uplink_r is our inherited copy of the pipe's read
+            // end, unused without a network.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(uplink_r) });
+            None
+        }
+    };
+
     let root = &plan.root;
     for d in [&root.upper, &root.work, &root.merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
@@ -314,11 +377,33 @@ fn holder_start(plan: &SandboxPlan) -> Result<std::process::Child, String> {
 
     mount_anchors(plan)?;
 
+    let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
+    std::fs::write(
+        plan.bundle_dir.join("config.json"),
+        serde_json::to_vec_pretty(&config).expect("json"),
+    )
+    .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
+    if plan.network.as_ref().is_some_and(|n| n.hide_proc_sys_net) {
+        network::hide_proc_sys_net()?;
+    }
+    if let Some(n) = &net {
+        eprintln!(
+            "lazaret-supervisor: network ready: keeper {}, slirp4netns B {}",
+            n.keeper,
+            n.slirp_b.id()
+        );
+    }
+
     std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
+    let network_flag = if net.is_some() {
+        "--network=sandbox"
+    } else {
+        "--network=none"
+    };
     let argv = plan.runsc.command(
         &plan.state_dir,
         &[
-            "--network=none",
+            network_flag,
             "run",
             "--bundle",
             &plan.bundle_dir.to_string_lossy(),

@@ -25,6 +25,7 @@ pub const BINARIES: &[&str] = &[
     "lazaret-coordinator",
     "lazaret-supervisor",
     "lazaret-exec-bridge",
+    "lazaret-netpolicy",
 ];
 
 /// Returns `Some(env)` when the end-to-end prerequisites hold; otherwise
@@ -439,4 +440,179 @@ pub fn assert_domain_gone(domain_id: &str) {
 
 pub fn os(s: &str) -> OsString {
     OsString::from(s)
+}
+
+/// The test hosts' addresses, all on the `lo` of a [`TestNet`].
+pub const TEST_HOSTS: &[&str] = &[
+    "10.99.0.1",
+    "10.99.1.1",
+    "10.99.5.53",
+    "172.16.9.1",
+    "198.51.100.1",
+    "198.51.100.53",
+    "169.254.169.254",
+    "100.64.0.1",
+];
+/// The IPv6 test host (a unique local address, fc00::/7).
+pub const TEST_HOST_V6: &str = "fd00:99::1";
+/// The resolver of the test network namespace's own `/etc/resolv.conf`
+/// (what slirp4netns A forwards the implicit resolver to).
+pub const TEST_OUTER_RESOLVER: &str = "198.51.100.53";
+
+/// An isolated network namespace with no uplink, made by the test (as
+/// root) with test hosts on its `lo` (TCP 8080 on every address, a DNS
+/// responder on port 53: `*.lazaret.test` is 198.51.100.1), and its own
+/// `/etc/resolv.conf` (`ip netns exec` binds `/etc/netns/NAME/`). The
+/// whole `lazaret run` runs inside it, so no test traffic can leave the
+/// machine. Removed on drop.
+pub struct TestNet {
+    pub name: String,
+    hosts: Option<std::process::Child>,
+    _script: tempfile::TempDir,
+}
+
+impl TestNet {
+    /// `Err(reason)` when it cannot be made (not root, no `ip`).
+    pub fn create() -> Result<TestNet, String> {
+        if !rustix::process::getuid().is_root() {
+            return Err("the network tests create a network namespace and need root".into());
+        }
+        if which("ip").is_none() && !Path::new("/usr/sbin/ip").exists() {
+            return Err("ip (iproute2) is not installed".into());
+        }
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3".to_string()
+        } else {
+            "python3".to_string()
+        };
+        let mut rnd = [0u8; 4];
+        getrandom(&mut rnd);
+        let name = format!(
+            "lzt-{}",
+            rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("ip {args:?}: {}", text(&out.stderr)));
+            }
+            Ok(())
+        };
+        ip(&["netns", "add", &name])?;
+        let script = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut net = TestNet {
+            name: name.clone(),
+            hosts: None,
+            _script: script,
+        };
+        ip(&["-n", &name, "link", "set", "lo", "up"])?;
+        for h in TEST_HOSTS {
+            ip(&["-n", &name, "addr", "add", &format!("{h}/32"), "dev", "lo"])?;
+        }
+        // Best effort: the IPv6 host (the sandbox must not reach it anyway).
+        let _ = ip(&[
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{TEST_HOST_V6}/128"),
+            "dev",
+            "lo",
+        ]);
+        let etc = PathBuf::from("/etc/netns").join(&name);
+        std::fs::create_dir_all(&etc).map_err(|e| e.to_string())?;
+        std::fs::write(
+            etc.join("resolv.conf"),
+            format!("nameserver {TEST_OUTER_RESOLVER}\n"),
+        )
+        .map_err(|e| e.to_string())?;
+        let py = net._script.path().join("nethosts.py");
+        std::fs::write(&py, include_str!("../tests/nethosts.py")).map_err(|e| e.to_string())?;
+        let mut hosts = Command::new("ip")
+            .args(["netns", "exec", &name])
+            .arg(&python)
+            .arg(&py)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("test hosts: {e}"))?;
+        let mut line = String::new();
+        {
+            use std::io::BufRead;
+            let mut r = std::io::BufReader::new(hosts.stdout.take().expect("stdout"));
+            let _ = r.read_line(&mut line);
+        }
+        net.hosts = Some(hosts);
+        if line.trim() != "ready" {
+            return Err(format!("the test hosts did not start: {line:?}"));
+        }
+        Ok(net)
+    }
+
+    /// `cmd`, run inside this network namespace (the same program, args,
+    /// environment and directory).
+    pub fn wrap(&self, cmd: &Command) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name])
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .env_clear();
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        if let Some(d) = cmd.get_current_dir() {
+            c.current_dir(d);
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        if let Some(mut h) = self.hosts.take() {
+            drop(h.stdin.take());
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
+    }
+}
+
+/// Returns a [`TestNet`], or prints `skipping: <reason>` (a failure under
+/// `LAZARET_TESTS_MUST_RUN=1`) and returns `None`.
+pub fn test_net() -> Option<TestNet> {
+    match TestNet::create() {
+        Ok(n) => Some(n),
+        Err(reason) => {
+            if std::env::var("LAZARET_TESTS_MUST_RUN").as_deref() == Ok("1") {
+                panic!("LAZARET_TESTS_MUST_RUN=1 but the test would skip: {reason}");
+            }
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+impl Workspace<'_> {
+    /// `lazaret ARGS` in the workspace, as the test user, inside `net`.
+    pub fn lazaret_in(&self, net: &TestNet, args: &[&str]) -> Command {
+        net.wrap(&self.lazaret(args))
+    }
+
+    /// `lazaret run -- sh -c SCRIPT` inside `net`, waited for.
+    pub fn run_sh_in(&self, net: &TestNet, script: &str) -> Output {
+        self.lazaret_in(net, &["run", "--", "sh", "-c", script])
+            .output()
+            .expect("run lazaret")
+    }
 }

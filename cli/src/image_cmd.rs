@@ -1,0 +1,241 @@
+//! `lazaret image prepare REF | list [--json] | rm ID | gc`: the prepared
+//! images of the Storage Root and their Storage Catalog records.
+//!
+//! Exit status: 0 on success, 125 when the command failed (the message
+//! says what to do next).
+
+use crate::error::CliError;
+use indicatif::{ProgressBar, ProgressStyle};
+use lazaret_config::EnvVars;
+use lazaret_helpers::{runsc::RunscInfo, userns};
+use lazaret_image::{PrepareOptions, Progress, Store};
+use lazaret_protocol::plan::IdMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ImageArgs {
+    /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: ImageCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum ImageCmd {
+    /// Prepare an image and print its prepared-artifact ID.
+    /// REF: lazaret:default, oci:DIR[:TAG], oci-archive:FILE[:TAG],
+    /// docker-archive:FILE, containers-storage:NAME[:TAG], docker://REGISTRY/NAME[:TAG]
+    Prepare {
+        /// The image reference
+        reference: String,
+    },
+    /// List prepared images: ID, size, leases, source
+    List {
+        /// Print JSON (one array of records) instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a prepared image (refused while a Domain generation leases it)
+    Rm {
+        /// The prepared-artifact ID, or a unique prefix of it
+        id: String,
+    },
+    /// Remove every prepared image no Domain leases, and leftovers of
+    /// interrupted preparations
+    Gc,
+}
+
+/// Progress on stderr: an `indicatif` bar on a terminal, plain lines
+/// otherwise. No steady tick: no thread is started, so the unpacker may
+/// still clone into a user namespace.
+struct Report {
+    bar: Option<ProgressBar>,
+    interactive: bool,
+}
+
+impl Report {
+    fn new() -> Report {
+        Report {
+            bar: None,
+            interactive: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Report {
+    fn line(&mut self, line: &str) {
+        match &self.bar {
+            Some(b) => {
+                let mut short: String = line.chars().take(80).collect();
+                short.retain(|c| !c.is_control());
+                b.set_message(short);
+            }
+            None => eprintln!("  {line}"),
+        }
+    }
+
+    fn phase(&mut self, name: &str, total: Option<u64>) {
+        self.done();
+        if !self.interactive {
+            eprintln!("lazaret: {name}");
+            return;
+        }
+        let bar = match total {
+            Some(t) => {
+                let b = ProgressBar::new(t);
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{prefix} [{bar:30}] {bytes}/{total_bytes} {wide_msg}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                b
+            }
+            None => {
+                let b = ProgressBar::new_spinner();
+                b.set_style(
+                    ProgressStyle::with_template("{prefix} {spinner} {wide_msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                b
+            }
+        };
+        bar.set_prefix(name.to_string());
+        self.bar = Some(bar);
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        if let Some(b) = &self.bar {
+            b.inc(bytes);
+        }
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn store(args: &ImageArgs, need_ids: bool) -> Result<(Store, lazaret_config::Loaded), CliError> {
+    let env = EnvVars::from_process();
+    let loaded = lazaret_config::load(
+        args.config.as_deref(),
+        &env,
+        rustix::process::getuid().as_raw(),
+    )?;
+    let root = lazaret_config::storage_root(&loaded.config, &env)?;
+    let map = match userns::current_id_map() {
+        Ok(m) => m,
+        Err(e) if need_ids => return Err(e.into()),
+        Err(_) => IdMap {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            sub_uid: (0, 0),
+            sub_gid: (0, 0),
+        },
+    };
+    Ok((Store::new(&root, map), loaded))
+}
+
+fn run_inner(args: ImageArgs) -> Result<(), CliError> {
+    match &args.cmd {
+        ImageCmd::Prepare { reference } => {
+            let (store, loaded) = store(&args, true)?;
+            let runsc = RunscInfo::detect(loaded.config.runtime.runsc.as_deref())?;
+            let opts = PrepareOptions {
+                statx_shim: runsc.needs_statx_shim(),
+            };
+            let mut report = Report::new();
+            let result = store.prepare_with(reference, &opts, &mut report);
+            report.done();
+            let image = result?;
+            println!("{}", image.id);
+        }
+        ImageCmd::List { json } => {
+            let (store, _) = store(&args, false)?;
+            let listed = store.list()?;
+            if *json {
+                let text = serde_json::to_string_pretty(&listed)
+                    .map_err(|e| CliError::Session(format!("cannot encode the list: {e}")))?;
+                println!("{text}");
+                return Ok(());
+            }
+            println!("{:<12}  {:>10}  {:>6}  SOURCE", "ID", "SIZE", "LEASES");
+            for l in &listed {
+                let r = &l.record;
+                println!(
+                    "{:<12}  {:>10}  {:>6}  {} ({})",
+                    &r.id[..12.min(r.id.len())],
+                    human(r.size),
+                    l.leases.len(),
+                    r.reference,
+                    r.manifest_digest
+                );
+            }
+        }
+        ImageCmd::Rm { id } => {
+            let (store, _) = store(&args, true)?;
+            let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
+            println!("{id}");
+        }
+        ImageCmd::Gc => {
+            let (store, _) = store(&args, true)?;
+            let report = store.gc(&mut |l| eprintln!("  {l}"))?;
+            for id in &report.removed {
+                println!("removed {id}");
+            }
+            for id in &report.kept {
+                println!("kept {id} (leased)");
+            }
+            if report.leftovers > 0 {
+                println!(
+                    "removed {} leftover(s) of interrupted preparations",
+                    report.leftovers
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `lazaret image ...`; returns the exit status.
+pub fn run(args: ImageArgs) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("lazaret: error: {e}");
+            crate::error::LAZARET_FAILED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn sizes_are_human() {
+        assert_eq!(human(12), "12 B");
+        assert_eq!(human(2048), "2.0 KiB");
+        assert_eq!(human(200 << 20), "200.0 MiB");
+    }
+}

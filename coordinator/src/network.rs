@@ -1,0 +1,257 @@
+//! The Network Sidecar, coordinator side: derives the generation's policy
+//! from the profile's `[network]`, prepares the resolver file and the
+//! plan's network section, and records the intent and the readiness
+//! evidence in the Domain Store and in `network.json` (which `lazaret net
+//! show` reads while this coordinator holds the store).
+//!
+//! Installing, attesting and probing the policy is the supervisor's and
+//! `lazaret-netpolicy`'s job; this module decides and records only.
+
+use lazaret_netpolicy::record::{self, Evidence, NetworkRecord};
+use lazaret_netpolicy::{NetworkPlan, Policy};
+use lazaret_protocol::plan::{
+    CoordinatorInput, MountKind, MountPurpose, PlannedMount, SandboxNetwork,
+};
+use lazaret_state::store::{NetworkEvidence, NetworkIntent, Store};
+use lazaret_state::DomainLayout as Layout;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The sandbox path of the resolver file.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// Largest helper report read back.
+const MAX_REPORT: u64 = 1 << 20;
+
+/// The profile's `[network]`, as the CLI passed it.
+pub fn config(input: &CoordinatorInput) -> lazaret_config::Network {
+    let n = &input.network;
+    lazaret_config::Network {
+        allow: n.allow.clone(),
+        deny: n.deny.clone(),
+        dns: n.dns.clone(),
+        default: if n.default_deny {
+            lazaret_config::NetworkDefault::Deny
+        } else {
+            lazaret_config::NetworkDefault::Allow
+        },
+        mode: n.disabled.then_some(lazaret_config::NetworkMode::None),
+        probe: n.probe.clone(),
+    }
+}
+
+/// The policy bound to `binding`, or `None` for `mode = "none"`. The error
+/// names the offending entries.
+pub fn derive(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>, String> {
+    let net = config(input);
+    let refused = |e: lazaret_netpolicy::PolicyError| {
+        format!("the profile's network configuration is refused: {e}; nothing was started")
+    };
+    let opts = lazaret_netpolicy::options_for(&net, binding).map_err(refused)?;
+    match lazaret_netpolicy::derive(&net, &opts).map_err(refused)? {
+        NetworkPlan::None => Ok(None),
+        NetworkPlan::Policy(p) => {
+            if input.network.slirp4netns.is_none() {
+                return Err(
+                    "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network]"
+                        .into(),
+                );
+            }
+            Ok(Some(p))
+        }
+    }
+}
+
+fn digest(p: &Policy) -> Result<String, String> {
+    p.digest().map_err(|e| e.to_string())
+}
+
+pub fn record_path(layout: &Layout) -> PathBuf {
+    layout.root.join(record::FILE)
+}
+
+/// Records what this generation is about to install, before anything runs.
+pub fn record_intent(
+    store: &Store,
+    layout: &Layout,
+    input: &CoordinatorInput,
+    generation: u64,
+    policy: Option<&Policy>,
+) -> Result<(), String> {
+    let (intent, rec) = match policy {
+        Some(p) => {
+            let d = digest(p)?;
+            (
+                NetworkIntent {
+                    generation,
+                    policy_digest: d.clone(),
+                    disabled: false,
+                },
+                NetworkRecord::for_policy(&input.domain_id, generation, p, &d),
+            )
+        }
+        None => (
+            NetworkIntent {
+                generation,
+                policy_digest: String::new(),
+                disabled: true,
+            },
+            NetworkRecord::disabled(&input.domain_id, generation),
+        ),
+    };
+    store
+        .set_network_intent(&intent)
+        .map_err(|e| e.to_string())?;
+    let path = record_path(layout);
+    record::write(&path, &rec).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn net_dir(layout: &Layout) -> PathBuf {
+    layout.run().join("net")
+}
+
+/// Writes the resolver file (and its mount point in Lazaret's control
+/// layer, so that no State Anchor upper ever holds it), and returns the
+/// plan's network section and the read-only `/etc/resolv.conf` mount.
+pub fn prepare(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    policy: &Policy,
+) -> Result<(SandboxNetwork, PlannedMount), String> {
+    let dir = net_dir(layout);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let resolv = dir.join("resolv.conf");
+    write_file(&resolv, policy.resolv_conf().as_bytes())?;
+    // The bind's mount point, in the layer above the image: runsc would
+    // otherwise create it in the /etc State Anchor's upper.
+    let etc = layout.run().join("control-lower/etc");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&etc)
+        .map_err(|e| format!("cannot create {}: {e}", etc.display()))?;
+    let _ = std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755));
+    write_file(&etc.join("resolv.conf"), b"")?;
+    let slirp4netns = input
+        .network
+        .slirp4netns
+        .clone()
+        .ok_or("slirp4netns is not installed (apt-get install slirp4netns)")?;
+    let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
+    let net = SandboxNetwork {
+        digest: lazaret_netpolicy::policy::digest_bytes(&bytes),
+        policy: bytes,
+        helper: input.libexec.join("lazaret-netpolicy"),
+        slirp4netns,
+        resolv_conf: resolv.clone(),
+        evidence_dir: dir,
+        hide_proc_sys_net: input.network.hide_proc_sys_net,
+        domain_id: input.domain_id.clone(),
+    };
+    let mount = PlannedMount {
+        destination: RESOLV_CONF.into(),
+        kind: MountKind::Bind {
+            source: resolv,
+            read_only: true,
+        },
+        purpose: MountPurpose::Network,
+    };
+    Ok((net, mount))
+}
+
+fn write_file(p: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(p, bytes)
+        .and_then(|_| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+fn read_report(p: &Path) -> serde_json::Value {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    match std::fs::File::open(p) {
+        Ok(f) => {
+            let _ = f.take(MAX_REPORT).read_to_end(&mut bytes);
+        }
+        Err(_) => return serde_json::Value::Null,
+    }
+    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+}
+
+fn report_error(v: &serde_json::Value) -> Option<String> {
+    let err = v.get("error")?.as_str()?;
+    Some(match v.get("failed_stage").and_then(|s| s.as_str()) {
+        Some(stage) => format!("{stage}: {err}"),
+        None => err.to_string(),
+    })
+}
+
+/// Records the readiness evidence the holder left (FR-18, FR-19), after
+/// the supervisor reported: the fingerprint, the probe's checks, or the
+/// check that failed. Never fails the start itself: a failed record is
+/// logged.
+pub fn record_evidence(
+    store: &Store,
+    layout: &Layout,
+    input: &CoordinatorInput,
+    generation: u64,
+    policy: Option<&Policy>,
+    start_error: Option<&String>,
+) {
+    let Some(policy) = policy else { return };
+    let Ok(d) = digest(policy) else { return };
+    let dir = net_dir(layout);
+    let install = read_report(&dir.join("install.json"));
+    let probe = read_report(&dir.join("probe.json"));
+    let passed = probe.get("ok") == Some(&serde_json::Value::Bool(true));
+    let fingerprint = [&probe, &install]
+        .iter()
+        .find_map(|v| v.pointer("/attestation/fingerprint")?.as_str())
+        .unwrap_or("")
+        .to_string();
+    let error = if passed {
+        None
+    } else {
+        report_error(&probe)
+            .or_else(|| report_error(&install))
+            .or_else(|| start_error.cloned())
+            .or_else(|| Some("the readiness probe did not run".into()))
+    };
+    let recorded_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let ev = NetworkEvidence {
+        generation,
+        policy_digest: d.clone(),
+        fingerprint: fingerprint.clone(),
+        passed,
+        error: error.clone(),
+        recorded_at,
+        install_report: install.to_string(),
+        probe_report: probe.to_string(),
+    };
+    if let Err(e) = store.set_network_evidence(&ev) {
+        crate::lifecycle::log(format!("cannot record the network evidence: {e}"));
+    }
+    let mut rec = NetworkRecord::for_policy(&input.domain_id, generation, policy, &d);
+    rec.fingerprint = fingerprint;
+    rec.evidence = Some(Evidence {
+        passed,
+        error,
+        recorded_at,
+        install,
+        probe,
+    });
+    let path = record_path(layout);
+    if let Err(e) = record::write(&path, &rec) {
+        crate::lifecycle::log(format!("cannot write {}: {e}", path.display()));
+    }
+    crate::lifecycle::log(format!(
+        "network policy {d} generation {generation}: readiness {} fingerprint {}",
+        if passed { "passed" } else { "FAILED" },
+        rec.fingerprint
+    ));
+}

@@ -1,0 +1,354 @@
+//! `lazaret-mount-router`: the FUSE file system behind Ignored Workspace
+//! State.
+//!
+//! It presents the whole workspace at a mount point and routes each path:
+//! paths matched by the repository's effective Git ignore rules live in the
+//! Domain's Ignored Workspace State directory, every other path (and
+//! `.git`, always) in the host workspace. The rules are Git's own:
+//! `.gitignore` at every level, `$GIT_DIR/info/exclude`,
+//! `core.excludesFile`, negations, directory-only rules,
+//! `core.ignoreCase` (see [`rules`] and [`gitcfg`]); a change to any of them
+//! applies to later operations without a restart.
+//!
+//! # Interface
+//!
+//! ```text
+//! lazaret-mount-router --workspace DIR --state DIR --mountpoint DIR
+//!                      [--ready-fd N] [--excludes-file PATH | --no-excludes-file]
+//!                      [--cache-ms MS] [--threads N] [--allow-other] [--die-with-parent]
+//! lazaret-mount-router --print-confinement [--workspace DIR --state DIR ...]
+//! ```
+//!
+//! - `--workspace`: the host workspace (the repository's working tree).
+//! - `--state`: the Domain's Ignored Workspace State directory; it must
+//!   exist, and neither directory may lie beneath the other.
+//! - `--mountpoint`: an existing directory; it may be the workspace itself
+//!   (the router then covers it), but not a directory beneath either store.
+//! - `--ready-fd N`: an inherited descriptor (a pipe's write end). Once the
+//!   mount is live and the router is confined, it writes exactly `ready\n`
+//!   and closes it. If start-up fails, the descriptor is closed without a
+//!   byte written, so end of file without `ready\n` means failure (the
+//!   reason is on stderr and in the exit status).
+//! - `--excludes-file`/`--no-excludes-file`: override `core.excludesFile`.
+//!   Otherwise it is resolved as Git does, from `HOME`, `XDG_CONFIG_HOME`
+//!   and `GIT_CONFIG_{SYSTEM,GLOBAL,NOSYSTEM}` in the environment.
+//! - `--cache-ms`: how long the kernel may cache names and attributes
+//!   (default 1000). A name cached when its route changes keeps its old
+//!   route for at most this long; new names are always routed afresh.
+//! - `--threads`: FUSE worker threads (default 2).
+//! - `--allow-other`: let other uids use the mount (kernel permission
+//!   checks still apply). Not needed when only runsc's gofer, running as
+//!   the router's own uid, touches the mount, as with runsc 20221219.
+//! - `--die-with-parent`: exit (SIGKILL) when the parent dies.
+//!
+//! The router runs in the foreground until the file system is unmounted
+//! (exit 0) or it is killed. It cannot unmount by itself once confined
+//! (landlock forbids it): the owner unmounts (`umount MNT`), or the mount
+//! goes with its mount namespace. If the router dies, the mount stays but
+//! every access fails with `ENOTCONN` (Transport endpoint is not
+//! connected): never host content in place of ignored content.
+//!
+//! Exit status: 0 unmounted; 2 bad arguments or directories; 3 start-up
+//! failed (mount or confinement); 4 the FUSE session failed.
+//!
+//! # Where it runs
+//!
+//! As root of the Domain's user namespace, in the holder's mount (and PID)
+//! namespace, started before `runsc`, so that it dies with the holder and
+//! its mount goes with the mount namespace. The bundle then bind-mounts the
+//! mount point at `/workspace`; the Git Sentry mounts beneath
+//! `/workspace/.git` keep taking their sources from the host workspace
+//! directly. It mounts with `mount(2)` itself (never a setuid helper), so
+//! it needs `CAP_SYS_ADMIN` over that mount namespace, which root of the
+//! owning user namespace has.
+//!
+//! # Semantics
+//!
+//! See [`router`] for routing and every refused operation with its errno
+//! (cross-store `rename` and `link` give `EXDEV`, device nodes `EPERM`),
+//! and [`rules`] for how the rules are evaluated and refreshed. Nested
+//! repositories are plain directories of the workspace: their
+//! `.gitignore` files apply beneath them (as for Git run inside them) along
+//! with the outer rules; their `.git` stays on the host like any `.git`
+//! not beneath an ignored directory. A linked worktree (`.git` a `gitdir:`
+//! file) uses its common directory's `info/exclude` and `config`.
+//!
+//! # Confinement
+//!
+//! Applied after the mount, before the readiness byte (see [`confine`]):
+//! capabilities reduced to file ownership and permission overrides,
+//! `no_new_privs`, landlock (read-write only beneath the two stores, read
+//! only the rules files outside them, `/dev/fuse`; no TCP), and a seccomp
+//! allow-list declared as data in `seccomp/x86_64.json`.
+//! `--print-confinement` prints all of it.
+
+pub mod confine;
+pub mod gitcfg;
+pub mod router;
+pub mod rules;
+pub mod sys;
+
+use clap::Parser;
+use rustix::fd::{AsFd, FromRawFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Command-line arguments (see the crate documentation).
+#[derive(Debug, Parser)]
+#[command(
+    name = "lazaret-mount-router",
+    version,
+    about = "FUSE router: Git-ignored workspace paths go to Ignored Workspace State"
+)]
+pub struct Args {
+    /// The host workspace directory.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// The Domain's Ignored Workspace State directory.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+    /// Where to mount the routed view.
+    #[arg(long, value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Inherited descriptor to write `ready\n` to once the mount is live.
+    #[arg(long, value_name = "N")]
+    pub ready_fd: Option<i32>,
+    /// Use this file as `core.excludesFile`.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_excludes_file")]
+    pub excludes_file: Option<PathBuf>,
+    /// Apply no `core.excludesFile`.
+    #[arg(long)]
+    pub no_excludes_file: bool,
+    /// Kernel cache lifetime of names and attributes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub cache_ms: u64,
+    /// FUSE worker threads.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Let processes of other uids use the mount (subject to the kernel's
+    /// permission checks); by default only the mounting uid may.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Exit when the parent process dies.
+    #[arg(long)]
+    pub die_with_parent: bool,
+    /// Print the confinement (landlock, seccomp, capabilities) and exit.
+    #[arg(long)]
+    pub print_confinement: bool,
+}
+
+/// Everything that stops the router, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0} is required (see --help)")]
+    Missing(&'static str),
+    #[error("cannot open {what} {path}: {source}; create it, or pass an existing directory")]
+    Open {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{inner} lies beneath {outer}: the state directory and the workspace must be disjoint, and the mount point must not be beneath the state directory or strictly beneath the workspace")]
+    Overlap { inner: PathBuf, outer: PathBuf },
+    #[error("--ready-fd {0} is not an open descriptor: pass the write end of a pipe the router inherits")]
+    ReadyFd(i32),
+    #[error(transparent)]
+    Git(#[from] gitcfg::GitCfgError),
+    #[error("cannot mount the router at {path}: {source}; check that /dev/fuse is read-write for you (chmod 0666 /dev/fuse) and that you are root of a user namespace owning this mount namespace")]
+    Mount {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Confine(#[from] confine::ConfineError),
+    #[error("the FUSE session failed: {0}")]
+    Session(std::io::Error),
+}
+
+impl Error {
+    /// The documented exit status for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Missing(_)
+            | Error::Open { .. }
+            | Error::Overlap { .. }
+            | Error::ReadyFd(_)
+            | Error::Git(_) => 2,
+            Error::Mount { .. } | Error::Confine(_) => 3,
+            Error::Session(_) => 4,
+        }
+    }
+}
+
+fn open_root(what: &'static str, p: &Path) -> Result<(OwnedFd, PathBuf), Error> {
+    let err = |source| Error::Open {
+        what,
+        path: p.to_path_buf(),
+        source,
+    };
+    let canon = p.canonicalize().map_err(err)?;
+    let fd = rustix::fs::open(
+        &canon,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err(e.into()))?;
+    Ok((fd, canon))
+}
+
+fn beneath(inner: &Path, outer: &Path) -> bool {
+    inner.starts_with(outer)
+}
+
+/// Resolved start-up inputs, shared by `run` and `--print-confinement`.
+pub struct Plan {
+    pub workspace: PathBuf,
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
+    pub git: gitcfg::GitSetup,
+}
+
+fn plan(args: &Args) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
+    let ws = args
+        .workspace
+        .as_ref()
+        .ok_or(Error::Missing("--workspace"))?;
+    let st = args.state.as_ref().ok_or(Error::Missing("--state"))?;
+    let mp = args
+        .mountpoint
+        .as_ref()
+        .ok_or(Error::Missing("--mountpoint"))?;
+    let (host_fd, ws) = open_root("workspace", ws)?;
+    let (state_fd, st) = open_root("state directory", st)?;
+    let mp = mp.canonicalize().map_err(|source| Error::Open {
+        what: "mount point",
+        path: mp.clone(),
+        source,
+    })?;
+    for (a, b) in [(&st, &ws), (&ws, &st), (&mp, &st)] {
+        if beneath(a, b) {
+            return Err(Error::Overlap {
+                inner: a.clone(),
+                outer: b.clone(),
+            });
+        }
+    }
+    if mp != ws && beneath(&mp, &ws) {
+        return Err(Error::Overlap {
+            inner: mp,
+            outer: ws,
+        });
+    }
+    let choice = if args.no_excludes_file {
+        gitcfg::ExcludesChoice::Off
+    } else if let Some(p) = &args.excludes_file {
+        gitcfg::ExcludesChoice::Path(p.clone())
+    } else {
+        gitcfg::ExcludesChoice::FromConfig
+    };
+    let git = gitcfg::discover(&ws, &choice, &|k| std::env::var_os(k))?;
+    Ok((
+        Plan {
+            workspace: ws,
+            state: st,
+            mountpoint: mp,
+            git,
+        },
+        host_fd,
+        state_fd,
+    ))
+}
+
+/// Runs the router (see the crate documentation) until it is unmounted.
+pub fn run(args: Args) -> Result<(), Error> {
+    if args.print_confinement {
+        let p = if args.workspace.is_some() {
+            Some(plan(&args)?.0)
+        } else {
+            None
+        };
+        print!("{}", confine::describe(p.as_ref()));
+        return Ok(());
+    }
+    // The readiness descriptor, taken over first so that it is closed
+    // (end of file for the parent) on every failure path.
+    let ready = match args.ready_fd {
+        Some(n) => {
+            if n < 3
+                || rustix::io::fcntl_getfd(
+                    // SAFETY: only borrowed for the validity check below.
+                    unsafe { rustix::fd::BorrowedFd::borrow_raw(n) },
+                )
+                .is_err()
+            {
+                return Err(Error::ReadyFd(n));
+            }
+            // SAFETY: `n` is an open descriptor (checked above) that this
+            // process inherited for exactly this use; nothing else owns it.
+            Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(n) }))
+        }
+        None => None,
+    };
+    confine::sanitize(ready.as_ref().map(|f| f.as_fd()), args.die_with_parent)?;
+
+    let (plan, host_fd, state_fd) = plan(&args)?;
+    let rules_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
+        what: "workspace",
+        path: plan.workspace.clone(),
+        source: e.into(),
+    })?;
+    let confine_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
+        what: "workspace",
+        path: plan.workspace.clone(),
+        source: e.into(),
+    })?;
+    let confine_state = rustix::io::fcntl_dupfd_cloexec(&state_fd, 3).map_err(|e| Error::Open {
+        what: "state directory",
+        path: plan.state.clone(),
+        source: e.into(),
+    })?;
+    let rules = rules::Rules::new(
+        rules_host,
+        plan.git.info_exclude.clone(),
+        plan.git.excludes_file.clone().map(rules::Source::Absolute),
+        plan.git.ignore_case,
+    );
+    let fs = router::Router::new(
+        host_fd,
+        state_fd,
+        rules,
+        router::Options {
+            ttl: Duration::from_millis(args.cache_ms),
+        },
+    );
+    let filters = confine::seccomp_filters()?;
+    let mut config = fuser::Config::default();
+    config.n_threads = Some(usize::from(args.threads));
+    config.clone_fd = args.threads > 1;
+    let acl = if args.allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
+    let fuse = sys::fuse_mount(&plan.mountpoint, "lazaret-router", args.allow_other).map_err(
+        |source| Error::Mount {
+            path: plan.mountpoint.clone(),
+            source,
+        },
+    )?;
+    let session =
+        fuser::Session::from_fd(fs, fuse, acl, config).map_err(|source| Error::Mount {
+            path: plan.mountpoint.clone(),
+            source,
+        })?;
+    confine::apply(&plan, confine_host.as_fd(), confine_state.as_fd(), filters)?;
+    drop((confine_host, confine_state));
+    if let Some(mut r) = ready {
+        // A parent that stopped listening is not our failure: the mount is
+        // up either way, and it learns of it from the mount table.
+        let _ = r.write_all(b"ready\n");
+    }
+    session.run().map_err(Error::Session)
+}

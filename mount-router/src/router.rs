@@ -1,0 +1,1420 @@
+//! The FUSE file system: one view of the workspace, two stores behind it.
+//!
+//! Enforces, for every operation: a path the effective Git ignore rules
+//! match lives in the Ignored Workspace State directory (the *state*
+//! store); every other path, and `.git` always, lives in the host
+//! workspace (the *host* store). Host content at an ignored path is never
+//! shown, read or changed; state content at a non-ignored path is never
+//! shown either, and stays where it is (no copy-back, ever).
+//!
+//! Routing, per name, at the moment of the operation:
+//! - beneath a directory that lives in the state store, everything is in
+//!   the state store (Git never looks inside an ignored directory);
+//! - otherwise the rules decide, for the kind of the entry (a
+//!   directory-only rule like `build/` routes a directory `build` to state
+//!   but a file `build` to the host). When a name exists as a directory in
+//!   one store and as a non-directory in the other, and each is routed to
+//!   its own store, the non-directory is shown.
+//!
+//! Refusals, with the errno each gives:
+//! - `rename` between the two stores (either way), or onto a name whose
+//!   visible entry is in the other store: `EXDEV`, so `mv` and friends fall
+//!   back to copy and delete, which routes every copied file by itself;
+//! - `link` across the stores: `EXDEV`;
+//! - `mknod` of a character or block device: `EPERM` (FIFOs and sockets
+//!   are created in their store);
+//! - `rmdir` of a host directory whose state counterpart holds anything
+//!   (even entries hidden by the current rules), or whose host directory
+//!   holds hidden ignored host files: `ENOTEMPTY`; hidden content is never
+//!   deleted;
+//! - `RENAME_EXCHANGE` of a host directory that has state content beneath
+//!   it: `EXDEV`.
+//!
+//! A host directory renamed within the host store takes its state
+//! counterpart (the ignored files beneath it) along, state first; if that
+//! cannot be done without replacing something, the rename is refused with
+//! `EXDEV`.
+//!
+//! Open files and directory listings stay bound to the file or snapshot
+//! they were opened on when the rules change. Names the kernel has cached
+//! keep their store for up to the entry TTL (`--cache-ms`); every new
+//! name, and every creation, is routed with the rules as they are then.
+//!
+//! Names are bytes: non-UTF-8 names are stored, matched and listed as
+//! they are. Extended attributes are not supported (`EOPNOTSUPP`).
+//!
+//! Inode numbers are the backing files' own where they do not clash, so
+//! `st_ino` matches the host's and Git's index stays valid on both sides.
+//! Absent names are cached by the kernel for the TTL like present ones.
+//!
+//! Leaves to others: the decision itself (`rules`), safe path resolution
+//! (`sys`), and confinement (`confine`).
+
+use crate::rules::Rules;
+use crate::sys::{join, open_beneath, open_dir, split};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Mode, OFlags, RawDir, Stat};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Which backing tree a path lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Store {
+    /// The host workspace directory.
+    Host,
+    /// The Domain's Ignored Workspace State directory.
+    State,
+}
+
+type Res<T> = Result<T, rustix::io::Errno>;
+
+fn fe(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+struct Node {
+    store: Store,
+    path: Vec<u8>,
+    nlookup: u64,
+}
+
+struct Table {
+    nodes: HashMap<u64, Node>,
+    by_key: HashMap<(Store, Vec<u8>), u64>,
+    next: u64,
+}
+
+impl Table {
+    /// Takes a lookup reference on the node for (`store`, `path`), whose
+    /// backing file has inode number `backing`, creating it if needed.
+    ///
+    /// The node's number is the backing file's own inode number whenever
+    /// it is free, so `stat` through the router shows the same `st_ino` as
+    /// the host (Git's index stat data stays valid, and numbers are stable
+    /// across restarts). A file replaced behind the router (new inode at
+    /// the same path) gets a new node. On a clash (the two stores on
+    /// different file systems, hard links) a synthetic number is used.
+    fn intern(&mut self, store: Store, path: &[u8], backing: u64) -> u64 {
+        let key = (store, path.to_vec());
+        if let Some(&ino) = self.by_key.get(&key) {
+            let free = backing > 1 && !self.nodes.contains_key(&backing);
+            if ino == backing || !free {
+                if let Some(n) = self.nodes.get_mut(&ino) {
+                    n.nlookup += 1;
+                    return ino;
+                }
+            }
+        }
+        let ino = if backing > 1 && !self.nodes.contains_key(&backing) {
+            backing
+        } else {
+            while self.nodes.contains_key(&self.next) {
+                self.next += 1;
+            }
+            self.next
+        };
+        self.nodes.insert(
+            ino,
+            Node {
+                store,
+                path: path.to_vec(),
+                nlookup: 1,
+            },
+        );
+        self.by_key.insert(key, ino);
+        ino
+    }
+
+    /// The number a listing shows for an entry: its node's, else the
+    /// backing inode number it will most likely get.
+    fn ino_for(&self, store: Store, path: &[u8], backing: u64) -> u64 {
+        self.by_key
+            .get(&(store, path.to_vec()))
+            .copied()
+            .unwrap_or(backing)
+    }
+
+    /// Re-keys every node at or beneath `from` in `store` to `to`.
+    fn moved(&mut self, store: Store, from: &[u8], to: &[u8]) {
+        let mut changes = Vec::new();
+        for (&ino, n) in &self.nodes {
+            if n.store != store {
+                continue;
+            }
+            let under = n.path == from
+                || (n.path.len() > from.len()
+                    && n.path.starts_with(from)
+                    && n.path[from.len()] == b'/');
+            if under {
+                let mut p = to.to_vec();
+                p.extend_from_slice(&n.path[from.len()..]);
+                changes.push((ino, p));
+            }
+        }
+        for (ino, p) in changes {
+            let n = self.nodes.get_mut(&ino).expect("collected above");
+            let old = std::mem::replace(&mut n.path, p.clone());
+            if self.by_key.get(&(store, old.clone())) == Some(&ino) {
+                self.by_key.remove(&(store, old));
+            }
+            self.by_key.insert((store, p), ino);
+        }
+    }
+}
+
+enum Handle {
+    File { file: Arc<File>, rules: bool },
+    Dir(Arc<Vec<Entry>>),
+}
+
+struct Entry {
+    ino: u64,
+    kind: FileType,
+    name: Vec<u8>,
+    /// The entry's store and attributes (`None` for `.` and `..`).
+    st: Option<(Store, Stat)>,
+}
+
+/// The changes one `setattr` asks for.
+struct SetAttr {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    atime: Option<TimeOrNow>,
+    mtime: Option<TimeOrNow>,
+}
+
+/// The router's configuration.
+pub struct Options {
+    /// How long the kernel may cache names and attributes.
+    pub ttl: Duration,
+}
+
+/// The FUSE file system.
+pub struct Router {
+    host: OwnedFd,
+    state: OwnedFd,
+    rules: Rules,
+    table: Mutex<Table>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    ttl: Duration,
+    uid: u32,
+    gid: u32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn kind_of(st: &Stat) -> FileType {
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Directory => FileType::Directory,
+        rustix::fs::FileType::Symlink => FileType::Symlink,
+        rustix::fs::FileType::Fifo => FileType::NamedPipe,
+        rustix::fs::FileType::Socket => FileType::Socket,
+        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn is_dir(st: &Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::new(sec.unsigned_abs(), 0) + Duration::new(0, nsec as u32)
+    }
+}
+
+fn attr(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec as i64),
+        mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(st),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+/// An all-zero `stat`, for negative entries.
+fn zero_stat() -> Stat {
+    // SAFETY: `Stat` is a plain C struct of integers, for which all-zero
+    // bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A name that changes the rules when it changes.
+fn is_rules_path(path: &[u8]) -> bool {
+    let (_, name) = split(path);
+    name == b".gitignore" || path == b".git/info/exclude"
+}
+
+fn absent(e: rustix::io::Errno) -> bool {
+    e == rustix::io::Errno::NOENT || e == rustix::io::Errno::NOTDIR || e == rustix::io::Errno::LOOP
+}
+
+impl Router {
+    /// A router over the host workspace `host` and the state directory
+    /// `state` (both directory descriptors), deciding with `rules`.
+    pub fn new(host: OwnedFd, state: OwnedFd, rules: Rules, opts: Options) -> Router {
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            1,
+            Node {
+                store: Store::Host,
+                path: Vec::new(),
+                nlookup: 1,
+            },
+        );
+        let mut by_key = HashMap::new();
+        by_key.insert((Store::Host, Vec::new()), 1);
+        Router {
+            host,
+            state,
+            rules,
+            table: Mutex::new(Table {
+                nodes,
+                by_key,
+                next: 1 << 62,
+            }),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            ttl: opts.ttl,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        }
+    }
+
+    fn root(&self, s: Store) -> BorrowedFd<'_> {
+        match s {
+            Store::Host => self.host.as_fd(),
+            Store::State => self.state.as_fd(),
+        }
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<(Store, Vec<u8>), Errno> {
+        let t = lock(&self.table);
+        t.nodes
+            .get(&ino.0)
+            .map(|n| (n.store, n.path.clone()))
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Where a new or looked-up `path` of the given kind lives.
+    pub fn route(&self, parent: Store, path: &[u8], dir: bool) -> Store {
+        if parent == Store::State {
+            return Store::State;
+        }
+        if self.rules.is_ignored(path, dir) {
+            Store::State
+        } else {
+            Store::Host
+        }
+    }
+
+    fn stat_in(&self, s: Store, path: &[u8]) -> Res<Option<Stat>> {
+        match open_beneath(self.root(s), path, OFlags::PATH | OFlags::NOFOLLOW) {
+            Ok(fd) => rustix::fs::fstat(&fd).map(Some),
+            Err(e) if absent(e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Picks the visible entry when a name may exist in both stores.
+    fn choose(
+        &self,
+        path: &[u8],
+        host: Option<(bool, Stat)>,
+        state: Option<(bool, Stat)>,
+    ) -> Option<(Store, Stat)> {
+        let (f, d) = self.rules.is_ignored_both(path);
+        let routed = |dir: bool| {
+            if (dir && d) || (!dir && f) {
+                Store::State
+            } else {
+                Store::Host
+            }
+        };
+        let h = host.filter(|(d, _)| routed(*d) == Store::Host);
+        let s = state.filter(|(d, _)| routed(*d) == Store::State);
+        match (h, s) {
+            (Some((hd, hs)), Some((_, ss))) => {
+                // Both routed to their own store: they differ in kind;
+                // the non-directory is shown.
+                if hd {
+                    Some((Store::State, ss))
+                } else {
+                    Some((Store::Host, hs))
+                }
+            }
+            (Some((_, hs)), None) => Some((Store::Host, hs)),
+            (None, Some((_, ss))) => Some((Store::State, ss)),
+            (None, None) => None,
+        }
+    }
+
+    /// The visible entry `name` of the directory (`pstore`, `ppath`).
+    fn resolve(&self, pstore: Store, path: &[u8]) -> Res<Option<(Store, Stat)>> {
+        if pstore == Store::State {
+            return Ok(self.stat_in(Store::State, path)?.map(|s| (Store::State, s)));
+        }
+        let store = |ignored: bool| if ignored { Store::State } else { Store::Host };
+        let (f, d) = self.rules.is_ignored_both(path);
+        let (rf, rd) = (store(f), store(d));
+        if rf == rd {
+            return Ok(self.stat_in(rf, path)?.map(|s| (rf, s)));
+        }
+        let h = self.stat_in(Store::Host, path)?.map(|s| (is_dir(&s), s));
+        let s = self.stat_in(Store::State, path)?.map(|s| (is_dir(&s), s));
+        Ok(self.choose(path, h, s))
+    }
+
+    /// The directory `path` in `s`, creating missing state directories
+    /// (never following a symlink) when `create` is set.
+    fn dir_fd(&self, s: Store, path: &[u8], create: bool) -> Res<OwnedFd> {
+        match open_dir(self.root(s), path) {
+            Err(rustix::io::Errno::NOENT) if create && s == Store::State => {}
+            r => return r,
+        }
+        let mut cur = open_dir(self.root(s), b"")?;
+        for comp in path.split(|&b| b == b'/') {
+            match rustix::fs::mkdirat(&cur, OsStr::from_bytes(comp), Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e),
+            }
+            cur = open_dir(cur.as_fd(), comp)?;
+        }
+        Ok(cur)
+    }
+
+    /// Gives a new entry the caller's ownership.
+    fn own(&self, req: &Request, dir: BorrowedFd<'_>, name: &[u8], pdir_setgid: bool) {
+        let uid = (req.uid() != self.uid).then(|| rustix::fs::Uid::from_raw(req.uid()));
+        let gid =
+            (req.gid() != self.gid && !pdir_setgid).then(|| rustix::fs::Gid::from_raw(req.gid()));
+        if uid.is_some() || gid.is_some() {
+            let _ = rustix::fs::chownat(
+                dir,
+                OsStr::from_bytes(name),
+                uid,
+                gid,
+                AtFlags::SYMLINK_NOFOLLOW,
+            );
+        }
+    }
+
+    fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
+        let ino = lock(&self.table).intern(s, path, st.st_ino);
+        reply.entry(&self.ttl, &attr(ino, st), Generation(0));
+    }
+
+    fn new_fh(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, h);
+        fh
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<(Arc<File>, bool), Errno> {
+        match lock(&self.handles).get(&fh.0) {
+            Some(Handle::File { file, rules }) => Ok((file.clone(), *rules)),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// The entries of the directory `path` in `s` with their attributes
+    /// (`statat` of one component, never following a symlink).
+    fn read_dir(&self, s: Store, path: &[u8]) -> Res<Vec<(Vec<u8>, Stat)>> {
+        let fd = open_beneath(
+            self.root(s),
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+        )?;
+        let mut buf = vec![MaybeUninit::<u8>::uninit(); 32 * 1024];
+        let mut rd = RawDir::new(&fd, &mut buf);
+        let mut out = Vec::new();
+        while let Some(e) = rd.next() {
+            let e = e?;
+            let name = e.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            // Gone since it was listed: not an entry any more.
+            if let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                out.push((name.to_bytes().to_vec(), st));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The visible entries of the directory (`s`, `path`).
+    fn list(&self, s: Store, path: &[u8], self_ino: u64) -> Res<Vec<Entry>> {
+        type Both = (Option<Stat>, Option<Stat>);
+        let mut names: BTreeMap<Vec<u8>, Both> = BTreeMap::new();
+        match s {
+            Store::State => {
+                for (n, st) in self.read_dir(Store::State, path)? {
+                    names.entry(n).or_default().1 = Some(st);
+                }
+            }
+            Store::Host => {
+                for (n, st) in self.read_dir(Store::Host, path)? {
+                    names.entry(n).or_default().0 = Some(st);
+                }
+                match self.read_dir(Store::State, path) {
+                    Ok(v) => {
+                        for (n, st) in v {
+                            names.entry(n).or_default().1 = Some(st);
+                        }
+                    }
+                    Err(e) if absent(e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let dot = |name: &[u8]| Entry {
+            ino: self_ino,
+            kind: FileType::Directory,
+            name: name.to_vec(),
+            st: None,
+        };
+        let mut picked = Vec::with_capacity(names.len());
+        for (name, (h, st)) in names {
+            let pick = if s == Store::State {
+                st.map(|st| (Store::State, st))
+            } else {
+                let child = join(path, &name);
+                self.choose(
+                    &child,
+                    h.map(|x| (is_dir(&x), x)),
+                    st.map(|x| (is_dir(&x), x)),
+                )
+            };
+            if let Some(p) = pick {
+                picked.push((name, p));
+            }
+        }
+        let t = lock(&self.table);
+        let mut out = vec![dot(b"."), dot(b"..")];
+        for (name, (store, st)) in picked {
+            let child = join(path, &name);
+            out.push(Entry {
+                ino: t.ino_for(store, &child, st.st_ino),
+                kind: kind_of(&st),
+                name,
+                st: Some((store, st)),
+            });
+        }
+        Ok(out)
+    }
+
+    fn do_setattr(
+        &self,
+        ino: INodeNo,
+        a: SetAttr,
+        fh: Option<FileHandle>,
+    ) -> Result<FileAttr, Errno> {
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        } = a;
+        let (s, path) = self.node(ino)?;
+        let file = match fh {
+            Some(fh) => self.file(fh).ok().map(|(f, _)| f),
+            None => None,
+        };
+        let (ppath, name) = split(&path);
+        let pfd = if path.is_empty() {
+            None
+        } else {
+            Some(open_dir(self.root(s), ppath).map_err(fe)?)
+        };
+        let name_or_dot: &[u8] = if path.is_empty() { b"." } else { name };
+        let dirfd = || match &pfd {
+            Some(fd) => fd.as_fd(),
+            None => self.root(s),
+        };
+        if let Some(m) = mode {
+            match &file {
+                Some(f) => rustix::fs::fchmod(f.as_fd(), Mode::from_raw_mode(m & 0o7777)),
+                None => crate::sys::chmod_nofollow(dirfd(), name_or_dot, m & 0o7777),
+            }
+            .map_err(fe)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            let u = uid.map(rustix::fs::Uid::from_raw);
+            let g = gid.map(rustix::fs::Gid::from_raw);
+            match &file {
+                Some(f) => rustix::fs::fchown(f.as_fd(), u, g),
+                None => rustix::fs::chownat(
+                    dirfd(),
+                    OsStr::from_bytes(name_or_dot),
+                    u,
+                    g,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                ),
+            }
+            .map_err(fe)?;
+        }
+        if let Some(sz) = size {
+            match &file {
+                Some(f) => rustix::fs::ftruncate(f.as_fd(), sz),
+                None => open_beneath(
+                    self.root(s),
+                    &path,
+                    OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+                )
+                .and_then(|fd| rustix::fs::ftruncate(&fd, sz)),
+            }
+            .map_err(fe)?;
+            if is_rules_path(&path) {
+                self.rules.invalidate();
+            }
+        }
+        if atime.is_some() || mtime.is_some() {
+            let ts = |t: Option<TimeOrNow>| match t {
+                None => rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                Some(TimeOrNow::Now) => rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+                Some(TimeOrNow::SpecificTime(t)) => {
+                    let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                        Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                        Err(e) => {
+                            let d = e.duration();
+                            (-(d.as_secs() as i64), 0)
+                        }
+                    };
+                    rustix::fs::Timespec {
+                        tv_sec: sec,
+                        tv_nsec: nsec as _,
+                    }
+                }
+            };
+            let times = rustix::fs::Timestamps {
+                last_access: ts(atime),
+                last_modification: ts(mtime),
+            };
+            match &file {
+                Some(f) => rustix::fs::futimens(f.as_fd(), &times),
+                None => rustix::fs::utimensat(
+                    dirfd(),
+                    OsStr::from_bytes(name_or_dot),
+                    &times,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                ),
+            }
+            .map_err(fe)?;
+        }
+        let st = match &file {
+            Some(f) => rustix::fs::fstat(f.as_fd()).map_err(fe)?,
+            None => self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?,
+        };
+        Ok(attr(ino.0, &st))
+    }
+
+    fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        newparent: INodeNo,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let (ps, ppath) = self.node(parent)?;
+        let (nps, nppath) = self.node(newparent)?;
+        let from = join(&ppath, name);
+        let to = join(&nppath, newname);
+        let (s, st) = self.resolve(ps, &from).map_err(fe)?.ok_or(Errno::ENOENT)?;
+        let dir = is_dir(&st);
+        let dst = self.route(nps, &to, dir);
+        if s != dst {
+            return Err(Errno::EXDEV);
+        }
+        // Replacing a visible entry of the other store would leave two
+        // entries under one name: refuse like a cross-store rename.
+        if let Some((vs, _)) = self.resolve(nps, &to).map_err(fe)? {
+            if vs != s {
+                return Err(Errno::EXDEV);
+            }
+        }
+        let rflags = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let src_dir = open_dir(self.root(s), &ppath).map_err(fe)?;
+        let dst_dir = self.dir_fd(s, &nppath, true).map_err(fe)?;
+        // A host directory carries its state counterpart along.
+        let mut moved_state = false;
+        if s == Store::Host && dir {
+            let counterpart = self.stat_in(Store::State, &from).map_err(fe)?;
+            let dst_counterpart = self.stat_in(Store::State, &to).map_err(fe)?;
+            if exchange && (counterpart.is_some() || dst_counterpart.is_some()) {
+                return Err(Errno::EXDEV);
+            }
+            if let Some(c) = counterpart {
+                if !is_dir(&c) {
+                    return Err(Errno::EXDEV);
+                }
+                if let Some(d) = dst_counterpart {
+                    // Only an empty scaffolding directory may be replaced.
+                    if !is_dir(&d) {
+                        return Err(Errno::EXDEV);
+                    }
+                    let (tp, tn) = split(&to);
+                    let tfd = open_dir(self.root(Store::State), tp).map_err(fe)?;
+                    rustix::fs::unlinkat(&tfd, OsStr::from_bytes(tn), AtFlags::REMOVEDIR)
+                        .map_err(|_| Errno::EXDEV)?;
+                }
+                let sfrom = open_dir(self.root(Store::State), &ppath).map_err(fe)?;
+                let sto = self.dir_fd(Store::State, &nppath, true).map_err(fe)?;
+                rustix::fs::renameat_with(
+                    &sfrom,
+                    OsStr::from_bytes(name),
+                    &sto,
+                    OsStr::from_bytes(newname),
+                    rustix::fs::RenameFlags::NOREPLACE,
+                )
+                .map_err(|_| Errno::EXDEV)?;
+                moved_state = true;
+                if let Err(e) = rustix::fs::renameat_with(
+                    &src_dir,
+                    OsStr::from_bytes(name),
+                    &dst_dir,
+                    OsStr::from_bytes(newname),
+                    rflags,
+                ) {
+                    // Put the state counterpart back; the rename did not happen.
+                    let _ = rustix::fs::renameat_with(
+                        &sto,
+                        OsStr::from_bytes(newname),
+                        &sfrom,
+                        OsStr::from_bytes(name),
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    );
+                    return Err(fe(e));
+                }
+            }
+        }
+        if !moved_state {
+            rustix::fs::renameat_with(
+                &src_dir,
+                OsStr::from_bytes(name),
+                &dst_dir,
+                OsStr::from_bytes(newname),
+                rflags,
+            )
+            .map_err(fe)?;
+        }
+        {
+            let mut t = lock(&self.table);
+            if exchange {
+                let tmp = b"\0exchange".to_vec();
+                t.moved(s, &from, &tmp);
+                t.moved(s, &to, &from);
+                t.moved(s, &tmp, &to);
+            } else {
+                t.moved(s, &from, &to);
+                if moved_state {
+                    t.moved(Store::State, &from, &to);
+                }
+            }
+        }
+        if is_rules_path(&from) || is_rules_path(&to) || dir {
+            self.rules.invalidate();
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem for Router {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        // Attributes come with listings (no lookup per entry), and lookups
+        // in one directory may run in parallel. Both are optional.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            Ok((s, path, st))
+        })();
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            // A negative entry: the kernel caches the absence for the TTL
+            // like any other name (Git probes many absent `.gitignore`s).
+            Err(e) if e == Errno::ENOENT && !self.ttl.is_zero() => {
+                let mut a = attr(0, &zero_stat());
+                a.ino = INodeNo(0);
+                reply.entry(&self.ttl, &a, Generation(0));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 == 1 {
+            return;
+        }
+        let mut t = lock(&self.table);
+        let gone = match t.nodes.get_mut(&ino.0) {
+            Some(n) => {
+                n.nlookup = n.nlookup.saturating_sub(nlookup);
+                n.nlookup == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(n) = t.nodes.remove(&ino.0) {
+                let key = (n.store, n.path);
+                if t.by_key.get(&key) == Some(&ino.0) {
+                    t.by_key.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = (|| {
+            if let Some(fh) = fh {
+                if let Ok((f, _)) = self.file(fh) {
+                    return rustix::fs::fstat(f.as_fd()).map_err(fe);
+                }
+            }
+            let (s, path) = self.node(ino)?;
+            self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)
+        })();
+        match r {
+            Ok(st) => reply.attr(&self.ttl, &attr(ino.0, &st)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        match self.do_setattr(ino, a, fh) {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = (|| {
+            let (s, path) = self.node(ino)?;
+            let (pp, name) = split(&path);
+            let d = open_dir(self.root(s), pp).map_err(fe)?;
+            rustix::fs::readlinkat(&d, OsStr::from_bytes(name), Vec::new()).map_err(fe)
+        })();
+        match r {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let ft = rustix::fs::FileType::from_raw_mode(mode);
+            match ft {
+                rustix::fs::FileType::RegularFile
+                | rustix::fs::FileType::Fifo
+                | rustix::fs::FileType::Socket => {}
+                // Device nodes are never created, in either store.
+                _ => return Err(Errno::EPERM),
+            }
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let s = self.route(ps, &path, false);
+            let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), 0).map_err(fe)?;
+            let setgid = rustix::fs::fstat(&d)
+                .map(|s| s.st_mode & 0o2000 != 0)
+                .unwrap_or(false);
+            self.own(req, d.as_fd(), name.as_bytes(), setgid);
+            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            Ok((s, path, st))
+        })();
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let s = self.route(ps, &path, true);
+            let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
+            let setgid = rustix::fs::fstat(&d)
+                .map(|s| s.st_mode & 0o2000 != 0)
+                .unwrap_or(false);
+            self.own(req, d.as_fd(), name.as_bytes(), setgid);
+            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            Ok((s, path, st))
+        })();
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let (s, _) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let d = open_dir(self.root(s), &ppath).map_err(fe)?;
+            rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
+            if is_rules_path(&path) {
+                self.rules.invalidate();
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            if !is_dir(&st) {
+                return Err(Errno::ENOTDIR);
+            }
+            if s == Store::Host {
+                // The state counterpart goes first, and only when empty:
+                // hidden state content is never deleted.
+                match self.read_dir(Store::State, &path) {
+                    Ok(v) if !v.is_empty() => return Err(Errno::ENOTEMPTY),
+                    Ok(_) => {
+                        let d = open_dir(self.root(Store::State), &ppath).map_err(fe)?;
+                        match rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR) {
+                            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                            Err(e) => return Err(fe(e)),
+                        }
+                    }
+                    Err(e) if absent(e) => {}
+                    Err(e) => return Err(fe(e)),
+                }
+            }
+            let d = open_dir(self.root(s), &ppath).map_err(fe)?;
+            rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR).map_err(fe)?;
+            self.rules.invalidate();
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, link_name.as_bytes());
+            let s = self.route(ps, &path, false);
+            let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            rustix::fs::symlinkat(target, &d, link_name).map_err(fe)?;
+            let setgid = rustix::fs::fstat(&d)
+                .map(|s| s.st_mode & 0o2000 != 0)
+                .unwrap_or(false);
+            self.own(req, d.as_fd(), link_name.as_bytes(), setgid);
+            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            Ok((s, path, st))
+        })();
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.do_rename(
+            parent,
+            name.as_bytes(),
+            newparent,
+            newname.as_bytes(),
+            flags,
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let (s, path) = self.node(ino)?;
+            let (nps, nppath) = self.node(newparent)?;
+            let to = join(&nppath, newname.as_bytes());
+            if self.route(nps, &to, false) != s {
+                return Err(Errno::EXDEV);
+            }
+            let (pp, name) = split(&path);
+            let sd = open_dir(self.root(s), pp).map_err(fe)?;
+            let dd = self.dir_fd(s, &nppath, true).map_err(fe)?;
+            rustix::fs::linkat(&sd, OsStr::from_bytes(name), &dd, newname, AtFlags::empty())
+                .map_err(fe)?;
+            let st = self.stat_in(s, &to).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            Ok((s, to, st))
+        })();
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let (s, path) = self.node(ino)?;
+            let of = OFlags::from_bits_retain(flags.0 as u32)
+                & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
+            let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
+            let rules = is_rules_path(&path) && s == Store::Host;
+            Ok(self.new_fh(Handle::File {
+                file: Arc::new(File::from(fd)),
+                rules,
+            }))
+        })();
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = (|| {
+            let (f, _) = self.file(fh)?;
+            let mut buf = vec![0u8; size as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                match f.read_at(&mut buf[n..], offset + n as u64) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Errno::from(e)),
+                }
+            }
+            buf.truncate(n);
+            Ok(buf)
+        })();
+        match r {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = (|| {
+            let (f, rules) = self.file(fh)?;
+            f.write_all_at(data, offset).map_err(Errno::from)?;
+            if rules {
+                self.rules.invalidate();
+            }
+            Ok(data.len() as u32)
+        })();
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Some(Handle::File { rules: true, .. }) = lock(&self.handles).remove(&fh.0) {
+            self.rules.invalidate();
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.file(fh).and_then(|(f, _)| {
+            if datasync {
+                rustix::fs::fdatasync(f.as_fd())
+            } else {
+                rustix::fs::fsync(f.as_fd())
+            }
+            .map_err(fe)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let (s, path) = self.node(ino)?;
+            let entries = self.list(s, &path, ino.0).map_err(fe)?;
+            Ok(self.new_fh(Handle::Dir(Arc::new(entries))))
+        })();
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match lock(&self.handles).get(&fh.0) {
+            Some(Handle::Dir(e)) => e.clone(),
+            _ => return reply.error(Errno::EBADF),
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(e.ino),
+                (i + 1) as u64,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        let entries = match lock(&self.handles).get(&fh.0) {
+            Some(Handle::Dir(e)) => e.clone(),
+            _ => return reply.error(Errno::EBADF),
+        };
+        let (_, dir) = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            let off = (i + 1) as u64;
+            let full = match &e.st {
+                // `.` and `..`: the kernel takes no reference on them.
+                None => {
+                    let a = FileAttr {
+                        ino: INodeNo(e.ino),
+                        size: 0,
+                        blocks: 0,
+                        atime: UNIX_EPOCH,
+                        mtime: UNIX_EPOCH,
+                        ctime: UNIX_EPOCH,
+                        crtime: UNIX_EPOCH,
+                        kind: FileType::Directory,
+                        perm: 0o755,
+                        nlink: 2,
+                        uid: 0,
+                        gid: 0,
+                        rdev: 0,
+                        blksize: 4096,
+                        flags: 0,
+                    };
+                    reply.add(
+                        INodeNo(e.ino),
+                        off,
+                        OsStr::from_bytes(&e.name),
+                        &Duration::ZERO,
+                        &a,
+                        Generation(0),
+                    )
+                }
+                // Every other entry counts as a lookup: take the reference
+                // first, give it back if the entry did not fit.
+                Some((store, st)) => {
+                    let child = join(&dir, &e.name);
+                    let ino = lock(&self.table).intern(*store, &child, st.st_ino);
+                    let full = reply.add(
+                        INodeNo(ino),
+                        off,
+                        OsStr::from_bytes(&e.name),
+                        &self.ttl,
+                        &attr(ino, st),
+                        Generation(0),
+                    );
+                    if full {
+                        self.forget(req, INodeNo(ino), 1);
+                    }
+                    full
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.handles).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match rustix::fs::fstatfs(&self.host) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                255,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            let (ps, ppath) = self.node(parent)?;
+            let path = join(&ppath, name.as_bytes());
+            let s = self.route(ps, &path, false);
+            let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            let of = OFlags::from_bits_retain(flags as u32) & !OFlags::NOCTTY
+                | OFlags::CREATE
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC;
+            let fd =
+                rustix::fs::openat(&d, name, of, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
+            let setgid = rustix::fs::fstat(&d)
+                .map(|s| s.st_mode & 0o2000 != 0)
+                .unwrap_or(false);
+            self.own(req, d.as_fd(), name.as_bytes(), setgid);
+            let st = rustix::fs::fstat(&fd).map_err(fe)?;
+            let rules = is_rules_path(&path) && s == Store::Host;
+            if rules {
+                self.rules.invalidate();
+            }
+            let fh = self.new_fh(Handle::File {
+                file: Arc::new(File::from(fd)),
+                rules,
+            });
+            let ino = lock(&self.table).intern(s, &path, st.st_ino);
+            Ok((ino, st, fh))
+        })();
+        match r {
+            Ok((ino, st, fh)) => reply.created(
+                &self.ttl,
+                &attr(ino, &st),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.file(fh).and_then(|(f, _)| {
+            rustix::fs::fallocate(
+                f.as_fd(),
+                rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
+                offset,
+                length,
+            )
+            .map_err(fe)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

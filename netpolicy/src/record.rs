@@ -1,0 +1,132 @@
+//! `network.json` in the Domain Root: what `lazaret net show` prints while
+//! the coordinator holds the Domain Store. Written only by the coordinator
+//! (atomically: a temporary file, fsync, rename), after every start.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::policy::Policy;
+
+/// File name in the Domain Root.
+pub const FILE: &str = "network.json";
+/// Upper bound of what `read` accepts.
+pub const MAX_BYTES: u64 = 4 << 20;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NetworkRecord {
+    pub domain_id: String,
+    pub generation: u64,
+    /// `mode = "none"`: the sandbox ran with `--network=none`.
+    pub disabled: bool,
+    pub policy_digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
+    /// The routes of the enforcement namespace, as `ip route` would print.
+    pub routes: Vec<String>,
+    /// The sandbox's `/etc/resolv.conf`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolv_conf: Option<String>,
+    /// The readiness fingerprint (empty when installation failed).
+    pub fingerprint: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+}
+
+/// The last readiness evidence: the helper's two reports, verbatim.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Evidence {
+    pub passed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Seconds since the epoch.
+    pub recorded_at: u64,
+    pub install: serde_json::Value,
+    pub probe: serde_json::Value,
+}
+
+impl NetworkRecord {
+    /// The record of a policy about to be installed (no evidence yet).
+    pub fn for_policy(domain_id: &str, generation: u64, policy: &Policy, digest: &str) -> Self {
+        Self {
+            domain_id: domain_id.into(),
+            generation,
+            disabled: false,
+            policy_digest: digest.into(),
+            policy: Some(policy.clone()),
+            routes: policy.routes().iter().map(|r| r.to_string()).collect(),
+            resolv_conf: Some(policy.resolv_conf()),
+            fingerprint: String::new(),
+            evidence: None,
+        }
+    }
+
+    /// The record of a generation without network.
+    pub fn disabled(domain_id: &str, generation: u64) -> Self {
+        Self {
+            domain_id: domain_id.into(),
+            generation,
+            disabled: true,
+            policy_digest: String::new(),
+            policy: None,
+            routes: Vec::new(),
+            resolv_conf: None,
+            fingerprint: String::new(),
+            evidence: None,
+        }
+    }
+}
+
+pub fn write(path: &Path, rec: &NetworkRecord) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, bytes)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+pub fn read(path: &Path) -> std::io::Result<NetworkRecord> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} is larger than {MAX_BYTES} bytes",
+            path.display()
+        )));
+    }
+    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{derive, DeriveOptions, NetworkPlan};
+
+    #[test]
+    fn round_trip() {
+        let NetworkPlan::Policy(p) = derive(
+            &lazaret_config::Network::default(),
+            &DeriveOptions::default(),
+        )
+        .unwrap() else {
+            panic!("no policy")
+        };
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(FILE);
+        let mut rec = NetworkRecord::for_policy("id", 3, &p, &p.digest().unwrap());
+        rec.evidence = Some(Evidence {
+            passed: true,
+            error: None,
+            recorded_at: 1,
+            install: serde_json::json!({"ok": true}),
+            probe: serde_json::json!({"ok": true}),
+        });
+        write(&path, &rec).unwrap();
+        let back = read(&path).unwrap();
+        assert_eq!(back.policy, Some(p));
+        assert!(back.routes.iter().any(|r| r == "unreachable 10.0.0.0/8"));
+        assert!(back.evidence.unwrap().passed);
+    }
+}

@@ -1,0 +1,340 @@
+//! The Network Sidecar's processes and order (see `netpolicy/README.md`):
+//!
+//! ```text
+//! supervisor (host netns) ── slirp4netns A ── tap0 of N1 = the holder's netns (enforcement)
+//! holder (root of U, N1) ─── keeper K: unshare(CLONE_NEWNET) = N2 (sandbox netns)
+//!                        ├── lazaret-netpolicy install (routes in N1, IPv6 off in N1 and N2)
+//!                        ├── slirp4netns B (in U + N1, so N1's routes apply) ── tap0 of N2
+//!                        ├── lazaret-netpolicy probe (from N2: denied refused, resolvers answer)
+//!                        └── runsc run --network=sandbox, spec netns = /proc/K/ns/net
+//! ```
+//!
+//! This module enforces the order and fails closed: every step's failure
+//! is an error naming the step, and `runsc run` is never started after
+//! one. It leaves the policy itself to `lazaret-netpolicy`, which checks
+//! the digest, installs, attests and probes.
+//!
+//! Lifetimes: K and slirp B live in the holder's PID namespace and die
+//! with it. slirp A lives in the host's; it dies with the supervisor
+//! (`PR_SET_PDEATHSIG`, and its `--exit-fd` closes with the supervisor),
+//! and the supervisor stops it after the holder.
+
+use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::plan::SandboxNetwork;
+use nix::sys::signal::{SigSet, Signal};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The slirp link's MTU, as the policy's `Link` says.
+const MTU: &str = "--mtu=65520";
+/// How long a slirp4netns may take to report ready.
+const SLIRP_READY: Duration = Duration::from_secs(20);
+
+fn unblock_and_die_with_parent(cmd: &mut Command) {
+    // SAFETY: between fork and exec this makes only async-signal-safe
+    // calls (sigprocmask, prctl).
+    unsafe {
+        cmd.pre_exec(|| {
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+}
+
+/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`).
+fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
+    let f = std::fs::File::from(r);
+    let mut pfd = [nix::poll::PollFd::new(
+        f.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = SLIRP_READY.as_millis() as u16;
+    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(ms))
+        .map_err(|e| format!("{what}: {e}"))?;
+    let mut b = [0u8; 1];
+    if n == 1 && (&f).read(&mut b).map(|k| k == 1).unwrap_or(false) {
+        return Ok(());
+    }
+    let _ = child.kill();
+    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+    Err(format!(
+        "{what} did not become ready within {} s ({status}); see its messages in the coordinator log",
+        SLIRP_READY.as_secs()
+    ))
+}
+
+/// slirp4netns A, started by the supervisor from the host's network
+/// namespace into the holder's (N1).
+pub struct Uplink {
+    child: Child,
+    /// Closing it (POLLHUP on slirp's `--exit-fd`) stops slirp A.
+    exit_w: Option<OwnedFd>,
+}
+
+impl Uplink {
+    pub fn start(net: &SandboxNetwork, holder_pid: i32) -> Result<Uplink, String> {
+        let (ready_r, ready_w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        let (exit_r, exit_w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&net.slirp4netns);
+        // The Domain ID in argv names the process for `ps` and the tests.
+        cmd.arg0(format!(
+            "slirp4netns-uplink:lazaret-domain={}",
+            net.domain_id
+        ))
+        .args([
+            "--configure",
+            MTU,
+            "--disable-host-loopback",
+            "--enable-sandbox",
+            "--enable-seccomp",
+            "--ready-fd=3",
+            "--exit-fd=4",
+        ])
+        .arg(holder_pid.to_string())
+        .arg("tap0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+        fds::pass_fds(&mut cmd, vec![(ready_w, 3), (exit_r, 4)]);
+        unblock_and_die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+        drop(cmd);
+        wait_ready(ready_r, "slirp4netns A (the uplink)", &mut child)?;
+        Ok(Uplink {
+            child,
+            exit_w: Some(exit_w),
+        })
+    }
+
+    /// Whether slirp A is still running (reaps it when not).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops slirp A: its exit fd first, SIGKILL after a grace period. The
+    /// child is unreaped until then, so its PID cannot be reused.
+    pub fn stop(mut self) {
+        drop(self.exit_w.take());
+        for _ in 0..100 {
+            if self.exited() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the holder keeps of the network after set-up.
+pub struct HolderNet {
+    /// `/proc/K/ns/net` in the holder's `/proc`: the bundle's netns path.
+    pub netns_path: String,
+    pub keeper: i32,
+    pub slirp_b: Child,
+}
+
+/// Fails closed: the message names the step.
+fn step(stage: &str) -> impl Fn(String) -> String + '_ {
+    move |e| format!("network: {stage}: {e}")
+}
+
+/// In the holder (PID 1 of the Domain's PID namespace, root of U, in N1),
+/// after `/proc` is mounted: everything up to a passed probe. `uplink_r`
+/// delivers one byte once slirp A configured N1's tap0.
+pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNet, String> {
+    let keeper = fork_keeper().map_err(step("sandbox namespace"))?;
+    let netns_path = format!("/proc/{keeper}/ns/net");
+    let netns = std::fs::File::open(&netns_path)
+        .map_err(|e| format!("cannot open {netns_path}: {e}"))
+        .map_err(step("sandbox namespace"))?;
+
+    // SAFETY: uplink_r is the read end of the supervisor's pipe, inherited
+    // by the clone; this function takes it over.
+    let mut uplink = unsafe { std::fs::File::from_raw_fd(uplink_r) };
+    let mut b = [0u8; 1];
+    if !matches!(uplink.read(&mut b), Ok(1)) {
+        return Err(step("uplink")(
+            "slirp4netns A did not configure the enforcement namespace".into(),
+        ));
+    }
+    drop(uplink);
+
+    let install = run_helper(net, &netns, "install", &[]).map_err(step("install"))?;
+    let fingerprint = install
+        .pointer("/attestation/fingerprint")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| step("install")("the helper's report has no fingerprint".into()))?
+        .to_string();
+
+    // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
+    // namespace's resolv.conf: make it the policy's.
+    nix::mount::mount(
+        Some(&net.resolv_conf),
+        "/etc/resolv.conf",
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot bind {} over /etc/resolv.conf in the holder's mount namespace: {e}",
+            net.resolv_conf.display()
+        )
+    })
+    .map_err(step("resolver"))?;
+
+    let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+
+    run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
+    Ok(HolderNet {
+        netns_path,
+        keeper,
+        slirp_b,
+    })
+}
+
+/// Only for runsc releases with the `isRootNS` bug: hides
+/// `/proc/sys/net` in the holder's mount namespace, after the helper no
+/// longer needs it.
+pub fn hide_proc_sys_net() -> Result<(), String> {
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some("lazaret-hide"),
+        "/proc/sys/net",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=4k,mode=555"),
+    )
+    .map_err(|e| format!("network: runsc workaround: cannot mount a tmpfs over /proc/sys/net: {e}"))
+}
+
+/// Forks the keeper K: it leaves for a new network namespace (N2, owned
+/// by U because K is in U) and waits to be killed with the holder.
+fn fork_keeper() -> Result<i32, String> {
+    let (r, w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let w_raw = w.as_raw_fd();
+    // SAFETY: the holder is single-threaded here (no thread was started
+    // yet); the child makes only async-signal-safe calls and never returns.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: raw libc calls only; the child exits with _exit.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                    libc::_exit(1);
+                }
+                let b = b"k";
+                libc::write(w_raw, b.as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(w);
+            let mut b = [0u8; 1];
+            if matches!(std::fs::File::from(r).read(&mut b), Ok(1)) {
+                Ok(child.as_raw())
+            } else {
+                let _ = nix::sys::wait::waitpid(child, None);
+                Err("the keeper could not create a network namespace (unshare CLONE_NEWNET)".into())
+            }
+        }
+    }
+}
+
+/// slirp4netns B: in U, N1 and the holder's mount namespace (so its
+/// sockets obey N1's routes), serving N2's tap0.
+fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
+    let (ready_r, ready_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&net.slirp4netns);
+    cmd.arg0(format!(
+        "slirp4netns-sandbox:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args([
+        "--configure",
+        MTU,
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        "--ready-fd=3",
+        "--netns-type=path",
+        netns_path,
+        "tap0",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+    drop(cmd);
+    wait_ready(ready_r, "slirp4netns B", &mut child)?;
+    Ok(child)
+}
+
+/// Runs `lazaret-netpolicy MODE` with the sealed policy on fd 3 and N2 on
+/// fd 4; leaves its report in the evidence directory; returns it when the
+/// helper succeeded, else an error with its failing stage and message.
+fn run_helper(
+    net: &SandboxNetwork,
+    netns: &std::fs::File,
+    mode: &str,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let netns = OwnedFd::from(netns.try_clone().map_err(|e| e.to_string())?);
+    let mut cmd = Command::new(&net.helper);
+    cmd.arg(mode)
+        .args(["--digest", &net.digest])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (netns, 4)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", net.helper.display()))?;
+    drop(cmd);
+    let report = evidence_file(&net.evidence_dir, mode);
+    let _ = std::fs::File::create(&report).and_then(|mut f| f.write_all(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    if out.status.success() && v.get("ok") == Some(&serde_json::Value::Bool(true)) {
+        return Ok(v);
+    }
+    let stage = v
+        .get("failed_stage")
+        .and_then(|s| s.as_str())
+        .unwrap_or("helper");
+    let msg = v
+        .get("error")
+        .and_then(|s| s.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
+    if stage == mode {
+        Err(msg)
+    } else {
+        Err(format!("{stage}: {msg}"))
+    }
+}
+
+/// `install.json` or `probe.json`.
+pub fn evidence_file(dir: &Path, mode: &str) -> std::path::PathBuf {
+    dir.join(format!("{mode}.json"))
+}

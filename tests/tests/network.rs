@@ -1,0 +1,473 @@
+//! The Network Sidecar end to end, with the real runsc, as an unprivileged
+//! user: policy installed and probed before the sandbox starts, enforced
+//! outside the sandbox, refused configurations, DNS, fail-closed probe.
+//!
+//! Every `lazaret run` here runs inside a network namespace the test makes
+//! (as root) with no uplink: the test hosts live on its `lo` (see
+//! [`TestNet`]). No traffic can reach a real address.
+
+use lazaret_tests::{
+    assert_domain_gone, eventually, processes_mentioning, require_env, test_net, text, TestNet,
+    Workspace,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Inside the sandbox: one TCP connect per `HOST:PORT` argument; prints a
+/// JSON map target -> "OK <banner>" or "ERR <errno>" ("ERR timeout").
+const CONNECT: &str = r#"
+import json, socket, sys
+res = {}
+for t in sys.argv[1:]:
+    host, port = t.rsplit(":", 1)
+    host = host.strip("[]")
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(6)
+        s.connect((host, int(port)))
+        res[t] = "OK " + s.recv(64).decode().strip()
+    except OSError as e:
+        res[t] = "ERR %s" % (e.errno if e.errno is not None else "timeout")
+print(json.dumps(res))
+"#;
+
+/// Inside: resolves each name through the C library (so `/etc/resolv.conf`).
+const RESOLVE: &str = r#"
+import socket, sys
+for n in sys.argv[1:]:
+    try:
+        print(n, sorted({a[4][0] for a in socket.getaddrinfo(n, 80, socket.AF_INET)}))
+    except OSError as e:
+        print(n, "ERR", e)
+"#;
+
+const EHOSTUNREACH: &str = "ERR 113";
+const ENETUNREACH: &str = "ERR 101";
+
+fn py(script: &str, args: &[&str]) -> String {
+    let mut s = format!("python3 -c '{}'", script.replace('\'', "'\"'\"'"));
+    for a in args {
+        s.push_str(&format!(" '{a}'"));
+    }
+    s
+}
+
+fn connects(out: &std::process::Output) -> BTreeMap<String, String> {
+    let stdout = text(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no result: {stdout}\nstderr: {}", text(&out.stderr)));
+    serde_json::from_str(line).unwrap()
+}
+
+fn reachable(r: &BTreeMap<String, String>, target: &str) {
+    let host = target
+        .rsplit_once(':')
+        .unwrap()
+        .0
+        .trim_matches(|c| c == '[' || c == ']');
+    assert_eq!(
+        r[target],
+        format!("OK SERVED-OK {host}"),
+        "{target} must be reachable: {r:?}"
+    );
+}
+
+/// Refused by the policy: "no route" at once, not a timeout.
+fn refused(r: &BTreeMap<String, String>, target: &str) {
+    assert!(
+        r[target] == EHOSTUNREACH || r[target] == ENETUNREACH,
+        "{target} must be refused with no route: {r:?}"
+    );
+}
+
+fn write_network(ws: &Workspace, body: &str) {
+    ws.write_config(&format!("[profiles.default.network]\n{body}"));
+}
+
+fn net_show(ws: &Workspace, net: &TestNet) -> serde_json::Value {
+    let out = ws
+        .lazaret_in(net, &["net", "show", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "net show: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const PUBLIC: &str = "198.51.100.1:8080";
+const PRIVATE_10: &str = "10.99.0.1:8080";
+const PRIVATE_10B: &str = "10.99.1.1:8080";
+const PRIVATE_172: &str = "172.16.9.1:8080";
+const METADATA: &str = "169.254.169.254:8080";
+const CGNAT: &str = "100.64.0.1:8080";
+const HOST_LOOPBACK: &str = "10.0.2.2:8080";
+
+#[test]
+fn default_policy_public_reachable_private_metadata_cgnat_ipv6_refused() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-default");
+    let v6 = format!("[{}]:8080", lazaret_tests::TEST_HOST_V6);
+    let mapped = "[::ffff:10.99.1.1]:8080";
+    let script = format!(
+        "{} && cat /etc/resolv.conf && {} && (echo x > /etc/resolv.conf && echo RESOLV-WRITABLE || echo RESOLV-READONLY); cat /proc/net/if_inet6 2>/dev/null | grep -v ' lo$' | sed 's/^/INET6 /'",
+        py(
+            CONNECT,
+            &[PUBLIC, PRIVATE_10, PRIVATE_10B, PRIVATE_172, METADATA, CGNAT, HOST_LOOPBACK, &v6, mapped]
+        ),
+        py(RESOLVE, &["svc.lazaret.test"]),
+    );
+    let out = ws.run_sh_in(&net, &script);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let r = connects(&out);
+    reachable(&r, PUBLIC);
+    for t in [PRIVATE_10, PRIVATE_10B, PRIVATE_172, METADATA, CGNAT] {
+        refused(&r, t);
+    }
+    // The gateway of the sandbox's link is slirp4netns B, which does not
+    // forward to any loopback (`--disable-host-loopback`): silence. The
+    // test hosts listen on the test namespace's 127.0.0.1 too, so a leak
+    // would connect.
+    assert!(
+        r[HOST_LOOPBACK].starts_with("ERR"),
+        "host loopback reached: {r:?}"
+    );
+    // IPv6 is off in both namespaces: no IPv6 destination, and an
+    // IPv4-mapped one follows the IPv4 policy.
+    assert!(r[&v6].starts_with("ERR"), "IPv6 reachable: {r:?}");
+    assert!(
+        r[mapped].starts_with("ERR"),
+        "IPv4-mapped private reachable: {r:?}"
+    );
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("INET6"), "IPv6 addresses inside: {stdout}");
+    // The implicit resolver: slirp B -> enforcement ns -> slirp A -> the
+    // (test) host's resolver.
+    assert!(
+        stdout.contains("nameserver 10.0.2.3"),
+        "resolv.conf inside: {stdout}"
+    );
+    assert!(
+        stdout.contains("svc.lazaret.test ['198.51.100.1']"),
+        "DNS through the slirp chain: {stdout}"
+    );
+    assert!(stdout.contains("RESOLV-READONLY"), "{stdout}");
+    // The resolver file is a control file, never in the /etc State Anchor.
+    let etc_upper = ws.domain_root("default").join("state/anchors/etc/g1/upper");
+    let ls = env.sh(&format!("ls -A '{}'", etc_upper.display()));
+    assert!(ls.status.success(), "{}", text(&ls.stderr));
+    assert!(
+        !text(&ls.stdout).contains("resolv.conf"),
+        "resolv.conf in the /etc anchor: {}",
+        text(&ls.stdout)
+    );
+
+    // Evidence: recorded, passed, with the fingerprint.
+    let v = net_show(&ws, &net);
+    assert_eq!(v["generation"], 1, "{v}");
+    assert_eq!(v["evidence"]["passed"], true, "{v}");
+    let fp = v["fingerprint"].as_str().unwrap();
+    assert_eq!(fp.len(), 64, "{v}");
+    assert_eq!(v["evidence"]["probe"]["attestation"]["fingerprint"], fp);
+    let checks = v["evidence"]["probe"]["probe"]["checks"].to_string();
+    assert!(checks.contains("denied destination refused"), "{checks}");
+    assert!(checks.contains("resolver answers"), "{checks}");
+    let text_out = ws.lazaret_in(&net, &["net", "show"]).output().unwrap();
+    let s = text(&text_out.stdout);
+    assert!(
+        s.contains(fp) && s.contains("unreachable 169.254.0.0/16"),
+        "{s}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn allow_prefix_is_reachable_and_the_rest_of_10_8_stays_refused() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-allow");
+    // The probe must reach an allowed test host before the sandbox starts.
+    write_network(
+        &ws,
+        "allow = [\"10.99.0.0/24\"]\ndeny = [\"198.51.100.1\"]\nprobe = \"10.99.0.1:8080\"",
+    );
+    let out = ws.run_sh_in(
+        &net,
+        &py(
+            CONNECT,
+            &[PRIVATE_10, PRIVATE_10B, PUBLIC, "198.51.100.53:8080"],
+        ),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let r = connects(&out);
+    reachable(&r, PRIVATE_10);
+    refused(&r, PRIVATE_10B);
+    // A `deny` /32 inside the permitted default.
+    refused(&r, PUBLIC);
+    reachable(&r, "198.51.100.53:8080");
+    let v = net_show(&ws, &net);
+    let checks = v["evidence"]["probe"]["probe"]["checks"].to_string();
+    assert!(
+        checks.contains("permitted destination reachable") && checks.contains("10.99.0.1:8080"),
+        "{checks}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn default_deny_permits_only_allowed_prefixes_and_dns() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-deny");
+    write_network(
+        &ws,
+        "default = \"deny\"\nallow = [\"10.99.0.0/24\"]\ndns = [\"10.99.5.53\"]",
+    );
+    let script = format!(
+        "{} && cat /etc/resolv.conf && {}",
+        py(
+            CONNECT,
+            &[PRIVATE_10, PRIVATE_10B, PUBLIC, "198.51.100.53:8080"]
+        ),
+        py(RESOLVE, &["svc.lazaret.test", "other.lazaret.test"]),
+    );
+    let out = ws.run_sh_in(&net, &script);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let r = connects(&out);
+    reachable(&r, PRIVATE_10);
+    refused(&r, PRIVATE_10B);
+    refused(&r, PUBLIC);
+    refused(&r, "198.51.100.53:8080");
+    let stdout = text(&out.stdout);
+    // The configured resolver, reachable inside 10/8 and under `deny`.
+    assert!(stdout.contains("nameserver 10.99.5.53"), "{stdout}");
+    assert!(!stdout.contains("nameserver 10.0.2.3"), "{stdout}");
+    assert!(
+        stdout.contains("svc.lazaret.test ['198.51.100.1']")
+            && stdout.contains("other.lazaret.test ['198.51.100.1']"),
+        "DNS through the configured resolver: {stdout}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+/// Root inside tries to widen the policy with what the sandbox offers
+/// (netlink route changes, raw sockets, interface flags, sysctls); the
+/// refused hosts stay refused, because the policy lives in a namespace
+/// the sandbox cannot name.
+const TAMPER: &str = r#"
+import fcntl, os, socket, struct
+def attempt(name, f):
+    try:
+        f(); print("TAMPER", name, "accepted")
+    except OSError as e:
+        print("TAMPER", name, "refused", e.errno)
+def rtmsg(kind, dst, plen, gw=None):
+    # struct rtmsg + RTA_DST (+ RTA_GATEWAY)
+    body = struct.pack("BBBBBBBBI", socket.AF_INET, plen, 0, 0, 254, 4, 0, 1, 0)
+    attrs = struct.pack("HH", 8, 1) + socket.inet_aton(dst)
+    if gw:
+        attrs += struct.pack("HH", 8, 5) + socket.inet_aton(gw)
+    msg = body + attrs
+    flags = 0x1 | 0x4 | 0x400 | 0x200  # REQUEST | ACK | CREATE | EXCL
+    return struct.pack("IHHII", 16 + len(msg), kind, flags, 1, 0) + msg
+def netlink(kind, dst, plen, gw=None):
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    s.bind((0, 0))
+    s.send(rtmsg(kind, dst, plen, gw))
+    ans = s.recv(4096)
+    err = struct.unpack("i", ans[16:20])[0] if len(ans) >= 20 else 0
+    if err:
+        raise OSError(-err, "netlink")
+attempt("route-add-10.99.1.0/24", lambda: netlink(24, "10.99.1.0", 24, "10.0.2.2"))
+attempt("route-add-172.16.0.0/12", lambda: netlink(24, "172.16.0.0", 12, "10.0.2.2"))
+attempt("route-del-default", lambda: netlink(25, "0.0.0.0", 0))
+attempt("raw-socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+attempt("packet-socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+def flags_down():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"tap0", 0))  # SIOCSIFFLAGS
+attempt("ifflags-tap0", flags_down)
+def sysctl():
+    with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+        f.write("1")
+attempt("sysctl", sysctl)
+"#;
+
+#[test]
+fn root_inside_cannot_change_the_policy() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-tamper");
+    let script = format!(
+        "id -u; {}; {}",
+        py(TAMPER, &[]),
+        py(CONNECT, &[PRIVATE_10B, PRIVATE_172, METADATA, PUBLIC])
+    );
+    let out = ws.run_sh_in(&net, &script);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("0\n"), "not root inside: {stdout}");
+    assert!(
+        stdout.contains("TAMPER raw-socket refused"),
+        "raw sockets: {stdout}"
+    );
+    eprintln!("tamper attempts:\n{stdout}");
+    let r = connects(&out);
+    // Whatever the attempts did to gVisor's own stack, the enforcement
+    // namespace decides.
+    refused(&r, PRIVATE_10B);
+    refused(&r, PRIVATE_172);
+    refused(&r, METADATA);
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+fn assert_refused_at_start(ws: &Workspace, net: &TestNet, body: &str, names: &[&str]) {
+    write_network(ws, body);
+    let out = ws.lazaret_in(net, &["run", "--", "true"]).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{body}: stderr {err}");
+    for n in names {
+        assert!(
+            err.contains(n),
+            "{body}: the error does not name {n}: {err}"
+        );
+    }
+    assert!(err.contains("nothing was started"), "{err}");
+    // Nothing started: no process, no Domain Store, no run directory.
+    let root = ws.domain_root("default");
+    assert!(processes_mentioning(&ws.domain_id("default")).is_empty());
+    assert!(
+        !root.join("domain.redb").exists(),
+        "{body}: the coordinator ran"
+    );
+    assert!(!root.join("run").exists());
+}
+
+#[test]
+fn conflicts_and_invalid_entries_are_refused_at_start_naming_them() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-refused");
+    assert_refused_at_start(
+        &ws,
+        &net,
+        "allow = [\"198.51.100.0/24\", \"10.99.0.0/24\"]\ndeny = [\"10.99.0.0/24\"]",
+        &[
+            "network.allow[1] \"10.99.0.0/24\"",
+            "network.deny[0] \"10.99.0.0/24\"",
+        ],
+    );
+    assert_refused_at_start(
+        &ws,
+        &net,
+        "deny = [\"10.99.0.0/33\"]",
+        &["network.deny[0] \"10.99.0.0/33\""],
+    );
+    assert_refused_at_start(
+        &ws,
+        &net,
+        "allow = [\"not-a-cidr\"]",
+        &["network.allow[0] \"not-a-cidr\""],
+    );
+    assert_refused_at_start(
+        &ws,
+        &net,
+        "allow = [\"fd00::/8\"]",
+        &["network.allow[0] \"fd00::/8\"", "IPv6 is disabled"],
+    );
+    assert_refused_at_start(&ws, &net, "probe = \"10.99.0.1:8080\"", &["10.99.0.1:8080"]);
+}
+
+#[test]
+fn failing_probe_stops_the_start_and_names_the_check() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-probe");
+    // Nobody answers at 10.99.6.53 in the test namespace.
+    write_network(&ws, "dns = [\"10.99.6.53\"]");
+    let out = ws.run_sh_in(&net, "echo SANDBOX-RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(!text(&out.stdout).contains("SANDBOX-RAN"));
+    assert!(
+        err.contains("network: probe") && err.contains("resolver answers 10.99.6.53:53"),
+        "the error does not name the failing check: {err}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+    let v = net_show(&ws, &net);
+    assert_eq!(v["evidence"]["passed"], false, "{v}");
+    assert!(
+        v["evidence"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("resolver answers 10.99.6.53:53"),
+        "{v}"
+    );
+
+    // A permitted probe target that does not answer fails closed too.
+    write_network(&ws, "probe = \"198.51.100.9:8080\"");
+    let out = ws.run_sh_in(&net, "echo SANDBOX-RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(
+        err.contains("permitted destination reachable 198.51.100.9:8080"),
+        "{err}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn mode_none_has_no_network() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-none");
+    write_network(&ws, "mode = \"none\"");
+    let out = ws.run_sh_in(&net, &py(CONNECT, &[PUBLIC]));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let r = connects(&out);
+    assert!(r[PUBLIC].starts_with("ERR"), "{r:?}");
+    let v = net_show(&ws, &net);
+    assert_eq!(v["disabled"], true, "{v}");
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn sidecar_processes_name_the_domain_and_die_with_a_killed_coordinator() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-procs");
+    let id = ws.domain_id("default");
+    let mut session = ws
+        .lazaret_in(&net, &["run", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let both = eventually(Duration::from_secs(30), || {
+        let p = processes_mentioning(&id);
+        p.iter().any(|(_, c)| c.contains("slirp4netns-uplink"))
+            && p.iter().any(|(_, c)| c.contains("slirp4netns-sandbox"))
+    });
+    assert!(
+        both,
+        "slirp4netns A and B do not name the Domain: {:#?}",
+        processes_mentioning(&id)
+    );
+    // SIGKILL of the coordinator: the supervisor dies with it, slirp A
+    // with the supervisor, slirp B and the keeper with the holder's PID
+    // namespace.
+    let (coordinator, _) = processes_mentioning(&id)
+        .into_iter()
+        .find(|(_, c)| c.contains("lazaret-coordinator"))
+        .expect("coordinator");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(coordinator),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_domain_gone(&id);
+    let _ = session.kill();
+    let _ = session.wait();
+}
