@@ -19,6 +19,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
         .map_err(|e| CliError::Start(format!("cannot find lazaret's own path: {e}")))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
     for b in [
+        "lazaret-mount-router",
         "lazaret-escalate",
         "lazaret-coordinator",
         "lazaret-supervisor",
@@ -106,6 +107,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         persistent_paths: r.profile.persistent_paths.clone(),
+        isolate_ignored: r.profile.isolate_ignored,
         auto_approve: r
             .profile
             .escalation

@@ -50,6 +50,10 @@ pub enum StateCmd {
         /// Reset every State Anchor of the Domain
         #[arg(long, conflicts_with = "paths")]
         all: bool,
+        /// Discard the Ignored Workspace State (what the sandbox wrote at
+        /// Git-ignored workspace paths)
+        #[arg(long)]
+        ignored: bool,
         /// Do not ask for confirmation (the safety checks still apply)
         #[arg(long)]
         yes: bool,
@@ -314,6 +318,8 @@ struct DomainView {
     generation: Option<u64>,
     active: bool,
     anchors: Vec<AnchorView>,
+    /// Bytes of Ignored Workspace State, when the Domain has some.
+    ignored_bytes: Option<u64>,
 }
 
 fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
@@ -342,7 +348,25 @@ fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
         generation: domain.meta.as_ref().map(|m| m.generation),
         active: is_active(domain),
         anchors,
+        ignored_bytes: ignored_bytes(domain),
     })
+}
+
+fn ignored_bytes(domain: &Domain) -> Option<u64> {
+    let dir = domain.layout.ignored();
+    if !dir.is_dir() {
+        return None;
+    }
+    let out = Command::new(crate::leader::libexec().ok()?.join("lazaret-supervisor"))
+        .arg("--scan-anchor")
+        .arg("/workspace")
+        .arg(&dir)
+        .arg(domain.layout.root.join(".no-lower"))
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let s: Summary = serde_json::from_slice(&out.stdout).ok()?;
+    Some(s.bytes)
 }
 
 fn human_bytes(b: u64) -> String {
@@ -370,6 +394,9 @@ fn print_header(v: &DomainView) {
         o(&v.image),
         if v.active { "active" } else { "inactive" }
     );
+    if let Some(b) = v.ignored_bytes {
+        println!("  Ignored Workspace State: {}", human_bytes(b));
+    }
 }
 
 pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
@@ -482,16 +509,23 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
         StateCmd::Reset {
             paths,
             all,
+            ignored,
             yes,
             which,
-        } => reset(&which, paths, all, yes),
+        } => reset(&which, paths, all, ignored, yes),
     }
 }
 
-fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32, CliError> {
-    if paths.is_empty() && !all {
+fn reset(
+    which: &Which,
+    paths: Vec<String>,
+    all: bool,
+    ignored: bool,
+    yes: bool,
+) -> Result<i32, CliError> {
+    if paths.is_empty() && !all && !ignored {
         return Err(CliError::Session(
-            "name the persistent paths to reset (e.g. /usr), or pass --all".into(),
+            "name the persistent paths to reset (e.g. /usr), or pass --all or --ignored".into(),
         ));
     }
     let domain = resolve(which)?;
@@ -514,6 +548,8 @@ fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32,
         .map_err(|e| CliError::Session(e.to_string()))?;
     let targets: Vec<String> = if all {
         recorded.iter().map(|(p, _)| p.clone()).collect()
+    } else if paths.is_empty() {
+        Vec::new()
     } else {
         paths
             .iter()
@@ -546,8 +582,16 @@ fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32,
             }
         }
     }
+    if ignored {
+        println!("  discard the Ignored Workspace State: what the sandbox wrote at Git-ignored workspace paths");
+    }
     println!(
-        "  kept: the image, the workspace, Ignored Workspace State and every other State Anchor"
+        "  kept: the image, the workspace{} and every other State Anchor",
+        if ignored {
+            ""
+        } else {
+            ", Ignored Workspace State"
+        }
     );
     if !yes {
         if !std::io::stdin().is_terminal() {
@@ -563,13 +607,51 @@ fn reset(which: &Which, paths: Vec<String>, all: bool, yes: bool) -> Result<i32,
             return Ok(REFUSED);
         }
     }
-    let switches = anchors
-        .reset(&targets, &mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
-    for (p, old, new) in switches {
-        println!("reset {p}: generation {old} -> {new} (empty)");
+    if !targets.is_empty() {
+        let switches = anchors
+            .reset(&targets, &mut |p: &Path| remove_tree(p))
+            .map_err(|e| CliError::Session(e.to_string()))?;
+        for (p, old, new) in switches {
+            println!("reset {p}: generation {old} -> {new} (empty)");
+        }
+    }
+    if ignored {
+        reset_ignored(&domain)?;
+        println!("reset the Ignored Workspace State (empty)");
     }
     Ok(0)
+}
+
+/// Moves the Ignored Workspace State aside in one rename (the next start
+/// finds none and makes an empty one), then removes it. Interrupted, the
+/// Domain has either its old state or none; the coordinator removes a
+/// leftover `ignored.discard-*` at its next start.
+fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
+    let root = lazaret_state::beneath::Root::open(&domain.layout.root)
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    match root.kind(Path::new("ignored")) {
+        Ok(None) => return Ok(()),
+        Ok(Some(lazaret_state::beneath::Kind::Dir)) => {}
+        Ok(Some(_)) => {
+            return Err(CliError::Session(format!(
+                "{} is not a real directory: run `lazaret state verify` and remove it by hand",
+                domain.layout.ignored().display()
+            )))
+        }
+        Err(e) => return Err(CliError::Session(e.to_string())),
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let aside = format!("ignored.discard-{nanos}");
+    root.rename(Path::new(""), "ignored", &aside).map_err(|e| {
+        CliError::Session(format!(
+            "cannot move the Ignored Workspace State aside: {e}"
+        ))
+    })?;
+    lazaret_state::fault::point("reset-ignored-aside");
+    remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)
 }
 
 /// `lazaret escalations [--json]`: the Domain's record of Host Escalation

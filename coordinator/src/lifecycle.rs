@@ -411,6 +411,9 @@ fn start_sandbox(
     };
     let mut plan = plan(input, &run, gen, anchors, mounts);
     plan.network = network;
+    if input.isolate_ignored {
+        plan.router = Some(route_workspace(input, layout, &mut plan)?);
+    }
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (status_r, status_w) =
@@ -517,7 +520,50 @@ pub fn plan(
         env: session::base_env(input, None),
         id_map: input.id_map.clone(),
         network: None,
+        router: None,
     }
+}
+
+/// Ignored Workspace State (SR-13): the workspace reaches the sandbox
+/// through `lazaret-mount-router`, whose mount point replaces the host
+/// workspace as the source of `/workspace`. The Git Sentry mounts beneath
+/// it keep their host sources: the router never routes `.git`.
+fn route_workspace(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    plan: &mut SandboxPlan,
+) -> Result<lazaret_protocol::plan::RouterPlan, String> {
+    // A reset interrupted after moving the state aside left it here.
+    if let Ok(rd) = std::fs::read_dir(&layout.root) {
+        for e in rd.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("ignored.discard-")
+            {
+                if let Err(err) = remove_tree(&input.libexec, &e.path()) {
+                    log(err);
+                }
+            }
+        }
+    }
+    let state = layout.ignored();
+    mkdir_private(&state)?;
+    let mountpoint = layout.run().join("workspace");
+    mkdir_private(&mountpoint)?;
+    for m in &mut plan.mounts {
+        if m.purpose == MountPurpose::Workspace {
+            m.kind = MountKind::Bind {
+                source: mountpoint.clone(),
+                read_only: false,
+            };
+        }
+    }
+    Ok(lazaret_protocol::plan::RouterPlan {
+        binary: input.libexec.join("lazaret-mount-router"),
+        workspace: input.workspace.clone(),
+        state,
+        mountpoint,
+    })
 }
 
 /// Stops the sandbox (through the supervisor), removes everything transient

@@ -32,6 +32,20 @@ pub struct SandboxPlan {
     pub id_map: IdMap,
     /// The Network Sidecar; `None` runs the sandbox with `--network=none`.
     pub network: Option<SandboxNetwork>,
+    /// Ignored Workspace State: the FUSE mount router presenting the
+    /// workspace; `None` binds the workspace directly.
+    pub router: Option<RouterPlan>,
+}
+
+/// `lazaret-mount-router`, started by the holder before runsc; its mount
+/// point is bound at `/workspace` instead of the host workspace.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RouterPlan {
+    pub binary: PathBuf,
+    pub workspace: PathBuf,
+    /// The Domain's Ignored Workspace State (persistent).
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar
@@ -158,6 +172,8 @@ pub struct CoordinatorInput {
     pub env: Vec<(String, String)>,
     /// The profile's persistent paths: one State Anchor each.
     pub persistent_paths: Vec<String>,
+    /// Route Git-ignored workspace paths to Ignored Workspace State.
+    pub isolate_ignored: bool,
     pub volumes: Vec<VolumeSpec>,
     /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
     pub auto_approve: Vec<(Vec<String>, bool)>,

@@ -28,6 +28,12 @@ impl DomainLayout {
     pub fn socket(&self) -> PathBuf {
         self.run().join("coordinator.sock")
     }
+    /// Ignored Workspace State: what the sandbox wrote at Git-ignored
+    /// workspace paths (persistent).
+    pub fn ignored(&self) -> PathBuf {
+        self.root.join("ignored")
+    }
+
     /// Relative to the Domain Root: where the State Anchors live.
     pub const ANCHORS: &'static str = "state/anchors";
 

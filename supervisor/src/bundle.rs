@@ -176,6 +176,7 @@ mod tests {
                 sub_gid: (100000, 65535),
             },
             network: None,
+            router: None,
         }
     }
 

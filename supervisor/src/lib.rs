@@ -8,6 +8,7 @@
 pub mod bundle;
 pub mod fdno;
 pub mod network;
+pub mod router;
 
 /// Exit codes of `lazaret-supervisor` (documented in the README).
 pub mod exit {

@@ -301,10 +301,10 @@ fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
     // SAFETY: ready_w is the pipe's write end, inherited by the clone.
     let mut ready = unsafe { std::fs::File::from_raw_fd(ready_w) };
     match holder_start(plan, uplink_r) {
-        Ok(mut runsc) => {
+        Ok((mut runsc, router)) => {
             let _ = writeln!(ready, "running");
             drop(ready);
-            holder_wait(plan, &mut runsc)
+            holder_wait(plan, &mut runsc, router)
         }
         Err(msg) => {
             let _ = writeln!(ready, "error {msg}");
@@ -313,7 +313,12 @@ fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
     }
 }
 
-fn holder_start(plan: &SandboxPlan, uplink_r: i32) -> Result<std::process::Child, String> {
+/// Starts everything up to a running sandbox; returns runsc and, when
+/// Ignored Workspace State is on, the router's PID.
+fn holder_start(
+    plan: &SandboxPlan,
+    uplink_r: i32,
+) -> Result<(std::process::Child, Option<u32>), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -376,6 +381,12 @@ fn holder_start(plan: &SandboxPlan, uplink_r: i32) -> Result<std::process::Child
     .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
 
     mount_anchors(plan)?;
+    // The router's mount must be live before runsc binds it; the router
+    // is our child and lives in our PID namespace like everything else.
+    let router = match &plan.router {
+        Some(r) => Some(lazaret_supervisor::router::start(r)?),
+        None => None,
+    };
 
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
     std::fs::write(
@@ -458,7 +469,7 @@ fn holder_start(plan: &SandboxPlan, uplink_r: i32) -> Result<std::process::Child
             ));
         }
         if runsc_status(plan).as_deref() == Some("running") {
-            return Ok(child);
+            return Ok((child, router.as_ref().map(|r| r.id())));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -538,7 +549,7 @@ fn runsc_status(plan: &SandboxPlan) -> Option<String> {
     v.get("status")?.as_str().map(str::to_string)
 }
 
-fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
+fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, router: Option<u32>) -> isize {
     let set = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
     loop {
         match set.wait() {
@@ -550,6 +561,18 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child) -> isize {
                         Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
                         Ok(s) if s.pid() == Some(nix::unistd::Pid::from_raw(runsc.id() as i32)) => {
                             eprintln!("lazaret-supervisor: runsc run exited unexpectedly: {s:?}");
+                            return exit::SANDBOX_LOST as isize;
+                        }
+                        // Without its router the workspace is gone (the
+                        // sandbox sees ENOTCONN, never host content): stop
+                        // the Domain, so the next start brings it back.
+                        Ok(s)
+                            if router.is_some()
+                                && s.pid()
+                                    == router.map(|p| nix::unistd::Pid::from_raw(p as i32)) =>
+                        {
+                            eprintln!("lazaret-supervisor: the Ignored Workspace State router exited ({s:?}): stopping the sandbox");
+                            stop(plan, runsc);
                             return exit::SANDBOX_LOST as isize;
                         }
                         Ok(_) => {}

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 pub const BINARIES: &[&str] = &[
     "lazaret",
+    "lazaret-mount-router",
     "lazaret-escalate",
     "lazaret-coordinator",
     "lazaret-supervisor",

@@ -1,12 +1,7 @@
 //! Ignored Workspace State end to end: `lazaret run` with the
 //! lazaret-mount-router between the sandbox and the workspace.
 //!
-//! Prepared before integration: every test is `#[ignore = "needs
-//! integration"]` until the supervisor starts the router (see
-//! mount-router/src/lib.rs). On integration: add "lazaret-mount-router" to
-//! `BINARIES` in tests/src/lib.rs, remove the markers, and adjust
-//! `state_dir` if the Domain's Ignored Workspace State lives elsewhere than
-//! `<Domain Root>/ignored`.
+//! The Domain's Ignored Workspace State lives in `<Domain Root>/ignored`.
 
 use lazaret_tests::{eventually, processes_mentioning, require_env, text, Workspace};
 use std::time::Duration;
@@ -24,7 +19,6 @@ fn commit_gitignore(ws: &Workspace<'_>, rules: &str) {
 }
 
 #[test]
-#[ignore = "needs integration"]
 fn ignored_host_content_is_replaced_by_domain_state_that_persists() {
     let env = require_env!();
     let ws = env.workspace("ign-persist");
@@ -56,7 +50,6 @@ fn ignored_host_content_is_replaced_by_domain_state_that_persists() {
 }
 
 #[test]
-#[ignore = "needs integration"]
 fn non_ignored_edits_are_seen_at_once_on_both_sides() {
     let env = require_env!();
     let ws = env.workspace("ign-shared");
@@ -133,7 +126,6 @@ const TABLE: &[(&str, bool)] = &[
 const RULES: &str = "*.log\n!keep.log\n/build/\nnode_modules/\n.env\n*.o\ndoc/**/*.tmp\nout-*/\n!out-keep/\n[Tt]emp*\n/root-only\na/**/z\n";
 
 #[test]
-#[ignore = "needs integration"]
 fn routing_agrees_with_git_check_ignore_and_rules_change_live() {
     let env = require_env!();
     let ws = env.workspace("ign-table");
@@ -156,17 +148,19 @@ fn routing_agrees_with_git_check_ignore_and_rules_change_live() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Host Git's verdict, and where each path landed.
     let paths: Vec<&str> = TABLE.iter().map(|(p, _)| p.trim_end_matches('/')).collect();
+    // Directories keep their trailing slash: they exist only in the
+    // Domain's state, so host Git learns they are directories from it.
     let out = ws.host_sh(&format!(
         "git check-ignore --no-index {}",
-        paths
+        TABLE
             .iter()
-            .map(|p| format!("'{p}'"))
+            .map(|(p, _)| format!("'{p}'"))
             .collect::<Vec<_>>()
             .join(" ")
     ));
     let ignored: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
     for ((p, want), bare) in TABLE.iter().zip(&paths) {
-        let git = ignored.iter().any(|l| l == bare);
+        let git = ignored.iter().any(|l| l == p);
         assert_eq!(git, *want, "table vs git on {p}");
         let on_host = ws.path.join(bare).exists();
         let in_state = state_dir(&ws).join(bare).exists();
@@ -188,7 +182,6 @@ fn routing_agrees_with_git_check_ignore_and_rules_change_live() {
 }
 
 #[test]
-#[ignore = "needs integration"]
 fn renames_across_are_exdev_and_mv_still_works() {
     let env = require_env!();
     let ws = env.workspace("ign-exdev");
@@ -207,7 +200,6 @@ fn renames_across_are_exdev_and_mv_still_works() {
 }
 
 #[test]
-#[ignore = "needs integration"]
 fn isolate_ignored_false_shows_host_ignored_files() {
     let env = require_env!();
     let ws = env.workspace("ign-off");
@@ -224,7 +216,6 @@ fn isolate_ignored_false_shows_host_ignored_files() {
 }
 
 #[test]
-#[ignore = "needs integration"]
 fn killing_the_router_gives_errors_never_host_content() {
     let env = require_env!();
     let ws = env.workspace("ign-kill");
@@ -266,7 +257,37 @@ fn killing_the_router_gives_errors_never_host_content() {
         "stdout {so} stderr {}",
         text(&out.stderr)
     );
-    // The next run recovers.
+    // The Domain stops (its workspace is gone), and the next run recovers.
+    lazaret_tests::assert_domain_gone(&domain);
     let out = ws.run_sh("cat .env");
     assert_eq!(text(&out.stdout), "sandbox\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn state_inspect_shows_and_reset_discards_ignored_state() {
+    let env = require_env!();
+    let ws = env.workspace("ign-reset");
+    commit_gitignore(&ws, "node_modules/\n");
+    let out =
+        ws.run_sh("mkdir -p node_modules/pkg && head -c 5000 /dev/zero > node_modules/pkg/blob");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+    let i = ws
+        .lazaret(&["state", "inspect", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&i.stdout).expect("json");
+    assert!(v["ignored_bytes"].as_u64().unwrap_or(0) >= 5000, "{v}");
+    let r = ws
+        .lazaret(&["state", "reset", "--ignored", "--yes"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}{}", text(&r.stdout), text(&r.stderr));
+    assert!(
+        text(&r.stdout).contains("Ignored Workspace State"),
+        "{}",
+        text(&r.stdout)
+    );
+    let out = ws.run_sh("test -e node_modules/pkg/blob && echo present || echo gone");
+    assert_eq!(text(&out.stdout), "gone\n", "{}", text(&out.stderr));
 }

@@ -1,0 +1,64 @@
+//! Starting `lazaret-mount-router` in the holder's namespaces, before
+//! runsc: the sandbox's `/workspace` is its mount point. The router
+//! confines itself (landlock, seccomp, capabilities) once mounted; it dies
+//! with the holder (`--die-with-parent`), and with it its mount.
+
+use lazaret_helpers::fds;
+use lazaret_protocol::plan::RouterPlan;
+use nix::sys::signal::SigSet;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+pub fn start(r: &RouterPlan) -> Result<Child, String> {
+    let (ready_r, ready_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&r.binary);
+    cmd.arg("--workspace")
+        .arg(&r.workspace)
+        .arg("--state")
+        .arg(&r.state)
+        .arg("--mountpoint")
+        .arg(&r.mountpoint)
+        // The Sentry stats donated descriptors as its own (nested) uid:
+        // without allow_other FUSE refuses it (EACCES, then EIO on
+        // append). Only this mount namespace's processes can reach it.
+        .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    // SAFETY: only async-signal-safe calls between fork and exec: the
+    // holder blocks the signals it waits for, the router must not.
+    unsafe {
+        cmd.pre_exec(|| {
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", r.binary.display()))?;
+    drop(cmd);
+    let mut ready = std::fs::File::from(ready_r);
+    let mut pfd = [nix::poll::PollFd::new(
+        ready.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(15_000u16)).unwrap_or(0);
+    let mut said = String::new();
+    if n > 0 {
+        let _ = (&mut ready).take(64).read_to_string(&mut said);
+    }
+    if said == "ready\n" {
+        return Ok(child);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!(
+        "the Ignored Workspace State router did not start (see its message in the coordinator log){}",
+        if n == 0 { ": no answer within 15 s" } else { "" }
+    ))
+}
