@@ -493,3 +493,26 @@ fn the_default_image_is_in_the_catalog() {
         "{listed:?}"
     );
 }
+
+/// State Anchors over a changing image (issue: State Anchor): a file the
+/// Domain never touched follows the new image; one it changed keeps the
+/// upper's content.
+#[test]
+fn after_an_image_change_unmodified_files_follow_and_modified_ones_stay() {
+    let env = require_env!();
+    let (ws, data) = setup(env, "img-change", None);
+    let b = ws.base.display().to_string();
+    mkoci(&ws, "layout", "one", "--hello one");
+    mkoci(&ws, "layout", "two", "--hello two");
+    let run = |script: &str| {
+        let out = ws.run_sh(script);
+        assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+        lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+        text(&out.stdout)
+    };
+    write_config(&ws, &data, Some(&format!("oci:{b}/layout:one")));
+    assert_eq!(run("cat /etc/hello /etc/hello2"), "one\none\n");
+    run("echo mine > /etc/hello2");
+    write_config(&ws, &data, Some(&format!("oci:{b}/layout:two")));
+    assert_eq!(run("cat /etc/hello /etc/hello2"), "two\nmine\n");
+}

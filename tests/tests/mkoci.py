@@ -90,6 +90,7 @@ def base_layer(t):
     add_file(t, "etc/group", b"root:x:0:\nuser:x:1000:\n")
     add_file(t, "etc/removed", b"whited out by layer 2\n")
     add_file(t, "etc/hello", HELLO)
+    add_file(t, "etc/hello2", HELLO)
     add_dir(t, "home/user", mode=0o750, uid=1000, gid=1000)
     add_file(t, "home/user/owned", b"mine\n", uid=1000, gid=1000)
     add_file(t, "bin/suid-tool", b"#!/bin/sh\n", mode=0o4755)
