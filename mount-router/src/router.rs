@@ -476,6 +476,31 @@ impl Router {
     }
 
     /// The visible entries of the directory (`s`, `path`).
+    /// The listing behind a directory handle. A read from offset 0 is a
+    /// rewind (`rewinddir`, or gVisor's gofer reusing its descriptor):
+    /// the listing is taken afresh, so entries created since the handle
+    /// was opened, in either store, are seen.
+    fn dir_entries(
+        &self,
+        fh: FileHandle,
+        ino: INodeNo,
+        offset: u64,
+    ) -> Result<Arc<Vec<Entry>>, Errno> {
+        if offset == 0 {
+            let (s, path) = self.node(ino)?;
+            let fresh = Arc::new(self.list(s, &path, ino.0).map_err(fe)?);
+            match lock(&self.handles).get_mut(&fh.0) {
+                Some(Handle::Dir(e)) => *e = fresh.clone(),
+                _ => return Err(Errno::EBADF),
+            }
+            return Ok(fresh);
+        }
+        match lock(&self.handles).get(&fh.0) {
+            Some(Handle::Dir(e)) => Ok(e.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
     fn list(&self, s: Store, path: &[u8], self_ino: u64) -> Res<Vec<Entry>> {
         type Both = (Option<Stat>, Option<Stat>);
         let mut names: BTreeMap<Vec<u8>, Both> = BTreeMap::new();
@@ -1215,9 +1240,9 @@ impl Filesystem for Router {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match lock(&self.handles).get(&fh.0) {
-            Some(Handle::Dir(e)) => e.clone(),
-            _ => return reply.error(Errno::EBADF),
+        let entries = match self.dir_entries(fh, _ino, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             if reply.add(
@@ -1240,9 +1265,9 @@ impl Filesystem for Router {
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
-        let entries = match lock(&self.handles).get(&fh.0) {
-            Some(Handle::Dir(e)) => e.clone(),
-            _ => return reply.error(Errno::EBADF),
+        let entries = match self.dir_entries(fh, ino, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
         };
         let (_, dir) = match self.node(ino) {
             Ok(n) => n,

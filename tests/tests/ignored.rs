@@ -291,3 +291,23 @@ fn state_inspect_shows_and_reset_discards_ignored_state() {
     let out = ws.run_sh("test -e node_modules/pkg/blob && echo present || echo gone");
     assert_eq!(text(&out.stdout), "gone\n", "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_directory_listed_before_an_ignored_entry_is_created_shows_it_after() {
+    // gVisor's gofer rewinds the descriptor it listed a directory with:
+    // the router must list afresh, or new ignored entries stay invisible.
+    let env = require_env!();
+    let ws = env.workspace("ign-rewind");
+    commit_gitignore(&ws, "node_modules/\n");
+    let out = ws.run_sh(
+        "python3 -c \"import os; os.chdir('/workspace'); a = sorted(os.listdir('.')); \
+         os.makedirs('node_modules/x'); open('plain', 'w').close(); b = sorted(os.listdir('.')); \
+         print('node_modules' in a, 'node_modules' in b, 'plain' in b)\"",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "False True True\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
