@@ -54,17 +54,7 @@ fn show(a: &ShowArgs) -> Result<i32, CliError> {
     )?;
     let profile = loaded.config.profile(&a.profile)?;
     let root = lazaret_config::storage_root(&loaded.config, &env)?;
-    let ws = match &a.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().map_err(|source| CliError::Workspace {
-            path: ".".into(),
-            source,
-        })?,
-    };
-    let ws = ws.canonicalize().map_err(|source| CliError::Workspace {
-        path: ws.display().to_string(),
-        source,
-    })?;
+    let ws = crate::run::canonical_workspace(a.workspace.as_deref())?;
     let id = DomainIdV1::derive(&a.profile, ws.as_os_str().as_bytes()).to_string();
     let path = root.join("domains").join(&id).join(record::FILE);
 

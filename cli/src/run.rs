@@ -53,16 +53,11 @@ fn mkdir_private(p: &Path) -> Result<(), CliError> {
         })
 }
 
-pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
-    let env = EnvVars::from_process();
-    let loaded = lazaret_config::load(
-        args.config.as_deref(),
-        &env,
-        rustix::process::getuid().as_raw(),
-    )?;
-    let profile = loaded.config.profile(&args.profile)?.clone();
-    let ws = match &args.workspace {
-        Some(w) => w.clone(),
+/// The canonical Agent Workspace: `--workspace`, else the current
+/// directory, resolved once; it must be a directory.
+pub fn canonical_workspace(given: Option<&Path>) -> Result<PathBuf, CliError> {
+    let ws = match given {
+        Some(w) => w.to_path_buf(),
         None => std::env::current_dir().map_err(|source| CliError::Workspace {
             path: ".".into(),
             source,
@@ -78,6 +73,18 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             source: std::io::Error::other("not a directory"),
         });
     }
+    Ok(workspace)
+}
+
+pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+    let env = EnvVars::from_process();
+    let loaded = lazaret_config::load(
+        args.config.as_deref(),
+        &env,
+        rustix::process::getuid().as_raw(),
+    )?;
+    let profile = loaded.config.profile(&args.profile)?.clone();
+    let workspace = canonical_workspace(args.workspace.as_deref())?;
     lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {

@@ -111,17 +111,7 @@ fn resolve(which: &Which) -> Result<Domain, CliError> {
             ))
         })?,
         None => {
-            let ws = match &which.workspace {
-                Some(w) => w.clone(),
-                None => std::env::current_dir().map_err(|source| CliError::Workspace {
-                    path: ".".into(),
-                    source,
-                })?,
-            };
-            let ws = ws.canonicalize().map_err(|source| CliError::Workspace {
-                path: ws.display().to_string(),
-                source,
-            })?;
+            let ws = crate::run::canonical_workspace(which.workspace.as_deref())?;
             DomainIdV1::derive(&which.profile, ws.as_os_str().as_bytes())
         }
     };
