@@ -47,7 +47,7 @@ impl Pty {
     }
 
     /// Starts `lazaret ARGS` with the PTY as its controlling terminal.
-    pub fn spawn(&self, ws: &Workspace, args: &[&str]) -> Child {
+    pub fn spawn(&self, ws: &Workspace, args: &[&str]) -> Session {
         let mut cmd = ws.lazaret(args);
         cmd.env("TERM", "xterm")
             .stdin(Stdio::from(self.slave.try_clone().unwrap()))
@@ -63,7 +63,7 @@ impl Pty {
                 Ok(())
             });
         }
-        cmd.spawn().unwrap()
+        Session(cmd.spawn().unwrap())
     }
 
     pub fn send(&mut self, s: &str) {
@@ -108,5 +108,31 @@ pub fn wait(child: &mut Child, timeout: Duration) -> Option<i32> {
             panic!("lazaret did not exit within {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `lazaret` under test, killed if the test ends without waiting for it
+/// (a failed assertion must not leave a session, and its Domain, behind).
+pub struct Session(pub Child);
+
+impl std::ops::Deref for Session {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
