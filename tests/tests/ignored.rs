@@ -69,9 +69,11 @@ fn non_ignored_edits_are_seen_at_once_on_both_sides() {
         .path
         .join("untracked.txt")
         .exists()));
-    assert!(std::fs::read_to_string(ws.path.join("README"))
-        .unwrap()
-        .contains("tracked"));
+    assert!(eventually(Duration::from_secs(30), || {
+        std::fs::read_to_string(ws.path.join("README"))
+            .unwrap_or_default()
+            .contains("tracked")
+    }));
     let out = ws.host_sh("echo from-host > host.txt");
     assert!(out.status.success());
     let st = session.wait().unwrap();
@@ -246,7 +248,10 @@ fn killing_the_router_gives_errors_never_host_content() {
             .collect::<Vec<_>>()
     };
     assert!(eventually(Duration::from_secs(30), || !router().is_empty()));
-    std::thread::sleep(Duration::from_millis(500));
+    // Kill it only once the sandbox has written its own `.env`.
+    assert!(eventually(Duration::from_secs(60), || state_dir(&ws)
+        .join(".env")
+        .exists()));
     for pid in router() {
         let _ = env.sh(&format!("kill -9 {pid}"));
     }

@@ -48,9 +48,12 @@ fn interactive_shell_prompt_resize_interrupt_and_restore() {
 
     // Ctrl-C reaches the foreground process group inside.
     pty.send("sleep 30; echo slept-$((40+2))\r");
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(1500));
     let sent = Instant::now();
     pty.send("\x03");
+    // Wait for the prompt: readline drops what is typed while it resets.
+    at = pty.expect(at, "^C", short);
+    at = pty.expect(at, "/workspace# ", short);
     pty.send("echo rc=$?\r");
     at = pty.expect(at, "rc=130", short);
     assert!(sent.elapsed() < Duration::from_secs(10));
@@ -58,14 +61,17 @@ fn interactive_shell_prompt_resize_interrupt_and_restore() {
 
     // Ctrl-\ quits and Ctrl-Z stops the foreground job inside.
     pty.send("sleep 32\r");
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(1500));
     pty.send("\x1c");
+    at = pty.expect(at, "Quit", short);
+    at = pty.expect(at, "/workspace# ", short);
     pty.send("echo q=$?\r");
     at = pty.expect(at, "q=131", short);
     pty.send("sleep 33\r");
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(1500));
     pty.send("\x1a");
     at = pty.expect(at, "Stopped", short);
+    at = pty.expect(at, "/workspace# ", short);
     pty.send("jobs -s | wc -l | sed s/^/stopped=/\r");
     at = pty.expect(at, "stopped=1", short);
     pty.send("kill -9 %1; wait; echo z=$((1+1))\r");
