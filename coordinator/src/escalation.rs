@@ -75,6 +75,9 @@ pub struct Escalations {
     pub sessions: Mutex<HashMap<String, SessionEntry>>,
     seen: Mutex<HashSet<[u8; 16]>>,
     cancels: Mutex<HashMap<[u8; 16], Arc<AtomicBool>>>,
+    /// Cancellations read before their request (both can arrive in one
+    /// poll, in any order).
+    early_cancels: Mutex<HashSet<[u8; 16]>>,
 }
 
 /// Whether a rule approves `argv`: the complete vector, unless the rule
@@ -120,6 +123,7 @@ impl Escalations {
             sessions: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashSet::new()),
             cancels: Mutex::new(HashMap::new()),
+            early_cancels: Mutex::new(HashSet::new()),
         }
     }
 
@@ -225,16 +229,18 @@ impl Escalations {
             )
         };
         match &body.kind {
-            Kind::Cancel => {
-                if let Some(flag) = self.cancels.lock().unwrap().get(&body.request_id) {
-                    flag.store(true, Ordering::Relaxed);
+            Kind::Cancel => match self.cancels.lock().unwrap().get(&body.request_id) {
+                Some(flag) => flag.store(true, Ordering::Relaxed),
+                None => {
+                    self.early_cancels.lock().unwrap().insert(body.request_id);
                 }
-            }
+            },
             Kind::Request(_) => {
                 if !self.seen.lock().unwrap().insert(body.request_id) {
                     return self.refuse(name, "a replayed Escalation Request ID");
                 }
-                let cancel = Arc::new(AtomicBool::new(false));
+                let cancelled = self.early_cancels.lock().unwrap().remove(&body.request_id);
+                let cancel = Arc::new(AtomicBool::new(cancelled));
                 self.cancels
                     .lock()
                     .unwrap()
