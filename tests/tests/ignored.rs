@@ -249,9 +249,9 @@ fn killing_the_router_gives_errors_never_host_content() {
     };
     assert!(eventually(Duration::from_secs(30), || !router().is_empty()));
     // Kill it only once the sandbox has written its own `.env`.
-    assert!(eventually(Duration::from_secs(60), || state_dir(&ws)
-        .join(".env")
-        .exists()));
+    assert!(eventually(Duration::from_secs(60), || {
+        std::fs::read_to_string(state_dir(&ws).join(".env")).unwrap_or_default() == "sandbox\n"
+    }));
     for pid in router() {
         let _ = env.sh(&format!("kill -9 {pid}"));
     }

@@ -90,16 +90,14 @@ fn workspace_edits_propagate_both_ways() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // `>` creates the file before `echo` writes it: wait for the content.
     assert!(
-        eventually(Duration::from_secs(30), || ws
-            .path
-            .join("from-inside")
-            .exists()),
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(
+            ws.path.join("from-inside")
+        )
+        .unwrap_or_default()
+            == "inside\n"),
         "the file written inside never appeared on the host"
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.path.join("from-inside")).unwrap(),
-        "inside\n"
     );
     assert!(ws.host_sh("echo outside > from-host").status.success());
     let out = session.wait_with_output().unwrap();
