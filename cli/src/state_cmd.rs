@@ -272,19 +272,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
 
 fn remove_tree(p: &Path) -> Result<(), String> {
     let libexec = crate::leader::libexec().map_err(|e| e.to_string())?;
-    let status = Command::new(libexec.join("lazaret-supervisor"))
-        .arg("--remove-tree")
-        .arg(p)
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| e.to_string())?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "lazaret-supervisor --remove-tree exited with {status}"
-        ))
-    }
+    lazaret_state::remove::remove_tree(&libexec, p)
 }
 
 #[derive(Serialize)]

@@ -604,22 +604,7 @@ fn teardown(
     log(format!("generation {} stopped", gen.number));
 }
 
-/// Removes a tree whose files may belong to the sandbox's subordinate IDs:
-/// the supervisor does it from inside the Domain's user namespace mapping.
-pub fn remove_tree(libexec: &Path, dir: &Path) -> Result<(), String> {
-    let status = Command::new(libexec.join("lazaret-supervisor"))
-        .arg("--remove-tree")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .status();
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        other => Err(format!(
-            "could not remove {} completely: {other:?}",
-            dir.display()
-        )),
-    }
-}
+pub use lazaret_state::remove::remove_tree;
 
 /// The run directory holds the root overlay's upper.
 fn remove_run_dir(layout: &Layout, libexec: &Path) {

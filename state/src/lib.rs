@@ -16,6 +16,7 @@ pub mod beneath;
 pub mod fault;
 pub mod layout;
 pub mod meta;
+pub mod remove;
 pub mod scan;
 pub mod store;
 
