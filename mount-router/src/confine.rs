@@ -81,6 +81,24 @@ fn sys(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> ConfineError {
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the soft
+/// limit then in force. The router's own need is bounded (see
+/// [`crate::router::Options::max_open`]); this only makes sure that a
+/// new user's default soft limit of 1024 is not the bound.
+pub fn raise_nofile() -> u64 {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if lim.current != lim.maximum {
+        let raised = rustix::process::Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        if rustix::process::setrlimit(rustix::process::Resource::Nofile, raised).is_ok() {
+            return lim.maximum.unwrap_or(u64::MAX);
+        }
+    }
+    lim.current.unwrap_or(u64::MAX)
+}
+
 /// Step 1: a clean process.
 pub fn sanitize(keep: Option<BorrowedFd<'_>>, die_with_parent: bool) -> Result<(), ConfineError> {
     let keep = keep.map(|f| f.as_raw_fd() as u32);

@@ -15,7 +15,8 @@
 //! ```text
 //! lazaret-mount-router --workspace DIR --state DIR --mountpoint DIR
 //!                      [--ready-fd N] [--excludes-file PATH | --no-excludes-file]
-//!                      [--cache-ms MS] [--threads N] [--allow-other] [--die-with-parent]
+//!                      [--cache-ms MS] [--threads N] [--max-open N]
+//!                      [--allow-other] [--die-with-parent]
 //! lazaret-mount-router --print-confinement [--workspace DIR --state DIR ...]
 //! ```
 //!
@@ -36,6 +37,8 @@
 //!   (default 1000). A name cached when its route changes keeps its old
 //!   route for at most this long; new names are always routed afresh.
 //! - `--threads`: FUSE worker threads (default 2).
+//! - `--max-open`: the most files open through the router at once
+//!   (default 4096). See "Descriptors" below.
 //! - `--allow-other`: let other uids use the mount (kernel permission
 //!   checks still apply). Not needed when only runsc's gofer, running as
 //!   the router's own uid, touches the mount, as with runsc 20221219.
@@ -50,6 +53,21 @@
 //!
 //! Exit status: 0 unmounted; 2 bad arguments or directories; 3 start-up
 //! failed (mount or confinement); 4 the FUSE session failed.
+//!
+//! # Descriptors
+//!
+//! The router holds one descriptor per file open through it, and none per
+//! directory handle or per node the kernel caches (nodes are paths,
+//! resolved again for each operation). At start it raises its soft
+//! `RLIMIT_NOFILE` to the hard limit, and it never holds more than
+//! `min(--max-open, soft limit - 64)` open files plus a fixed reserve
+//! (the two roots, `/dev/fuse` per worker, a few per operation in
+//! flight). An `open` or `create` beyond the bound fails with `EMFILE`
+//! for that operation only; the mount stays usable, and the router
+//! reports it once on stderr. gVisor keeps files open for the names it
+//! caches; `lazaret` bounds that cache with runsc's `--dcache`, so the
+//! router's open files follow what the sandbox really uses, not the
+//! size of the tree.
 //!
 //! # Where it runs
 //!
@@ -84,6 +102,7 @@
 
 pub mod confine;
 pub mod gitcfg;
+pub mod nodes;
 pub mod router;
 pub mod rules;
 pub mod sys;
@@ -124,6 +143,11 @@ pub struct Args {
     /// Kernel cache lifetime of names and attributes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub cache_ms: u64,
+    /// The most files open through the router at once; further opens
+    /// fail with EMFILE (also bounded by RLIMIT_NOFILE, raised to the
+    /// hard limit at start, less a reserve of 64).
+    #[arg(long, value_name = "N", default_value_t = router::DEFAULT_MAX_OPEN)]
+    pub max_open: usize,
     /// FUSE worker threads.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
@@ -292,6 +316,7 @@ pub fn run(args: Args) -> Result<(), Error> {
         None => None,
     };
     confine::sanitize(ready.as_ref().map(|f| f.as_fd()), args.die_with_parent)?;
+    let nofile = confine::raise_nofile();
 
     let (plan, host_fd, state_fd) = plan(&args)?;
     let rules_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
@@ -321,6 +346,11 @@ pub fn run(args: Args) -> Result<(), Error> {
         rules,
         router::Options {
             ttl: Duration::from_millis(args.cache_ms),
+            max_open: args.max_open.min(
+                usize::try_from(nofile)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(router::RESERVED_FDS),
+            ),
         },
     );
     let filters = confine::seccomp_filters()?;

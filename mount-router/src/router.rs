@@ -50,6 +50,7 @@
 //! Leaves to others: the decision itself (`rules`), safe path resolution
 //! (`sys`), and confinement (`confine`).
 
+use crate::nodes::Table;
 use crate::rules::Rules;
 use crate::sys::{join, open_beneath, open_dir, split};
 use fuser::{
@@ -66,7 +67,7 @@ use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -83,96 +84,6 @@ type Res<T> = Result<T, rustix::io::Errno>;
 
 fn fe(e: rustix::io::Errno) -> Errno {
     Errno::from_i32(e.raw_os_error())
-}
-
-struct Node {
-    store: Store,
-    path: Vec<u8>,
-    nlookup: u64,
-}
-
-struct Table {
-    nodes: HashMap<u64, Node>,
-    by_key: HashMap<(Store, Vec<u8>), u64>,
-    next: u64,
-}
-
-impl Table {
-    /// Takes a lookup reference on the node for (`store`, `path`), whose
-    /// backing file has inode number `backing`, creating it if needed.
-    ///
-    /// The node's number is the backing file's own inode number whenever
-    /// it is free, so `stat` through the router shows the same `st_ino` as
-    /// the host (Git's index stat data stays valid, and numbers are stable
-    /// across restarts). A file replaced behind the router (new inode at
-    /// the same path) gets a new node. On a clash (the two stores on
-    /// different file systems, hard links) a synthetic number is used.
-    fn intern(&mut self, store: Store, path: &[u8], backing: u64) -> u64 {
-        let key = (store, path.to_vec());
-        if let Some(&ino) = self.by_key.get(&key) {
-            let free = backing > 1 && !self.nodes.contains_key(&backing);
-            if ino == backing || !free {
-                if let Some(n) = self.nodes.get_mut(&ino) {
-                    n.nlookup += 1;
-                    return ino;
-                }
-            }
-        }
-        let ino = if backing > 1 && !self.nodes.contains_key(&backing) {
-            backing
-        } else {
-            while self.nodes.contains_key(&self.next) {
-                self.next += 1;
-            }
-            self.next
-        };
-        self.nodes.insert(
-            ino,
-            Node {
-                store,
-                path: path.to_vec(),
-                nlookup: 1,
-            },
-        );
-        self.by_key.insert(key, ino);
-        ino
-    }
-
-    /// The number a listing shows for an entry: its node's, else the
-    /// backing inode number it will most likely get.
-    fn ino_for(&self, store: Store, path: &[u8], backing: u64) -> u64 {
-        self.by_key
-            .get(&(store, path.to_vec()))
-            .copied()
-            .unwrap_or(backing)
-    }
-
-    /// Re-keys every node at or beneath `from` in `store` to `to`.
-    fn moved(&mut self, store: Store, from: &[u8], to: &[u8]) {
-        let mut changes = Vec::new();
-        for (&ino, n) in &self.nodes {
-            if n.store != store {
-                continue;
-            }
-            let under = n.path == from
-                || (n.path.len() > from.len()
-                    && n.path.starts_with(from)
-                    && n.path[from.len()] == b'/');
-            if under {
-                let mut p = to.to_vec();
-                p.extend_from_slice(&n.path[from.len()..]);
-                changes.push((ino, p));
-            }
-        }
-        for (ino, p) in changes {
-            let n = self.nodes.get_mut(&ino).expect("collected above");
-            let old = std::mem::replace(&mut n.path, p.clone());
-            if self.by_key.get(&(store, old.clone())) == Some(&ino) {
-                self.by_key.remove(&(store, old));
-            }
-            self.by_key.insert((store, p), ino);
-        }
-    }
 }
 
 enum Handle {
@@ -202,7 +113,19 @@ struct SetAttr {
 pub struct Options {
     /// How long the kernel may cache names and attributes.
     pub ttl: Duration,
+    /// The most files open through the router at once (each holds one
+    /// descriptor). An `open` or `create` beyond it fails with `EMFILE`,
+    /// for that operation only. Directory handles hold no descriptor.
+    pub max_open: usize,
 }
+
+/// The default bound on open files ([`Options::max_open`]).
+pub const DEFAULT_MAX_OPEN: usize = 4096;
+
+/// Descriptors the router keeps for itself beyond the open files: the
+/// roots, `/dev/fuse` per worker, and the few each operation opens while
+/// it walks a path.
+pub const RESERVED_FDS: usize = 64;
 
 /// The FUSE file system.
 pub struct Router {
@@ -211,6 +134,11 @@ pub struct Router {
     rules: Rules,
     table: Mutex<Table>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Open file handles (each holds a descriptor), against `max_open`.
+    open_files: AtomicUsize,
+    max_open: usize,
+    /// Whether the `max_open` bound was reported already.
+    bound_logged: AtomicBool,
     next_fh: AtomicU64,
     ttl: Duration,
     uid: u32,
@@ -286,27 +214,15 @@ impl Router {
     /// A router over the host workspace `host` and the state directory
     /// `state` (both directory descriptors), deciding with `rules`.
     pub fn new(host: OwnedFd, state: OwnedFd, rules: Rules, opts: Options) -> Router {
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                store: Store::Host,
-                path: Vec::new(),
-                nlookup: 1,
-            },
-        );
-        let mut by_key = HashMap::new();
-        by_key.insert((Store::Host, Vec::new()), 1);
         Router {
             host,
             state,
             rules,
-            table: Mutex::new(Table {
-                nodes,
-                by_key,
-                next: 1 << 62,
-            }),
+            table: Mutex::new(Table::new()),
             handles: Mutex::new(HashMap::new()),
+            open_files: AtomicUsize::new(0),
+            max_open: opts.max_open,
+            bound_logged: AtomicBool::new(false),
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
             uid: rustix::process::geteuid().as_raw(),
@@ -322,11 +238,7 @@ impl Router {
     }
 
     fn node(&self, ino: INodeNo) -> Result<(Store, Vec<u8>), Errno> {
-        let t = lock(&self.table);
-        t.nodes
-            .get(&ino.0)
-            .map(|n| (n.store, n.path.clone()))
-            .ok_or(Errno::ENOENT)
+        lock(&self.table).get(ino.0).ok_or(Errno::ENOENT)
     }
 
     /// Where a new or looked-up `path` of the given kind lives.
@@ -433,8 +345,41 @@ impl Router {
     }
 
     fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
-        let ino = lock(&self.table).intern(s, path, st.st_ino);
+        let ino = lock(&self.table).intern(s, path, st);
         reply.entry(&self.ttl, &attr(ino, st), Generation(0));
+    }
+
+    /// Reserves a place for one more open file, or fails with `EMFILE`
+    /// (reported once on stderr) when `max_open` are open.
+    fn reserve_file(&self) -> Result<(), Errno> {
+        let prev = self.open_files.fetch_add(1, Ordering::AcqRel);
+        if prev < self.max_open {
+            return Ok(());
+        }
+        self.open_files.fetch_sub(1, Ordering::AcqRel);
+        if !self.bound_logged.swap(true, Ordering::AcqRel) {
+            eprintln!(
+                "lazaret-mount-router: {} files are open through the router, its bound: \
+                 further opens fail with EMFILE until some are closed (reported once)",
+                self.max_open
+            );
+        }
+        Err(Errno::EMFILE)
+    }
+
+    /// Gives back a place taken by [`Self::reserve_file`].
+    fn unreserve_file(&self) {
+        self.open_files.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Runs `f`, which opens one file, within a place reserved for it.
+    fn with_file_slot<T>(&self, f: impl FnOnce() -> Result<T, Errno>) -> Result<T, Errno> {
+        self.reserve_file()?;
+        let r = f();
+        if r.is_err() {
+            self.unreserve_file();
+        }
+        r
     }
 
     fn new_fh(&self, h: Handle) -> u64 {
@@ -550,9 +495,8 @@ impl Router {
         let t = lock(&self.table);
         let mut out = vec![dot(b"."), dot(b"..")];
         for (name, (store, st)) in picked {
-            let child = join(path, &name);
             out.push(Entry {
-                ino: t.ino_for(store, &child, st.st_ino),
+                ino: t.ino_for(store, &st),
                 kind: kind_of(&st),
                 name,
                 st: Some((store, st)),
@@ -694,8 +638,9 @@ impl Router {
         }
         // Replacing a visible entry of the other store would leave two
         // entries under one name: refuse like a cross-store rename.
-        if let Some((vs, _)) = self.resolve(nps, &to).map_err(fe)? {
-            if vs != s {
+        let target = self.resolve(nps, &to).map_err(fe)?;
+        if let Some((vs, _)) = &target {
+            if *vs != s {
                 return Err(Errno::EXDEV);
             }
         }
@@ -773,7 +718,17 @@ impl Router {
                 t.moved(s, &to, &from);
                 t.moved(s, &tmp, &to);
             } else {
-                t.moved(s, &from, &to);
+                // The entry replaced goes, unless it was the same file:
+                // then rename does nothing.
+                let same = |tst: &Stat| (tst.st_dev, tst.st_ino) == (st.st_dev, st.st_ino);
+                match &target {
+                    Some((_, tst)) if same(tst) => {}
+                    Some((ts, tst)) => {
+                        t.removed(*ts, &to, tst);
+                        t.moved(s, &from, &to);
+                    }
+                    None => t.moved(s, &from, &to),
+                }
                 if moved_state {
                     t.moved(Store::State, &from, &to);
                 }
@@ -817,25 +772,7 @@ impl Filesystem for Router {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if ino.0 == 1 {
-            return;
-        }
-        let mut t = lock(&self.table);
-        let gone = match t.nodes.get_mut(&ino.0) {
-            Some(n) => {
-                n.nlookup = n.nlookup.saturating_sub(nlookup);
-                n.nlookup == 0
-            }
-            None => false,
-        };
-        if gone {
-            if let Some(n) = t.nodes.remove(&ino.0) {
-                let key = (n.store, n.path);
-                if t.by_key.get(&key) == Some(&ino.0) {
-                    t.by_key.remove(&key);
-                }
-            }
-        }
+        lock(&self.table).forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -968,9 +905,10 @@ impl Filesystem for Router {
         let r = (|| {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
-            let (s, _) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
+            lock(&self.table).removed(s, &path, &st);
             if is_rules_path(&path) {
                 self.rules.invalidate();
             }
@@ -1008,6 +946,7 @@ impl Filesystem for Router {
             }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR).map_err(fe)?;
+            lock(&self.table).removed(s, &path, &st);
             self.rules.invalidate();
             Ok(())
         })();
@@ -1096,7 +1035,7 @@ impl Filesystem for Router {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = (|| {
+        let r = self.with_file_slot(|| {
             let (s, path) = self.node(ino)?;
             let of = OFlags::from_bits_retain(flags.0 as u32)
                 & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
@@ -1106,7 +1045,7 @@ impl Filesystem for Router {
                 file: Arc::new(File::from(fd)),
                 rules,
             }))
-        })();
+        });
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -1192,8 +1131,12 @@ impl Filesystem for Router {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Some(Handle::File { rules: true, .. }) = lock(&self.handles).remove(&fh.0) {
-            self.rules.invalidate();
+        let h = lock(&self.handles).remove(&fh.0);
+        if let Some(Handle::File { rules, .. }) = h {
+            self.unreserve_file();
+            if rules {
+                self.rules.invalidate();
+            }
         }
         reply.ok();
     }
@@ -1308,7 +1251,7 @@ impl Filesystem for Router {
                 // first, give it back if the entry did not fit.
                 Some((store, st)) => {
                     let child = join(&dir, &e.name);
-                    let ino = lock(&self.table).intern(*store, &child, st.st_ino);
+                    let ino = lock(&self.table).intern(*store, &child, st);
                     let full = reply.add(
                         INodeNo(ino),
                         off,
@@ -1379,7 +1322,7 @@ impl Filesystem for Router {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = (|| {
+        let r = self.with_file_slot(|| {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
             let s = self.route(ps, &path, false);
@@ -1403,9 +1346,9 @@ impl Filesystem for Router {
                 file: Arc::new(File::from(fd)),
                 rules,
             });
-            let ino = lock(&self.table).intern(s, &path, st.st_ino);
+            let ino = lock(&self.table).intern(s, &path, &st);
             Ok((ino, st, fh))
-        })();
+        });
         match r {
             Ok((ino, st, fh)) => reply.created(
                 &self.ttl,

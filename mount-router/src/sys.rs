@@ -12,10 +12,13 @@
 //! Leaves to others: which tree a path belongs in (the router), and
 //! whole-process limits (landlock and seccomp in `confine`).
 
-use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use std::ffi::CString;
+
+/// The longest path handed to the kernel in one call (below `PATH_MAX`).
+const MAX_PIECE: usize = 2048;
 
 /// `openat2` beneath `dir`, never following a symlink or a magic link in
 /// any component. An empty `rel` opens `dir` itself (as `.`).
@@ -30,6 +33,23 @@ pub fn open_beneath_mode(
     flags: OFlags,
     mode: Mode,
 ) -> Result<OwnedFd, Errno> {
+    // A legal path may be longer than the kernel takes in one call
+    // (PATH_MAX) once it is relative to the workspace root rather than to
+    // the caller's directory: walk it in pieces, each beneath the last.
+    if rel.len() >= MAX_PIECE {
+        let cut = rel[..MAX_PIECE]
+            .iter()
+            .rposition(|&b| b == b'/')
+            .filter(|&i| i > 0)
+            .ok_or(Errno::NAMETOOLONG)?;
+        let head = open_beneath_mode(
+            dir,
+            &rel[..cut],
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        return open_beneath_mode(head.as_fd(), &rel[cut + 1..], flags, mode);
+    }
     let path = cpath(rel)?;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     let mut tries = 0;

@@ -14,10 +14,15 @@ pub mod pty;
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The soft `RLIMIT_NOFILE` of a new user on Debian, which every command
+/// run as the test user gets.
+pub const NEW_USER_NOFILE: u64 = 1024;
 
 pub const BINARIES: &[&str] = &[
     "lazaret",
@@ -238,6 +243,25 @@ impl TestEnv {
             .env("GIT_COMMITTER_EMAIL", "test@lazaret.invalid");
         if let Some(u) = &self.user {
             cmd.env("USER", &u.name).env("LOGNAME", &u.name);
+        }
+        // A new user's default soft descriptor limit, whatever the test
+        // runner's own (root's is often higher); the hard limit stays.
+        // SAFETY: the closure runs in the forked child before exec and
+        // only makes the async-signal-safe getrlimit/setrlimit calls.
+        unsafe {
+            cmd.pre_exec(|| {
+                use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+                let hard = getrlimit(Resource::Nofile).maximum;
+                let soft = hard.map_or(NEW_USER_NOFILE, |h| h.min(NEW_USER_NOFILE));
+                setrlimit(
+                    Resource::Nofile,
+                    Rlimit {
+                        current: Some(soft),
+                        maximum: hard,
+                    },
+                )
+                .map_err(std::io::Error::from)
+            });
         }
         cmd
     }
