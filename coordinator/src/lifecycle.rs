@@ -411,9 +411,7 @@ fn start_sandbox(
     };
     let mut plan = plan(input, &run, gen, anchors, mounts);
     plan.network = network;
-    if input.isolate_ignored {
-        plan.router = Some(route_workspace(input, layout, &mut plan)?);
-    }
+    plan.router = Some(route_workspace(input, layout, &mut plan)?);
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (status_r, status_w) =
@@ -524,10 +522,12 @@ pub fn plan(
     }
 }
 
-/// Ignored Workspace State (SR-13): the workspace reaches the sandbox
-/// through `lazaret-mount-router`, whose mount point replaces the host
-/// workspace as the source of `/workspace`. The Git Sentry mounts beneath
-/// it keep their host sources: the router never routes `.git`.
+/// The workspace reaches the sandbox through `lazaret-mount-router`, whose
+/// mount point replaces the host workspace as the source of `/workspace`.
+/// The router enforces Git Sentry's name policy on every Git directory
+/// (SR-4), so `.git` is served through it rather than bound from the
+/// host, and the bind-mount layout of Git Sentry is not used. It routes Git-ignored paths to Ignored Workspace
+/// State (SR-13) unless the profile turns that off.
 fn route_workspace(
     input: &CoordinatorInput,
     layout: &Layout,
@@ -558,11 +558,16 @@ fn route_workspace(
             };
         }
     }
+    // The router enforces Git Sentry on every Git directory: binds from
+    // the host would bypass it (the Git directory itself) or stop what it
+    // allows (Git's private rewrite of a configuration file).
+    plan.mounts.retain(|m| m.purpose != MountPurpose::GitSentry);
     Ok(lazaret_protocol::plan::RouterPlan {
         binary: input.libexec.join("lazaret-mount-router"),
         workspace: input.workspace.clone(),
         state,
         mountpoint,
+        isolate_ignored: input.isolate_ignored,
     })
 }
 

@@ -105,6 +105,7 @@ pub mod gitcfg;
 pub mod nodes;
 pub mod router;
 pub mod rules;
+pub mod sentry;
 pub mod sys;
 
 use clap::Parser;
@@ -143,6 +144,10 @@ pub struct Args {
     /// Kernel cache lifetime of names and attributes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub cache_ms: u64,
+    /// Enforce Git Sentry only: no path is routed to the state directory
+    /// by the ignore rules (Ignored Workspace State off).
+    #[arg(long)]
+    pub sentry_only: bool,
     /// The most files open through the router at once; further opens
     /// fail with EMFILE (also bounded by RLIMIT_NOFILE, raised to the
     /// hard limit at start, less a reserve of 64).
@@ -351,6 +356,7 @@ pub fn run(args: Args) -> Result<(), Error> {
                     .unwrap_or(usize::MAX)
                     .saturating_sub(router::RESERVED_FDS),
             ),
+            isolate_ignored: !args.sentry_only,
         },
     );
     let filters = confine::seccomp_filters()?;

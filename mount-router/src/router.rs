@@ -52,6 +52,7 @@
 
 use crate::nodes::Table;
 use crate::rules::Rules;
+use crate::sentry::{self, Access};
 use crate::sys::{join, open_beneath, open_dir, split};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -117,6 +118,31 @@ pub struct Options {
     /// descriptor). An `open` or `create` beyond it fails with `EMFILE`,
     /// for that operation only. Directory handles hold no descriptor.
     pub max_open: usize,
+    /// Whether Git-ignored paths go to the state store (Ignored Workspace
+    /// State). Without it the router only enforces Git Sentry.
+    pub isolate_ignored: bool,
+}
+
+/// The most entries a directory rename looks at for protected entries
+/// beneath it; a larger tree is refused with `EXDEV` (`mv` then copies).
+const MAX_MOVE_SCAN: usize = 100_000;
+
+/// The host workspace as Git Sentry's policy sees it.
+struct HostView<'a>(&'a Router);
+
+impl sentry::Host for HostView<'_> {
+    fn exists(&self, path: &[u8]) -> bool {
+        matches!(self.0.stat_in(Store::Host, path), Ok(Some(_)))
+    }
+
+    fn is_git_dir(&self, path: &[u8]) -> bool {
+        match self.0.stat_in(Store::Host, path) {
+            Ok(Some(st)) if is_dir(&st) => {
+                matches!(self.0.stat_in(Store::Host, &join(path, b"HEAD")), Ok(Some(h)) if !is_dir(&h))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The default bound on open files ([`Options::max_open`]).
@@ -137,6 +163,7 @@ pub struct Router {
     /// Open file handles (each holds a descriptor), against `max_open`.
     open_files: AtomicUsize,
     max_open: usize,
+    isolate_ignored: bool,
     /// Whether the `max_open` bound was reported already.
     bound_logged: AtomicBool,
     next_fh: AtomicU64,
@@ -158,6 +185,19 @@ fn kind_of(st: &Stat) -> FileType {
         rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
         rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
         _ => FileType::RegularFile,
+    }
+}
+
+fn is_symlink(st: &Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+}
+
+/// `base/rel`, or `base` for an empty `rel`.
+fn join_rel(base: &[u8], rel: &[u8]) -> Vec<u8> {
+    if rel.is_empty() {
+        base.to_vec()
+    } else {
+        join(base, rel)
     }
 }
 
@@ -222,6 +262,7 @@ impl Router {
             handles: Mutex::new(HashMap::new()),
             open_files: AtomicUsize::new(0),
             max_open: opts.max_open,
+            isolate_ignored: opts.isolate_ignored,
             bound_logged: AtomicBool::new(false),
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
@@ -246,11 +287,103 @@ impl Router {
         if parent == Store::State {
             return Store::State;
         }
-        if self.rules.is_ignored(path, dir) {
+        match self.access(path) {
+            Access::Free => {}
+            Access::Live | Access::ReadOnly => return Store::Host,
+            Access::Private | Access::HostOrPrivate | Access::Shadowed => return Store::State,
+        }
+        if self.isolate_ignored && self.rules.is_ignored(path, dir) {
             Store::State
         } else {
             Store::Host
         }
+    }
+
+    /// Whether `path` is ignored as a (file, directory); never with
+    /// Ignored Workspace State off.
+    fn ignored_both(&self, path: &[u8]) -> (bool, bool) {
+        if self.isolate_ignored {
+            self.rules.is_ignored_both(path)
+        } else {
+            (false, false)
+        }
+    }
+
+    /// Git Sentry's verdict on `path` (see [`sentry`]).
+    fn access(&self, path: &[u8]) -> Access {
+        // Most paths name no `.git`: decided without a look at the host.
+        if !path.split(|&b| b == b'/').any(|c| c == b".git") {
+            return Access::Free;
+        }
+        sentry::access(&HostView(self), path)
+    }
+
+    /// Refuses (`EPERM`) a change to the entry (`s`, `path`) that Git
+    /// Sentry protects.
+    fn may_change(&self, s: Store, path: &[u8]) -> Result<(), Errno> {
+        if s == Store::Host && !self.access(path).host_writable() {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Refuses a new entry at `path` in `s` that Git Sentry protects: a
+    /// protected name on the host (`EPERM`), or a private one whose host
+    /// entry exists (`EEXIST`: it stays the host's, read-only).
+    fn may_create(&self, s: Store, path: &[u8]) -> Result<(), Errno> {
+        match self.access(path) {
+            Access::Free | Access::Live | Access::Private | Access::Shadowed => Ok(()),
+            Access::ReadOnly => Err(Errno::EPERM),
+            Access::HostOrPrivate => {
+                if s == Store::State && self.stat_in(Store::Host, path).map_err(fe)?.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Refuses (`EPERM`) to move the host directory `path` when it holds
+    /// an entry Git Sentry protects (a `.git` of a nested repository or
+    /// checkout, or protected files of a Git directory): moving it would
+    /// carry that entry where the policy no longer protects it.
+    ///
+    /// Moving a directory to `to` in a Git directory is refused the same
+    /// way when anything beneath it would land on a protected name there,
+    /// or is a symlink (Git makes none in its directories, and one would
+    /// let host Git read through it).
+    fn may_move_dir(&self, from: &[u8], to: &[u8]) -> Result<(), Errno> {
+        let from_git = self.access(from) != Access::Free;
+        let to_git = self.access(to) != Access::Free;
+        let mut stack = vec![Vec::new()];
+        let mut seen = 0usize;
+        while let Some(rel) = stack.pop() {
+            let entries = match self.read_dir(Store::Host, &join_rel(from, &rel)) {
+                Ok(v) => v,
+                Err(e) if absent(e) => continue,
+                Err(e) => return Err(fe(e)),
+            };
+            for (name, st) in entries {
+                seen += 1;
+                if seen > MAX_MOVE_SCAN {
+                    // Too large to check: `mv` copies instead.
+                    return Err(Errno::EXDEV);
+                }
+                let child = join(&rel, &name);
+                let refused = name == b".git"
+                    || (from_git && !self.access(&join_rel(from, &child)).host_writable())
+                    || (to_git
+                        && (is_symlink(&st)
+                            || !self.access(&join_rel(to, &child)).host_writable()));
+                if refused {
+                    return Err(Errno::EPERM);
+                }
+                if is_dir(&st) {
+                    stack.push(child);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn stat_in(&self, s: Store, path: &[u8]) -> Res<Option<Stat>> {
@@ -268,7 +401,7 @@ impl Router {
         host: Option<(bool, Stat)>,
         state: Option<(bool, Stat)>,
     ) -> Option<(Store, Stat)> {
-        let (f, d) = self.rules.is_ignored_both(path);
+        let (f, d) = self.ignored_both(path);
         let routed = |dir: bool| {
             if (dir && d) || (!dir && f) {
                 Store::State
@@ -299,8 +432,40 @@ impl Router {
         if pstore == Store::State {
             return Ok(self.stat_in(Store::State, path)?.map(|s| (Store::State, s)));
         }
+        match self.access(path) {
+            Access::Free => {}
+            Access::Live | Access::ReadOnly => {
+                return Ok(self.stat_in(Store::Host, path)?.map(|s| (Store::Host, s)))
+            }
+            Access::Private => {
+                if let Some(st) = self.stat_in(Store::State, path)? {
+                    return Ok(Some((Store::State, st)));
+                }
+                // A host directory hidden here (`.git/hooks`) shows as an
+                // empty private one, so Git's layout stays as expected.
+                return match self.stat_in(Store::Host, path)? {
+                    Some(h) if is_dir(&h) => {
+                        self.dir_fd(Store::State, path, true)?;
+                        Ok(self.stat_in(Store::State, path)?.map(|s| (Store::State, s)))
+                    }
+                    _ => Ok(None),
+                };
+            }
+            Access::HostOrPrivate => {
+                return Ok(match self.stat_in(Store::Host, path)? {
+                    Some(st) => Some((Store::Host, st)),
+                    None => self.stat_in(Store::State, path)?.map(|s| (Store::State, s)),
+                })
+            }
+            Access::Shadowed => {
+                return Ok(match self.stat_in(Store::State, path)? {
+                    Some(st) => Some((Store::State, st)),
+                    None => self.stat_in(Store::Host, path)?.map(|s| (Store::Host, s)),
+                })
+            }
+        }
         let store = |ignored: bool| if ignored { Store::State } else { Store::Host };
-        let (f, d) = self.rules.is_ignored_both(path);
+        let (f, d) = self.ignored_both(path);
         let (rf, rd) = (store(f), store(d));
         if rf == rd {
             return Ok(self.stat_in(rf, path)?.map(|s| (rf, s)));
@@ -482,11 +647,21 @@ impl Router {
                 st.map(|st| (Store::State, st))
             } else {
                 let child = join(path, &name);
-                self.choose(
-                    &child,
-                    h.map(|x| (is_dir(&x), x)),
-                    st.map(|x| (is_dir(&x), x)),
-                )
+                match self.access(&child) {
+                    Access::Free => self.choose(
+                        &child,
+                        h.map(|x| (is_dir(&x), x)),
+                        st.map(|x| (is_dir(&x), x)),
+                    ),
+                    Access::Live | Access::ReadOnly => h.map(|x| (Store::Host, x)),
+                    Access::Private => st.map(|x| (Store::State, x)),
+                    Access::HostOrPrivate => h
+                        .map(|x| (Store::Host, x))
+                        .or(st.map(|x| (Store::State, x))),
+                    Access::Shadowed => st
+                        .map(|x| (Store::State, x))
+                        .or(h.map(|x| (Store::Host, x))),
+                }
             };
             if let Some(p) = pick {
                 picked.push((name, p));
@@ -520,6 +695,7 @@ impl Router {
             mtime,
         } = a;
         let (s, path) = self.node(ino)?;
+        self.may_change(s, &path)?;
         let file = match fh {
             Some(fh) => self.file(fh).ok().map(|(f, _)| f),
             None => None,
@@ -632,13 +808,31 @@ impl Router {
         let to = join(&nppath, newname);
         let (s, st) = self.resolve(ps, &from).map_err(fe)?.ok_or(Errno::ENOENT)?;
         let dir = is_dir(&st);
+        self.may_change(s, &from)?;
         let dst = self.route(nps, &to, dir);
         if s != dst {
             return Err(Errno::EXDEV);
         }
+        if nps == Store::Host {
+            self.may_create(dst, &to)?;
+            self.may_change(dst, &to)?;
+        }
+        if s == Store::Host && dir {
+            self.may_move_dir(&from, &to)?;
+        }
+        if s == Store::Host && is_symlink(&st) && self.access(&to) != Access::Free {
+            return Err(Errno::EPERM);
+        }
         // Replacing a visible entry of the other store would leave two
         // entries under one name: refuse like a cross-store rename.
-        let target = self.resolve(nps, &to).map_err(fe)?;
+        let target = if dst == Store::State && self.access(&to) == Access::Shadowed {
+            // A private copy replaces the host's only in the sandbox's view.
+            self.stat_in(Store::State, &to)
+                .map_err(fe)?
+                .map(|st| (Store::State, st))
+        } else {
+            self.resolve(nps, &to).map_err(fe)?
+        };
         if let Some((vs, _)) = &target {
             if *vs != s {
                 return Err(Errno::EXDEV);
@@ -858,6 +1052,9 @@ impl Filesystem for Router {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
             let s = self.route(ps, &path, false);
+            if ps == Store::Host {
+                self.may_create(s, &path)?;
+            }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), 0).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
@@ -886,6 +1083,9 @@ impl Filesystem for Router {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
             let s = self.route(ps, &path, true);
+            if ps == Store::Host {
+                self.may_create(s, &path)?;
+            }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
@@ -906,6 +1106,7 @@ impl Filesystem for Router {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
             let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            self.may_change(s, &path)?;
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
             lock(&self.table).removed(s, &path, &st);
@@ -928,6 +1129,7 @@ impl Filesystem for Router {
             if !is_dir(&st) {
                 return Err(Errno::ENOTDIR);
             }
+            self.may_change(s, &path)?;
             if s == Store::Host {
                 // The state counterpart goes first, and only when empty:
                 // hidden state content is never deleted.
@@ -968,6 +1170,14 @@ impl Filesystem for Router {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, link_name.as_bytes());
             let s = self.route(ps, &path, false);
+            if ps == Store::Host {
+                self.may_create(s, &path)?;
+            }
+            // Git makes no symlinks in its directories; host Git would
+            // read through one.
+            if s == Store::Host && self.access(&path) != Access::Free {
+                return Err(Errno::EPERM);
+            }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             rustix::fs::symlinkat(target, &d, link_name).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
@@ -1017,8 +1227,18 @@ impl Filesystem for Router {
             let (s, path) = self.node(ino)?;
             let (nps, nppath) = self.node(newparent)?;
             let to = join(&nppath, newname.as_bytes());
+            self.may_change(s, &path)?;
             if self.route(nps, &to, false) != s {
                 return Err(Errno::EXDEV);
+            }
+            if s == Store::Host && self.access(&to) != Access::Free {
+                let src = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+                if is_symlink(&src) {
+                    return Err(Errno::EPERM);
+                }
+            }
+            if nps == Store::Host {
+                self.may_create(s, &to)?;
             }
             let (pp, name) = split(&path);
             let sd = open_dir(self.root(s), pp).map_err(fe)?;
@@ -1039,6 +1259,9 @@ impl Filesystem for Router {
             let (s, path) = self.node(ino)?;
             let of = OFlags::from_bits_retain(flags.0 as u32)
                 & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
+            if of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND) {
+                self.may_change(s, &path)?;
+            }
             let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
             let rules = is_rules_path(&path) && s == Store::Host;
             Ok(self.new_fh(Handle::File {
@@ -1326,6 +1549,9 @@ impl Filesystem for Router {
             let (ps, ppath) = self.node(parent)?;
             let path = join(&ppath, name.as_bytes());
             let s = self.route(ps, &path, false);
+            if ps == Store::Host {
+                self.may_create(s, &path)?;
+            }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             let of = OFlags::from_bits_retain(flags as u32) & !OFlags::NOCTTY
                 | OFlags::CREATE

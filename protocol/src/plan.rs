@@ -32,8 +32,10 @@ pub struct SandboxPlan {
     pub id_map: IdMap,
     /// The Network Sidecar; `None` runs the sandbox with `--network=none`.
     pub network: Option<SandboxNetwork>,
-    /// Ignored Workspace State: the FUSE mount router presenting the
-    /// workspace; `None` binds the workspace directly.
+    /// The FUSE mount router presenting the workspace (Git Sentry, and
+    /// Ignored Workspace State unless turned off); `None` binds the
+    /// workspace directly (a workspace that is no Git repository with
+    /// Ignored Workspace State off).
     pub router: Option<RouterPlan>,
 }
 
@@ -46,6 +48,9 @@ pub struct RouterPlan {
     /// The Domain's Ignored Workspace State (persistent).
     pub state: PathBuf,
     pub mountpoint: PathBuf,
+    /// Whether Git-ignored paths go to `state`; without it the router
+    /// enforces Git Sentry only (`--sentry-only`).
+    pub isolate_ignored: bool,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar

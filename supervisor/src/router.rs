@@ -25,6 +25,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         // without allow_other FUSE refuses it (EACCES, then EIO on
         // append). Only this mount namespace's processes can reach it.
         .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
+        .args((!r.isolate_ignored).then_some("--sentry-only"))
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
