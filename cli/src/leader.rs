@@ -108,6 +108,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .collect(),
         persistent_paths: r.profile.persistent_paths.clone(),
         isolate_ignored: r.profile.isolate_ignored,
+        protected_paths: r.profile.protected_paths.clone(),
         auto_approve: r
             .profile
             .escalation

@@ -128,6 +128,8 @@ pub enum Invalid {
     ProfileName(String),
     #[error("path `{0}` is not absolute")]
     NotAbsolute(String),
+    #[error("path `{0}` is absolute: give it relative to the workspace (for example `.husky`)")]
+    NotRelative(String),
     #[error("path `{0}` contains a `..` component")]
     ParentComponent(String),
     #[error("value contains a NUL byte")]

@@ -61,6 +61,9 @@ pub struct Profile {
     /// Sandbox paths whose changes survive the session.
     pub persistent_paths: Vec<String>,
     pub isolate_ignored: bool,
+    /// Workspace-relative paths that are read-only inside (Git Sentry),
+    /// beyond those it protects by itself.
+    pub protected_paths: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub volumes: Vec<Volume>,
     pub network: Network,
@@ -76,6 +79,7 @@ impl Default for Profile {
                 .map(|p| (*p).to_owned())
                 .collect(),
             isolate_ignored: true,
+            protected_paths: Vec::new(),
             env: BTreeMap::new(),
             volumes: Vec::new(),
             network: Network::default(),

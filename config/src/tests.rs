@@ -888,3 +888,33 @@ fn builtin_config_is_never_mounted() {
     let loaded = Loaded::builtin();
     check_not_mounted(&loaded, &Profile::default(), fx.dir.path()).unwrap();
 }
+
+#[test]
+fn protected_paths_are_workspace_relative() {
+    for (bad, want) in [
+        ("/etc", Invalid::NotRelative("/etc".into())),
+        ("a/../b", Invalid::ParentComponent("a/../b".into())),
+        ("a//b", Invalid::NotNormalized("a//b".into())),
+    ] {
+        let fx = Fixture::new();
+        let text = format!("[profiles.p]\nprotected_paths = [\n  \".husky\",\n  \"{bad}\",\n]\n");
+        let file = fx.write("c.toml", &text);
+        let reason = assert_invalid(
+            &fx.load_err(&file),
+            &fx.canonical(&file),
+            4,
+            "profiles.p.protected_paths[1]",
+        );
+        assert_eq!(reason, want, "{bad}");
+    }
+    let fx = Fixture::new();
+    let file = fx.write(
+        "c.toml",
+        "[profiles.p]\nprotected_paths = [\".husky\", \"tools/hooks\"]\n",
+    );
+    let loaded = fx.load(&file).unwrap();
+    assert_eq!(
+        loaded.config.profiles["p"].protected_paths,
+        [".husky", "tools/hooks"]
+    );
+}

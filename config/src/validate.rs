@@ -48,6 +48,10 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
             .map_err(|e| (at.key("persistent_paths").index(i), e))?;
     }
 
+    for (i, rel) in profile.protected_paths.iter().enumerate() {
+        workspace_path(rel).map_err(|e| (at.key("protected_paths").index(i), e))?;
+    }
+
     for (key, value) in &profile.env {
         let key_at = at.key("env").key(key);
         env_name(key).map_err(|e| (key_at.clone(), e))?;
@@ -92,6 +96,23 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
 
 /// Profile names end up in file names and CLI arguments, so they are kept
 /// to a portable, option-safe alphabet.
+/// A path relative to the workspace: no leading `/`, no `..`, `.` or
+/// empty component, no NUL.
+fn workspace_path(p: &str) -> Result<(), Invalid> {
+    no_nul(p)?;
+    if p.starts_with('/') {
+        return Err(Invalid::NotRelative(p.to_owned()));
+    }
+    for c in p.split('/') {
+        match c {
+            ".." => return Err(Invalid::ParentComponent(p.to_owned())),
+            "" | "." => return Err(Invalid::NotNormalized(p.to_owned())),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn profile_name(name: &str) -> Result<(), Invalid> {
     let ok = (1..=MAX_PROFILE_NAME).contains(&name.len())
         && name

@@ -568,6 +568,7 @@ fn route_workspace(
         state,
         mountpoint,
         isolate_ignored: input.isolate_ignored,
+        protected_paths: input.protected_paths.clone(),
     })
 }
 

@@ -319,7 +319,17 @@ pub fn describe(plan: Option<&Plan>) -> String {
         }
     }
     let _ = writeln!(s, "TCP: no bind, no connect\n");
-    let _ = writeln!(s, "[seccomp] policy seccomp/x86_64.json:");
+    s.push_str(&crate::sentry::describe());
+    if let Some(p) = plan {
+        for (path, why) in &p.git.hook_paths {
+            let _ = writeln!(
+                s,
+                "read-only inside: {} ({why})",
+                String::from_utf8_lossy(path)
+            );
+        }
+    }
+    let _ = writeln!(s, "\n[seccomp] policy seccomp/x86_64.json:");
     s.push_str(SECCOMP_POLICY);
     s
 }

@@ -1,5 +1,7 @@
 //! Finds the repository's rules files and settings before confinement:
-//! `info/exclude`, `core.excludesFile` and `core.ignoreCase`.
+//! `info/exclude`, `core.excludesFile` and `core.ignoreCase`, and what
+//! host Git runs from the workspace (`core.hooksPath`, a hook manager's
+//! files) for Git Sentry to protect.
 //!
 //! Enforces: the same sources Git reads, in Git's order: the system config
 //! (`$GIT_CONFIG_SYSTEM`, else `/etc/gitconfig`, unless
@@ -35,6 +37,83 @@ pub struct GitSetup {
     /// The common Git directory when it lies outside the workspace (a
     /// linked worktree's), for landlock.
     pub external_common_dir: Option<PathBuf>,
+    /// Workspace-relative paths that host Git runs or that the host's hook
+    /// manager reads its commands from: the effective `core.hooksPath`
+    /// when it lies in the workspace, and the configuration of husky,
+    /// pre-commit, lefthook or overcommit when the installed hooks run
+    /// it. Each with why, for the log.
+    pub hook_paths: Vec<(Vec<u8>, &'static str)>,
+}
+
+/// Files of a hook manager, found by a word in the installed hooks.
+const HOOK_MANAGERS: &[(&str, &[&str])] = &[
+    ("husky", &[".husky"]),
+    (
+        "pre-commit",
+        &[".pre-commit-config.yaml", ".pre-commit-hooks.yaml"],
+    ),
+    (
+        "lefthook",
+        &[
+            "lefthook.yml",
+            ".lefthook.yml",
+            "lefthook-local.yml",
+            ".lefthook-local.yml",
+            "lefthook.yaml",
+            ".lefthook.yaml",
+            ".lefthook",
+            "lefthook",
+        ],
+    ),
+    ("overcommit", &[".overcommit.yml", ".git-hooks"]),
+];
+
+/// The most hook files read, and bytes of each, to find a hook manager.
+const MAX_HOOK_FILES: usize = 64;
+const MAX_HOOK_BYTES: u64 = 256 * 1024;
+
+/// What host Git will run from the workspace (see
+/// [`GitSetup::hook_paths`]). `hooks_dir` is the host's effective hooks
+/// directory.
+fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)> {
+    let mut out = Vec::new();
+    let canon_ws = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let canon_hooks = hooks_dir
+        .canonicalize()
+        .unwrap_or_else(|_| hooks_dir.to_path_buf());
+    if let Ok(rel) = canon_hooks.strip_prefix(&canon_ws) {
+        if !rel.as_os_str().is_empty() && !rel.starts_with(".git") {
+            out.push((rel.as_os_str().as_bytes().to_vec(), "core.hooksPath"));
+        }
+    }
+    let mut words = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(hooks_dir) {
+        for e in rd.flatten().take(MAX_HOOK_FILES) {
+            let Ok(m) = e.metadata() else { continue };
+            if !m.is_file() || m.len() > MAX_HOOK_BYTES {
+                continue;
+            }
+            if let Ok(text) = std::fs::read(e.path()) {
+                for (word, _) in HOOK_MANAGERS {
+                    if text.windows(word.len()).any(|w| w == word.as_bytes())
+                        && !words.contains(word)
+                    {
+                        words.push(*word);
+                    }
+                }
+            }
+        }
+    }
+    for (word, files) in HOOK_MANAGERS {
+        if words.contains(word) {
+            for f in *files {
+                out.push((f.as_bytes().to_vec(), *word));
+            }
+        }
+    }
+    out
 }
 
 /// Errors while reading Git's configuration.
@@ -177,6 +256,29 @@ pub fn discover(
         },
     };
     setup.excludes_file = excludes_file.map(|p| p.canonicalize().unwrap_or(p));
+
+    // Hooks run from `core.hooksPath` (relative: from the working tree),
+    // else from the common directory's `hooks`.
+    let hooks_dir = match config.path("core.hooksPath") {
+        Some(p) => {
+            let ctx = gix_config::path::interpolate::Context {
+                git_install_dir: None,
+                home_dir: home.as_deref(),
+                home_for_user: None,
+            };
+            p.interpolate(ctx).ok().map(|p| {
+                if p.is_relative() {
+                    workspace.join(p)
+                } else {
+                    p
+                }
+            })
+        }
+        None => common_dir.as_ref().map(|c| c.join("hooks")),
+    };
+    if let Some(h) = hooks_dir {
+        setup.hook_paths = hook_paths(workspace, &h);
+    }
     Ok(setup)
 }
 

@@ -144,6 +144,10 @@ pub struct Args {
     /// Kernel cache lifetime of names and attributes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub cache_ms: u64,
+    /// A workspace-relative path to keep read-only inside, with all
+    /// beneath it (repeatable).
+    #[arg(long = "protect", value_name = "REL")]
+    pub protect: Vec<PathBuf>,
     /// Enforce Git Sentry only: no path is routed to the state directory
     /// by the ignore rules (Ignored Workspace State off).
     #[arg(long)]
@@ -181,6 +185,8 @@ pub enum Error {
     },
     #[error("{inner} lies beneath {outer}: the state directory and the workspace must be disjoint, and the mount point must not be beneath the state directory or strictly beneath the workspace")]
     Overlap { inner: PathBuf, outer: PathBuf },
+    #[error("--protect {0}: give a path relative to the workspace, without `.`, `..` or empty components")]
+    Protect(PathBuf),
     #[error("--ready-fd {0} is not an open descriptor: pass the write end of a pipe the router inherits")]
     ReadyFd(i32),
     #[error(transparent)]
@@ -204,6 +210,7 @@ impl Error {
             | Error::Open { .. }
             | Error::Overlap { .. }
             | Error::ReadyFd(_)
+            | Error::Protect(_)
             | Error::Git(_) => 2,
             Error::Mount { .. } | Error::Confine(_) => 3,
             Error::Session(_) => 4,
@@ -290,6 +297,30 @@ fn plan(args: &Args) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
     ))
 }
 
+/// The paths kept read-only beyond Git directories: `--protect`, then
+/// what host Git runs from the workspace (see [`gitcfg::GitSetup`]).
+fn protected_paths(args: &Args, plan: &Plan) -> Result<Vec<(Vec<u8>, &'static str)>, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out: Vec<(Vec<u8>, &'static str)> = Vec::new();
+    for p in &args.protect {
+        let b = p.as_os_str().as_bytes();
+        let bad = b.is_empty()
+            || b.starts_with(b"/")
+            || b.split(|&c| c == b'/')
+                .any(|c| matches!(c, b"" | b"." | b".."));
+        if bad {
+            return Err(Error::Protect(p.clone()));
+        }
+        out.push((b.to_vec(), "protected_paths"));
+    }
+    for (p, why) in &plan.git.hook_paths {
+        if !out.iter().any(|(q, _)| q == p) {
+            out.push((p.clone(), why));
+        }
+    }
+    Ok(out)
+}
+
 /// Runs the router (see the crate documentation) until it is unmounted.
 pub fn run(args: Args) -> Result<(), Error> {
     if args.print_confinement {
@@ -339,6 +370,17 @@ pub fn run(args: Args) -> Result<(), Error> {
         path: plan.state.clone(),
         source: e.into(),
     })?;
+    let protected = protected_paths(&args, &plan)?;
+    if !protected.is_empty() {
+        let list: Vec<String> = protected
+            .iter()
+            .map(|(p, why)| format!("{} ({why})", String::from_utf8_lossy(p)))
+            .collect();
+        eprintln!(
+            "lazaret-mount-router: Git Sentry keeps read-only: {}",
+            list.join(", ")
+        );
+    }
     let rules = rules::Rules::new(
         rules_host,
         plan.git.info_exclude.clone(),
@@ -357,6 +399,7 @@ pub fn run(args: Args) -> Result<(), Error> {
                     .saturating_sub(router::RESERVED_FDS),
             ),
             isolate_ignored: !args.sentry_only,
+            protected: protected.iter().map(|(p, _)| p.clone()).collect(),
         },
     );
     let filters = confine::seccomp_filters()?;

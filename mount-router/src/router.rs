@@ -121,6 +121,9 @@ pub struct Options {
     /// Whether Git-ignored paths go to the state store (Ignored Workspace
     /// State). Without it the router only enforces Git Sentry.
     pub isolate_ignored: bool,
+    /// Workspace-relative paths that are read-only inside, with all
+    /// beneath them (hook managers' files, `protected_paths`).
+    pub protected: Vec<Vec<u8>>,
 }
 
 /// The most entries a directory rename looks at for protected entries
@@ -164,6 +167,7 @@ pub struct Router {
     open_files: AtomicUsize,
     max_open: usize,
     isolate_ignored: bool,
+    protected: Vec<Vec<u8>>,
     /// Whether the `max_open` bound was reported already.
     bound_logged: AtomicBool,
     next_fh: AtomicU64,
@@ -186,6 +190,12 @@ fn kind_of(st: &Stat) -> FileType {
         rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
+}
+
+/// Whether `path` is `prefix` or lies beneath it.
+fn beneath_or_at(path: &[u8], prefix: &[u8]) -> bool {
+    path == prefix
+        || (path.len() > prefix.len() && path.starts_with(prefix) && path[prefix.len()] == b'/')
 }
 
 fn is_symlink(st: &Stat) -> bool {
@@ -263,6 +273,7 @@ impl Router {
             open_files: AtomicUsize::new(0),
             max_open: opts.max_open,
             isolate_ignored: opts.isolate_ignored,
+            protected: opts.protected,
             bound_logged: AtomicBool::new(false),
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
@@ -311,6 +322,9 @@ impl Router {
 
     /// Git Sentry's verdict on `path` (see [`sentry`]).
     fn access(&self, path: &[u8]) -> Access {
+        if self.protected.iter().any(|p| beneath_or_at(path, p)) {
+            return Access::ReadOnly;
+        }
         // Most paths name no `.git`: decided without a look at the host.
         if !path.split(|&b| b == b'/').any(|c| c == b".git") {
             return Access::Free;
@@ -353,6 +367,9 @@ impl Router {
     /// or is a symlink (Git makes none in its directories, and one would
     /// let host Git read through it).
     fn may_move_dir(&self, from: &[u8], to: &[u8]) -> Result<(), Errno> {
+        if self.protected.iter().any(|p| beneath_or_at(p, from)) {
+            return Err(Errno::EPERM);
+        }
         let from_git = self.access(from) != Access::Free;
         let to_git = self.access(to) != Access::Free;
         let mut stack = vec![Vec::new()];

@@ -171,6 +171,31 @@ pub const PROTECTED: &[&str] = &[
     "branches",  // legacy remote definitions
 ];
 
+/// The policy as text, for `--print-confinement`.
+pub fn describe() -> String {
+    let list = |l: &[&str]| l.join(" ");
+    format!(
+        "[git sentry] in every Git directory (.git, .git/modules/<existing>, \
+         .git/worktrees/<existing>, a nested repository's .git); each name also as NAME.lock and NAME.new\n\
+         live (read-write): {}\n\
+         live prefixes: {}\n\
+         live directories (and all beneath): {}\n\
+         live in info/: {}\n\
+         shadowed (private copy on rewrite, host's read-only): {}\n\
+         read-only: {} {}\n\
+         private: hooks/, a .git the host does not have, .git/modules/<new>, .git/worktrees/<new>\n\
+         refused (EPERM): any other name; symlinks; links to or from protected names; \
+         renaming a directory that holds a protected name\n",
+        list(LIVE),
+        list(LIVE_PREFIXES),
+        list(LIVE_DIRS),
+        list(INFO_LIVE),
+        list(SHADOWED),
+        list(PROTECTED),
+        list(READ_ONLY_BENEATH),
+    )
+}
+
 fn split(path: &[u8]) -> Vec<&[u8]> {
     if path.is_empty() {
         return Vec::new();

@@ -51,6 +51,9 @@ pub struct RouterPlan {
     /// Whether Git-ignored paths go to `state`; without it the router
     /// enforces Git Sentry only (`--sentry-only`).
     pub isolate_ignored: bool,
+    /// Workspace-relative paths read-only inside (`--protect`), beyond
+    /// those the router finds itself.
+    pub protected_paths: Vec<String>,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar
@@ -179,6 +182,8 @@ pub struct CoordinatorInput {
     pub persistent_paths: Vec<String>,
     /// Route Git-ignored workspace paths to Ignored Workspace State.
     pub isolate_ignored: bool,
+    /// Workspace-relative paths the profile makes read-only inside.
+    pub protected_paths: Vec<String>,
     pub volumes: Vec<VolumeSpec>,
     /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
     pub auto_approve: Vec<(Vec<String>, bool)>,

@@ -26,6 +26,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         // append). Only this mount namespace's processes can reach it.
         .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
+        .args(r.protected_paths.iter().flat_map(|p| ["--protect", p]))
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);

@@ -292,3 +292,55 @@ fn git_inside_keeps_working_and_stays_live_both_ways() {
     let out = ws.run_sh("cd /workspace && git log --format=%s -1 && git status --porcelain -uno");
     assert_eq!(text(&out.stdout), "from-host\n", "{}", text(&out.stderr));
 }
+
+#[test]
+fn hook_managers_hooks_path_and_protected_paths_are_read_only() {
+    let env = require_env!();
+    let ws = env.workspace("sentry-hooks");
+    // The host runs husky (its hook names it), hooks from `.githooks`, and
+    // the profile protects one more file.
+    let setup = ws.host_sh(
+        "set -e; mkdir -p .husky .githooks tools; \
+         printf '#!/bin/sh\\nexit 0\\n' > .husky/pre-commit; \
+         printf '#!/bin/sh\\n# husky\\n. .husky/pre-commit\\n' > .githooks/pre-commit; \
+         chmod +x .githooks/pre-commit; \
+         printf 'echo ci\\n' > tools/ci.sh; \
+         git add -A && git commit -qm hooks && git config core.hooksPath .githooks",
+    );
+    assert!(setup.status.success(), "{}", text(&setup.stderr));
+    ws.write_config("[profiles.default]\nprotected_paths = [\"tools/ci.sh\"]\n");
+    let (_, hook) = forged(&ws);
+    let out = inside(
+        &ws,
+        &format!(
+            "printf '{hook}' > .githooks/pre-commit && echo DID githooks; \
+             printf '{hook}' > .githooks/post-commit && echo DID githooks-new; \
+             printf '{hook}' >> .husky/pre-commit && echo DID husky; \
+             mv .husky husky2 && echo DID husky-rename; \
+             rm -rf .githooks && echo DID githooks-rm; \
+             printf '{hook}' > tools/ci.sh && echo DID protected; \
+             mv tools tools2 && echo DID protected-parent; \
+             echo other > tools/other.txt && echo FREE-OK"
+        ),
+    );
+    assert_none(
+        &out,
+        &[
+            "githooks",
+            "githooks-new",
+            "husky",
+            "husky-rename",
+            "githooks-rm",
+            "protected",
+            "protected-parent",
+        ],
+    );
+    assert!(out.contains("FREE-OK"), "{out}");
+    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log"))
+        .unwrap_or_default();
+    assert!(
+        log.contains(".husky (husky)") && log.contains("tools/ci.sh (protected_paths)"),
+        "the router does not say what it protects: {log}"
+    );
+    host_git_runs_nothing(&ws, &[]);
+}
