@@ -548,6 +548,9 @@ fn route_workspace(
     }
     let state = layout.ignored();
     mkdir_private(&state)?;
+    // Kept apart from the state the sandbox sees, and by `state reset`.
+    let rules_baseline = layout.root.join("rules-baseline");
+    mkdir_private(&rules_baseline)?;
     let mountpoint = layout.run().join("workspace");
     mkdir_private(&mountpoint)?;
     for m in &mut plan.mounts {
@@ -569,6 +572,7 @@ fn route_workspace(
         mountpoint,
         isolate_ignored: input.isolate_ignored,
         protected_paths: input.protected_paths.clone(),
+        rules_baseline,
     })
 }
 

@@ -211,6 +211,12 @@ pub fn apply(
         .map_err(|e| ll(&e))?
         .add_rule(PathBeneath::new(state, store_rights()))
         .map_err(|e| ll(&e))?;
+    if let Some(b) = &plan.baseline {
+        let fd = PathFd::new(b).map_err(|e| ll(&e))?;
+        rs = rs
+            .add_rule(PathBeneath::new(fd, store_rights()))
+            .map_err(|e| ll(&e))?;
+    }
     let fuse = PathFd::new("/dev/fuse").map_err(|e| ll(&e))?;
     rs = rs
         .add_rule(PathBeneath::new(
@@ -303,6 +309,14 @@ pub fn describe(plan: Option<&Plan>) -> String {
                 p.state.display(),
                 rights(store_rights())
             );
+            if let Some(b) = &p.baseline {
+                let _ = writeln!(
+                    s,
+                    "read-write {}  ({})",
+                    b.display(),
+                    rights(store_rights())
+                );
+            }
             let _ = writeln!(s, "read-write /dev/fuse  (ReadFile,WriteFile)");
             for f in read_only_files(p) {
                 let _ = writeln!(s, "read-only  {}  (ReadFile)", f.display());

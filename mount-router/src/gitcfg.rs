@@ -45,11 +45,16 @@ pub struct GitSetup {
     pub hook_paths: Vec<(Vec<u8>, &'static str)>,
 }
 
-/// Files of a hook manager, found by a word in the installed hooks.
+/// Files of a hook manager, found by a word its installed hooks carry
+/// (and Git's own sample hooks do not).
 const HOOK_MANAGERS: &[(&str, &[&str])] = &[
     ("husky", &[".husky"]),
     (
-        "pre-commit",
+        "pre-commit.com",
+        &[".pre-commit-config.yaml", ".pre-commit-hooks.yaml"],
+    ),
+    (
+        "pre_commit",
         &[".pre-commit-config.yaml", ".pre-commit-hooks.yaml"],
     ),
     (
@@ -92,7 +97,11 @@ fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)
     if let Ok(rd) = std::fs::read_dir(hooks_dir) {
         for e in rd.flatten().take(MAX_HOOK_FILES) {
             let Ok(m) = e.metadata() else { continue };
-            if !m.is_file() || m.len() > MAX_HOOK_BYTES {
+            // Git installs `*.sample` hooks, which it never runs.
+            if !m.is_file()
+                || m.len() > MAX_HOOK_BYTES
+                || e.file_name().as_bytes().ends_with(b".sample")
+            {
                 continue;
             }
             if let Ok(text) = std::fs::read(e.path()) {
@@ -109,7 +118,9 @@ fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)
     for (word, files) in HOOK_MANAGERS {
         if words.contains(word) {
             for f in *files {
-                out.push((f.as_bytes().to_vec(), *word));
+                if !out.iter().any(|(p, _)| p == f.as_bytes()) {
+                    out.push((f.as_bytes().to_vec(), *word));
+                }
             }
         }
     }

@@ -100,6 +100,7 @@
 //! allow-list declared as data in `seccomp/x86_64.json`.
 //! `--print-confinement` prints all of it.
 
+pub mod baseline;
 pub mod confine;
 pub mod gitcfg;
 pub mod nodes;
@@ -144,6 +145,11 @@ pub struct Args {
     /// Kernel cache lifetime of names and attributes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub cache_ms: u64,
+    /// Where the host's own ignore rules are remembered across the
+    /// sandbox's edits of them (a private directory of the Domain Root).
+    /// Without it they are remembered only while the router runs.
+    #[arg(long, value_name = "DIR")]
+    pub rules_baseline: Option<PathBuf>,
     /// A workspace-relative path to keep read-only inside, with all
     /// beneath it (repeatable).
     #[arg(long = "protect", value_name = "REL")]
@@ -244,6 +250,8 @@ pub struct Plan {
     pub state: PathBuf,
     pub mountpoint: PathBuf,
     pub git: gitcfg::GitSetup,
+    /// `--rules-baseline`, canonical.
+    pub baseline: Option<PathBuf>,
 }
 
 fn plan(args: &Args) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
@@ -291,6 +299,14 @@ fn plan(args: &Args) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
             state: st,
             mountpoint: mp,
             git,
+            baseline: match &args.rules_baseline {
+                Some(b) => Some(b.canonicalize().map_err(|source| Error::Open {
+                    what: "rules baseline directory",
+                    path: b.clone(),
+                    source,
+                })?),
+                None => None,
+            },
         },
         host_fd,
         state_fd,
@@ -381,11 +397,29 @@ pub fn run(args: Args) -> Result<(), Error> {
             list.join(", ")
         );
     }
+    let baseline = match &plan.baseline {
+        Some(dir) => {
+            let err = |source: std::io::Error| Error::Open {
+                what: "rules baseline directory",
+                path: dir.clone(),
+                source,
+            };
+            let fd = rustix::fs::open(
+                dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+            .map_err(|e| err(e.into()))?;
+            baseline::Baseline::load(fd).map_err(err)?
+        }
+        None => baseline::Baseline::in_memory(),
+    };
     let rules = rules::Rules::new(
         rules_host,
         plan.git.info_exclude.clone(),
         plan.git.excludes_file.clone().map(rules::Source::Absolute),
         plan.git.ignore_case,
+        baseline,
     );
     let fs = router::Router::new(
         host_fd,

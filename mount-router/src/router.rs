@@ -88,7 +88,13 @@ fn fe(e: rustix::io::Errno) -> Errno {
 }
 
 enum Handle {
-    File { file: Arc<File>, rules: bool },
+    File {
+        file: Arc<File>,
+        /// The rules file it was opened as (host store), if any.
+        rules: Option<Vec<u8>>,
+        /// The backing file, when opened for writing (see `writers`).
+        writer: Option<(u64, u64)>,
+    },
     Dir(Arc<Vec<Entry>>),
 }
 
@@ -163,6 +169,9 @@ pub struct Router {
     rules: Rules,
     table: Mutex<Table>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Files open for writing through the router: (device, inode) ->
+    /// handles.
+    writers: Mutex<HashMap<(u64, u64), usize>>,
     /// Open file handles (each holds a descriptor), against `max_open`.
     open_files: AtomicUsize,
     max_open: usize,
@@ -270,6 +279,7 @@ impl Router {
             rules,
             table: Mutex::new(Table::new()),
             handles: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
             open_files: AtomicUsize::new(0),
             max_open: opts.max_open,
             isolate_ignored: opts.isolate_ignored,
@@ -357,7 +367,8 @@ impl Router {
         }
     }
 
-    /// Refuses (`EPERM`) to move the host directory `path` when it holds
+    /// Refuses to move the host directory `path` when it holds hidden
+    /// ignored host content (`EXDEV`), or (`EPERM`) when it holds
     /// an entry Git Sentry protects (a `.git` of a nested repository or
     /// checkout, or protected files of a Git directory): moving it would
     /// carry that entry where the policy no longer protects it.
@@ -387,6 +398,13 @@ impl Router {
                     return Err(Errno::EXDEV);
                 }
                 let child = join(&rel, &name);
+                // Hidden host content (ignored here) could be revealed
+                // where the rules do not ignore it: `mv` copies instead,
+                // and the copy sees only what is visible.
+                let (f, d) = self.ignored_both(&join_rel(from, &child));
+                if (is_dir(&st) && d) || (!is_dir(&st) && f) {
+                    return Err(Errno::EXDEV);
+                }
                 let refused = name == b".git"
                     || (from_git && !self.access(&join_rel(from, &child)).host_writable())
                     || (to_git
@@ -549,6 +567,28 @@ impl Router {
         Err(Errno::EMFILE)
     }
 
+    /// Counts one more handle writing to the file `st`.
+    fn add_writer(&self, st: &Stat) -> (u64, u64) {
+        let k = (st.st_dev, st.st_ino);
+        *lock(&self.writers).entry(k).or_insert(0) += 1;
+        k
+    }
+
+    fn drop_writer(&self, k: (u64, u64)) {
+        let mut w = lock(&self.writers);
+        if let Some(n) = w.get_mut(&k) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&k);
+            }
+        }
+    }
+
+    /// Whether a handle is open for writing to the file `st`.
+    fn has_writer(&self, st: &Stat) -> bool {
+        lock(&self.writers).contains_key(&(st.st_dev, st.st_ino))
+    }
+
     /// Gives back a place taken by [`Self::reserve_file`].
     fn unreserve_file(&self) {
         self.open_files.fetch_sub(1, Ordering::AcqRel);
@@ -570,9 +610,9 @@ impl Router {
         fh
     }
 
-    fn file(&self, fh: FileHandle) -> Result<(Arc<File>, bool), Errno> {
+    fn file(&self, fh: FileHandle) -> Result<(Arc<File>, Option<Vec<u8>>), Errno> {
         match lock(&self.handles).get(&fh.0) {
-            Some(Handle::File { file, rules }) => Ok((file.clone(), *rules)),
+            Some(Handle::File { file, rules, .. }) => Ok((file.clone(), rules.clone())),
             _ => Err(Errno::EBADF),
         }
     }
@@ -713,6 +753,9 @@ impl Router {
         } = a;
         let (s, path) = self.node(ino)?;
         self.may_change(s, &path)?;
+        if s == Store::Host && size.is_some() && is_rules_path(&path) {
+            self.rules.before_sandbox_change(&path);
+        }
         let file = match fh {
             Some(fh) => self.file(fh).ok().map(|(f, _)| f),
             None => None,
@@ -761,8 +804,8 @@ impl Router {
                 .and_then(|fd| rustix::fs::ftruncate(&fd, sz)),
             }
             .map_err(fe)?;
-            if is_rules_path(&path) {
-                self.rules.invalidate();
+            if s == Store::Host && is_rules_path(&path) {
+                self.rules.after_sandbox_change(&path);
             }
         }
         if atime.is_some() || mtime.is_some() {
@@ -839,6 +882,19 @@ impl Router {
         }
         if s == Store::Host && is_symlink(&st) && self.access(&to) != Access::Free {
             return Err(Errno::EPERM);
+        }
+        if s == Store::Host && is_rules_path(&to) && !dir {
+            // The rules file must change only through its own name: not
+            // through another link, nor a descriptor opened under
+            // another name.
+            if st.st_nlink > 1 || self.has_writer(&st) {
+                return Err(Errno::EPERM);
+            }
+        }
+        for p in [&from, &to] {
+            if s == Store::Host && is_rules_path(p) {
+                self.rules.before_sandbox_change(p);
+            }
         }
         // Replacing a visible entry of the other store would leave two
         // entries under one name: refuse like a cross-store rename.
@@ -945,7 +1001,12 @@ impl Router {
                 }
             }
         }
-        if is_rules_path(&from) || is_rules_path(&to) || dir {
+        for p in [&from, &to] {
+            if s == Store::Host && is_rules_path(p) {
+                self.rules.after_sandbox_change(p);
+            }
+        }
+        if dir {
             self.rules.invalidate();
         }
         Ok(())
@@ -1124,11 +1185,15 @@ impl Filesystem for Router {
             let path = join(&ppath, name.as_bytes());
             let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
             self.may_change(s, &path)?;
+            let rules = s == Store::Host && is_rules_path(&path);
+            if rules {
+                self.rules.before_sandbox_change(&path);
+            }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
             lock(&self.table).removed(s, &path, &st);
-            if is_rules_path(&path) {
-                self.rules.invalidate();
+            if rules {
+                self.rules.after_sandbox_change(&path);
             }
             Ok(())
         })();
@@ -1248,6 +1313,10 @@ impl Filesystem for Router {
             if self.route(nps, &to, false) != s {
                 return Err(Errno::EXDEV);
             }
+            // A rules file changes only through its own name.
+            if s == Store::Host && (is_rules_path(&path) || is_rules_path(&to)) {
+                return Err(Errno::EPERM);
+            }
             if s == Store::Host && self.access(&to) != Access::Free {
                 let src = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
                 if is_symlink(&src) {
@@ -1279,11 +1348,27 @@ impl Filesystem for Router {
             if of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND) {
                 self.may_change(s, &path)?;
             }
+            let writes =
+                of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND);
+            // Only a handle that writes can change a rules file.
+            let rules = (writes && s == Store::Host && is_rules_path(&path)).then(|| path.clone());
+            if let Some(r) = &rules {
+                self.rules.before_sandbox_change(r);
+            }
             let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
-            let rules = is_rules_path(&path) && s == Store::Host;
+            if let (Some(r), true) = (&rules, of.contains(OFlags::TRUNC)) {
+                self.rules.after_sandbox_change(r);
+            }
+            let writer = if writes {
+                let st = rustix::fs::fstat(&fd).map_err(fe)?;
+                Some(self.add_writer(&st))
+            } else {
+                None
+            };
             Ok(self.new_fh(Handle::File {
                 file: Arc::new(File::from(fd)),
                 rules,
+                writer,
             }))
         });
         match r {
@@ -1339,8 +1424,8 @@ impl Filesystem for Router {
         let r = (|| {
             let (f, rules) = self.file(fh)?;
             f.write_all_at(data, offset).map_err(Errno::from)?;
-            if rules {
-                self.rules.invalidate();
+            if let Some(r) = rules {
+                self.rules.after_sandbox_change(&r);
             }
             Ok(data.len() as u32)
         })();
@@ -1372,9 +1457,15 @@ impl Filesystem for Router {
         reply: ReplyEmpty,
     ) {
         let h = lock(&self.handles).remove(&fh.0);
-        if let Some(Handle::File { rules, .. }) = h {
+        if let Some(Handle::File { rules, writer, .. }) = h {
             self.unreserve_file();
-            if rules {
+            if let Some(w) = writer {
+                self.drop_writer(w);
+            }
+            // Nothing to record: every change was recorded as it was made.
+            // (gVisor may release a handle long after, when the host may
+            // have changed the file itself.)
+            if rules.is_some() {
                 self.rules.invalidate();
             }
         }
@@ -1570,6 +1661,10 @@ impl Filesystem for Router {
                 self.may_create(s, &path)?;
             }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            let rules = (s == Store::Host && is_rules_path(&path)).then(|| path.clone());
+            if let Some(r) = &rules {
+                self.rules.before_sandbox_change(r);
+            }
             let of = OFlags::from_bits_retain(flags as u32) & !OFlags::NOCTTY
                 | OFlags::CREATE
                 | OFlags::NOFOLLOW
@@ -1581,13 +1676,14 @@ impl Filesystem for Router {
                 .unwrap_or(false);
             self.own(req, d.as_fd(), name.as_bytes(), setgid);
             let st = rustix::fs::fstat(&fd).map_err(fe)?;
-            let rules = is_rules_path(&path) && s == Store::Host;
-            if rules {
-                self.rules.invalidate();
+            if let Some(r) = &rules {
+                self.rules.after_sandbox_change(r);
             }
+            let writer = Some(self.add_writer(&st));
             let fh = self.new_fh(Handle::File {
                 file: Arc::new(File::from(fd)),
                 rules,
+                writer,
             });
             let ino = lock(&self.table).intern(s, &path, &st);
             Ok((ino, st, fh))

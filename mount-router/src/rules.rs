@@ -81,8 +81,18 @@ struct Stamp {
 struct Cached {
     stamp: Option<Stamp>,
     list: Option<Arc<List<Ignore>>>,
+    /// The rules as the host last wrote them (see [`crate::baseline`]);
+    /// the same as `list` unless the sandbox changed the file.
+    host_list: Option<Arc<List<Ignore>>>,
     checked: Instant,
     epoch: u64,
+}
+
+/// The current rules of one file and the host's.
+#[derive(Clone, Default)]
+struct Lists {
+    now: Option<Arc<List<Ignore>>>,
+    host: Option<Arc<List<Ignore>>>,
 }
 
 /// The effective ignore rules of one workspace.
@@ -92,6 +102,7 @@ pub struct Rules {
     /// `info/exclude`, then `core.excludesFile` (lower precedence last).
     globals: Vec<Source>,
     cache: Mutex<Cache>,
+    baseline: crate::baseline::Baseline,
 }
 
 struct Cache {
@@ -109,6 +120,7 @@ impl Rules {
         info_exclude: Option<Source>,
         excludes_file: Option<Source>,
         ignore_case: bool,
+        baseline: crate::baseline::Baseline,
     ) -> Rules {
         let globals: Vec<Source> = info_exclude.into_iter().chain(excludes_file).collect();
         let n = globals.len();
@@ -125,7 +137,33 @@ impl Rules {
                 files: HashMap::new(),
                 globals: (0..n).map(|_| None).collect(),
             }),
+            baseline,
         }
+    }
+
+    /// Before the sandbox changes the rules file `rel` (workspace
+    /// relative): the host's content is remembered once.
+    pub fn before_sandbox_change(&self, rel: &[u8]) {
+        let host = self.host.as_fd();
+        self.baseline.before_change(rel, || {
+            let fd = open_rules(host, &Source::Workspace(rel.to_vec())).ok()??;
+            let mut buf = Vec::new();
+            std::fs::File::from(fd)
+                .take(MAX_RULES_FILE)
+                .read_to_end(&mut buf)
+                .ok()?;
+            Some(buf)
+        });
+    }
+
+    /// After the sandbox changed the rules file `rel`.
+    pub fn after_sandbox_change(&self, rel: &[u8]) {
+        let st = open_rules(self.host.as_fd(), &Source::Workspace(rel.to_vec()))
+            .ok()
+            .flatten()
+            .and_then(|fd| stamp(fd.as_fd()));
+        self.baseline.after_change(rel, st.map(Stamp::key));
+        self.invalidate();
     }
 
     /// Forget what was validated: the next decision re-checks every rules
@@ -156,18 +194,15 @@ impl Rules {
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let epoch = c.epoch;
         let now = Instant::now();
-        let mut globals: Vec<Arc<List<Ignore>>> = Vec::with_capacity(self.globals.len());
+        let bl = &self.baseline;
+        let mut globals = Both::default();
         for (i, src) in self.globals.iter().enumerate() {
             let slot = &mut c.globals[i];
-            if let Some(l) = refresh(self.host.as_fd(), src, slot, epoch, now) {
-                globals.push(l);
-            }
+            globals.push(refresh(self.host.as_fd(), src, slot, epoch, now, bl));
         }
         // Per-directory lists, root first; consulted deepest first.
-        let mut stack: Vec<Arc<List<Ignore>>> = Vec::new();
-        if let Some(l) = dir_list(self.host.as_fd(), &mut c, b"", epoch, now) {
-            stack.push(l);
-        }
+        let mut stack = Both::default();
+        stack.push(dir_list(self.host.as_fd(), &mut c, b"", epoch, now, bl));
         let mut start = 0;
         loop {
             let next = path[start..]
@@ -183,18 +218,46 @@ impl Rules {
             }
             if next.is_none() {
                 return (
-                    matches(&stack, &globals, prefix, false, self.case),
-                    matches(&stack, &globals, prefix, true, self.case),
+                    stack.matches(&globals, prefix, false, self.case),
+                    stack.matches(&globals, prefix, true, self.case),
                 );
             }
-            if matches(&stack, &globals, prefix, true, self.case) {
+            if stack.matches(&globals, prefix, true, self.case) {
                 return (true, true);
             }
-            if let Some(l) = dir_list(self.host.as_fd(), &mut c, prefix, epoch, now) {
-                stack.push(l);
-            }
+            stack.push(dir_list(self.host.as_fd(), &mut c, prefix, epoch, now, bl));
             start = prefix.len() + 1;
         }
+    }
+}
+
+/// The lists in force, as they are now and as the host wrote them.
+#[derive(Default)]
+struct Both {
+    now: Vec<Arc<List<Ignore>>>,
+    host: Vec<Arc<List<Ignore>>>,
+    /// Whether any file's host rules differ from its current ones.
+    differ: bool,
+}
+
+impl Both {
+    fn push(&mut self, l: Lists) {
+        let same = match (&l.now, &l.host) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        self.differ |= !same;
+        self.now.extend(l.now);
+        self.host.extend(l.host);
+    }
+
+    /// Ignored by the rules as they are, or as the host wrote them: the
+    /// sandbox can add rules, never take one of the host's away.
+    fn matches(&self, globals: &Both, path: &[u8], is_dir: bool, case: Case) -> bool {
+        matches(&self.now, &globals.now, path, is_dir, case)
+            || ((self.differ || globals.differ)
+                && matches(&self.host, &globals.host, path, is_dir, case))
     }
 }
 
@@ -227,7 +290,8 @@ fn dir_list(
     dir: &[u8],
     epoch: u64,
     now: Instant,
-) -> Option<Arc<List<Ignore>>> {
+    bl: &crate::baseline::Baseline,
+) -> Lists {
     let mut rel = dir.to_vec();
     if !rel.is_empty() {
         rel.push(b'/');
@@ -237,7 +301,7 @@ fn dir_list(
         c.files.insert(dir.to_vec(), None);
     }
     let slot = c.files.get_mut(dir).expect("inserted above");
-    refresh(host, &Source::Workspace(rel), slot, epoch, now)
+    refresh(host, &Source::Workspace(rel), slot, epoch, now, bl)
 }
 
 /// Re-validates one cached rules file, reloading it when it changed.
@@ -247,10 +311,15 @@ fn refresh(
     slot: &mut Option<Cached>,
     epoch: u64,
     now: Instant,
-) -> Option<Arc<List<Ignore>>> {
+    bl: &crate::baseline::Baseline,
+) -> Lists {
+    let lists = |c: &Cached| Lists {
+        now: c.list.clone(),
+        host: c.host_list.clone(),
+    };
     if let Some(c) = slot {
         if c.epoch == epoch && now.duration_since(c.checked) < REVALIDATE {
-            return c.list.clone();
+            return lists(c);
         }
     }
     let fd = match open_rules(host, src) {
@@ -262,9 +331,9 @@ fn refresh(
             if let Some(c) = slot.as_mut() {
                 c.checked = now;
                 c.epoch = epoch;
-                return c.list.clone();
+                return lists(c);
             }
-            return None;
+            return Lists::default();
         }
     };
     let stamp = fd.as_ref().and_then(|fd| stamp(fd.as_fd()));
@@ -272,7 +341,7 @@ fn refresh(
         if c.stamp == stamp {
             c.checked = now;
             c.epoch = epoch;
-            return c.list.clone();
+            return lists(c);
         }
     }
     let list = match (fd, stamp) {
@@ -296,13 +365,34 @@ fn refresh(
         }
         _ => None,
     };
+    // Who wrote this version: the sandbox (its stamp is the one the
+    // router recorded after the sandbox's last change), or the host.
+    let host_list = match src {
+        Source::Workspace(rel) => match bl.get(rel) {
+            Some(rec) if rec.sandbox == stamp.map(Stamp::key) => match slot {
+                Some(c) if c.host_list.is_some() || c.list.is_none() => c.host_list.clone(),
+                _ => rec.host.map(|b| Arc::new(parse_list(&b, src))),
+            },
+            Some(_) => {
+                bl.host_changed(rel);
+                list.clone()
+            }
+            None => list.clone(),
+        },
+        Source::Absolute(_) => list.clone(),
+    };
+    let l = Lists {
+        now: list.clone(),
+        host: host_list.clone(),
+    };
     *slot = Some(Cached {
         stamp,
-        list: list.clone(),
+        list,
+        host_list,
         checked: now,
         epoch,
     });
-    list
+    l
 }
 
 /// Parses a rules file. Workspace `.gitignore` files are anchored at
@@ -356,6 +446,12 @@ fn open_rules(host: BorrowedFd<'_>, src: &Source) -> Result<Option<OwnedFd>, rus
         return Ok(None);
     }
     Ok(Some(fd))
+}
+
+impl Stamp {
+    fn key(self) -> (u64, u64, u64, (i64, i64), (i64, i64)) {
+        (self.dev, self.ino, self.size, self.mtime, self.ctime)
+    }
 }
 
 fn stamp(fd: BorrowedFd<'_>) -> Option<Stamp> {

@@ -24,6 +24,7 @@ fn rules_for(ws: &std::path::Path, home: &std::path::Path) -> rules::Rules {
         setup.info_exclude,
         setup.excludes_file.map(rules::Source::Absolute),
         setup.ignore_case,
+        lazaret_mount_router::baseline::Baseline::in_memory(),
     )
 }
 
@@ -158,6 +159,7 @@ fn linked_worktree_uses_the_common_info_exclude() {
         setup.info_exclude,
         setup.excludes_file.map(rules::Source::Absolute),
         false,
+        lazaret_mount_router::baseline::Baseline::in_memory(),
     );
     assert!(r.is_ignored(b"secret.txt", false));
     assert!(r.is_ignored(b"x.swp", false));

@@ -54,6 +54,9 @@ pub struct RouterPlan {
     /// Workspace-relative paths read-only inside (`--protect`), beyond
     /// those the router finds itself.
     pub protected_paths: Vec<String>,
+    /// Where the router remembers the host's own ignore rules across the
+    /// sandbox's edits (`--rules-baseline`), in the Domain Root.
+    pub rules_baseline: PathBuf,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar

@@ -27,6 +27,8 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
         .args(r.protected_paths.iter().flat_map(|p| ["--protect", p]))
+        .arg("--rules-baseline")
+        .arg(&r.rules_baseline)
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);

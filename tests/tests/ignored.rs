@@ -319,3 +319,61 @@ fn a_directory_listed_before_an_ignored_entry_is_created_shows_it_after() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_sandbox_can_hide_more_but_never_reveal_ignored_host_content() {
+    let env = require_env!();
+    let ws = env.workspace("ign-reveal");
+    commit_gitignore(&ws, ".env\n/sub/token\n");
+    let out = ws.host_sh(
+        "echo HOST_SECRET=1 > .env && mkdir sub && echo HOST_TOKEN > sub/token && echo visible > sub/file",
+    );
+    assert!(out.status.success());
+    // Every way the sandbox could drop or negate the host's rules.
+    let attacks = [
+        "printf '!.env\\n!/sub/token\\n' >> .gitignore",
+        "printf '' > .gitignore",
+        "rm -f .gitignore",
+        "printf '!.env\\n' > .gitignore",
+        "mv .gitignore x; printf '!.env\\n' > x; mv x .gitignore",
+        "printf '!.env\\n' > x; ln -f x .gitignore",
+        "python3 -c \"import os; f=open('y','w'); os.rename('y', '.gitignore'); f.write('!.env\\\\n'); f.close()\"",
+        "mkdir -p d && printf '!/.env\\n' > .git/info/exclude",
+        "mv sub sub2; mv sub2 sub",
+    ];
+    let leaked = "grep -rh HOST_ /workspace/.env /workspace/sub /workspace/sub2 2>/dev/null; true";
+    for a in attacks {
+        let out = ws.run_sh(&format!("cd /workspace; {a} 2>/dev/null; {leaked}"));
+        assert_eq!(
+            text(&out.stdout),
+            "",
+            "after `{a}` host content is visible: {}",
+            text(&out.stderr)
+        );
+    }
+    // And in the next Domain generation, with the sandbox's edits still on
+    // disk.
+    let out = ws.run_sh("cd /workspace; printf '!.env\\n' > .gitignore; true");
+    assert!(
+        out.status.success(),
+        "{:?} {} {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let out = ws.run_sh(leaked);
+    assert_eq!(text(&out.stdout), "", "revealed after a restart");
+    // The host content itself was never touched.
+    let host = ws.host_sh("cat .env sub/token");
+    assert_eq!(text(&host.stdout), "HOST_SECRET=1\nHOST_TOKEN\n");
+    // A host-side edit of the rules is the host's word.
+    let out = ws.host_sh("printf '/sub/token\\n' > .gitignore");
+    assert!(out.status.success());
+    let out = ws.run_sh("cat /workspace/.env");
+    assert_eq!(
+        text(&out.stdout),
+        "HOST_SECRET=1\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
