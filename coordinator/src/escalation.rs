@@ -288,6 +288,7 @@ impl Escalations {
                 profile: self.profile.clone(),
                 session_id: body.session_id.clone(),
                 cwd: req.cwd.clone(),
+                host_dir: self.workspace.to_string_lossy().into_owned(),
                 argv: req.argv.clone(),
                 justification: req.justification.clone(),
             });

@@ -104,7 +104,7 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
     pty.send("lazaret-escalate --justification 'needs the host' -- /bin/echo one; echo rc=$?\r");
     at = pty.expect(at, "Host Escalation request", short);
     at = pty.expect(at, "session:", short);
-    at = pty.expect(at, "\"needs the host\"", short);
+    at = pty.expect(at, "justification: needs the host\r\n", short);
     at = pty.expect(at, "[a]pprove", short);
     pty.send("a");
     at = pty.expect(at, "\none\r\nrc=0", short);
@@ -133,6 +133,74 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
         "{log}"
     );
     assert!(log.contains("\"argv\":[\"/bin/echo\",\"three\"]"), "{log}");
+}
+
+/// The prompt's bytes as the terminal got them: from its title to the
+/// question (inclusive).
+fn prompt_region(seen: &[u8], from: usize) -> Vec<u8> {
+    let hay = &seen[from..];
+    let find = |n: &[u8]| hay.windows(n.len()).position(|w| w == n);
+    let start = find("Host Escalation request".as_bytes()).expect("title");
+    let q = b"Run it on the host? [a]pprove [d]eny [e]dit: ";
+    let end = find(q).expect("question") + q.len();
+    hay[start..end].to_vec()
+}
+
+#[test]
+fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
+    let env = require_env!();
+    let ws = env.workspace("esc-spoof");
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+
+    // From inside: a directory, a justification and arguments made of
+    // terminal control sequences and fake prompt lines. The subshell keeps
+    // bash's own prompt (which shows the directory) out of it.
+    pty.send(concat!(
+        r#"(d="$(printf '/tmp/\033[31mred\302\233K')"; mkdir -p "$d" && cd "$d" && "#,
+        r#"lazaret-escalate --justification "$(printf 'harmless\n  command:       "/bin/true"\nRun it on the host? [a]pprove [d]eny [e]dit: \033[2A\033[2K%0200d' 0)" "#,
+        r#"-- /bin/echo "$(printf '\033]0;pwned\007\033[1A')" "$(printf 'x\r  command:       "/bin/true"')"); echo rc=$?"#,
+        "\r"
+    ));
+    let before = pty.expect(at, "Host Escalation request", short) - "Host Escalation request".len();
+    at = pty.expect(before, "[a]pprove [d]eny [e]dit: ", short);
+    let region = prompt_region(&pty.seen.lock().unwrap(), before);
+    let shown = text(&region);
+    for (i, b) in region.iter().enumerate() {
+        assert!(
+            !matches!(b, 0..=0x09 | 0x0b | 0x0c | 0x0e..=0x1f | 0x7f),
+            "control byte {b:#04x} at {i} reached the terminal: {shown:?}"
+        );
+    }
+    assert!(!shown.contains('\u{9b}'), "a C1 control reached the terminal: {shown:?}");
+    let lines: Vec<&str> = shown.split("\r\n").collect();
+    // Title, five fields, the command, the question: nothing else, in this
+    // order, the command right before the question.
+    let labels = [
+        "Host Escalation request",
+        "  profile:       default",
+        "  session:       ",
+        "  justification: harmless\\n  command:       \"/bin/true\"\\nRun",
+        "  sandbox cwd:   /tmp/\\x1b[31mred\\u{9b}K",
+        &format!("  runs on host:  in {}", ws.path.display()),
+        "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"",
+        "Run it on the host? [a]pprove [d]eny [e]dit: ",
+    ];
+    assert_eq!(lines.len(), labels.len(), "{shown}");
+    for (line, want) in lines.iter().zip(labels) {
+        assert!(line.starts_with(want), "{line:?} should start with {want:?}\n{shown}");
+    }
+    assert!(lines[3].ends_with(" bytes]") && lines[3].contains("…[cut "), "{}", lines[3]);
+    assert!(lines[3].chars().count() <= 80, "{}", lines[3]);
+    assert_eq!(lines[6], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
+
+    pty.send("d");
+    pty.expect(at, "rc=77", short);
+    pty.send("exit\r");
+    assert_eq!(wait(&mut child, short), Some(0));
 }
 
 #[test]
