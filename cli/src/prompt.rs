@@ -195,7 +195,11 @@ pub fn ask(
                     Some(line) => match shlex::split(&line) {
                         Some(v) if !v.is_empty() => {
                             argv = v;
-                            out(&format!("  runs on host:  in {}\n  command:       {}\n", display::escape(&p.host_dir), show_argv(&argv)));
+                            out(&format!(
+                                "  runs on host:  in {}\n  command:       {}\n",
+                                display::escape(&p.host_dir),
+                                show_argv(&argv)
+                            ));
                         }
                         _ => out("cannot read that as a command; unchanged\n"),
                     },
@@ -280,7 +284,10 @@ mod tests {
     fn long_justifications_are_cut_with_a_marker() {
         let p = prompt("/workspace", &["true"], &"why ".repeat(100));
         let r = render(&p);
-        let line = r.lines().find(|l| l.starts_with("  justification:")).unwrap();
+        let line = r
+            .lines()
+            .find(|l| l.starts_with("  justification:"))
+            .unwrap();
         assert!(line.contains("…[cut "), "{line}");
         assert!(r.contains("  runs on host:  in /home/dev/src/proj\n"));
     }

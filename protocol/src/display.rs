@@ -265,7 +265,10 @@ mod tests {
             assert_eq!(unescape(&e).unwrap(), ch.to_string().as_bytes());
         }
         assert_eq!(escape("\u{9b}31m"), "\\u{9b}31m");
-        assert_eq!(escape("a\u{202e}b\u{2066}\u{200b}"), "a\\u{202e}b\\u{2066}\\u{200b}");
+        assert_eq!(
+            escape("a\u{202e}b\u{2066}\u{200b}"),
+            "a\\u{202e}b\\u{2066}\\u{200b}"
+        );
         assert_eq!(escape("\u{2028}\u{feff}"), "\\u{2028}\\u{feff}");
         // Printable non-ASCII stays readable.
         assert_eq!(escape("café ü 日本 ✓"), "café ü 日本 ✓");
@@ -314,7 +317,13 @@ mod tests {
     #[test]
     fn quoted_arguments_show_boundaries() {
         assert_eq!(
-            argv(&["rm".into(), "a b".into(), "x\ny".into(), "\u{1b}[2J".into(), "q\"".into()]),
+            argv(&[
+                "rm".into(),
+                "a b".into(),
+                "x\ny".into(),
+                "\u{1b}[2J".into(),
+                "q\"".into()
+            ]),
             r#""rm" "a b" "x\ny" "\x1b[2J" "q\"""#
         );
     }
@@ -325,13 +334,16 @@ mod tests {
         let long = "a".repeat(100);
         let b = bounded(&long, 40);
         assert!(columns(&b) <= 40, "{b}");
-        assert!(b.starts_with("aaaa") && b.ends_with("…[cut 77 bytes]"), "{b}");
+        assert!(
+            b.starts_with("aaaa") && b.ends_with("…[cut 77 bytes]"),
+            "{b}"
+        );
         // Never half an escape; newlines never survive.
         let b = bounded("\x1b\x1b\x1b\x1b\x1b\x1b\x1b\x1b\n\n\n\n\n\n\n\n\n\n", 30);
         assert!(terminal_safe(&b) && !b.contains('\n'), "{b}");
         let kept = b.split('…').next().unwrap();
         assert!(unescape(kept).is_some(), "{b}");
-        assert!(columns(&bounded(&"日".repeat(100), 40)) <= 40);
+        assert!(columns(&bounded("日".repeat(100), 40)) <= 40);
     }
 
     #[test]
@@ -346,6 +358,9 @@ mod tests {
         let s = "{\"a\":\"\\u001b\u{9b}\u{7f}é\u{202e}😀\"}";
         let j = ascii_json(s);
         assert!(j.is_ascii() && !j.contains('\u{7f}'), "{j}");
-        assert_eq!(j, "{\"a\":\"\\u001b\\u009b\\u007f\\u00e9\\u202e\\ud83d\\ude00\"}");
+        assert_eq!(
+            j,
+            "{\"a\":\"\\u001b\\u009b\\u007f\\u00e9\\u202e\\ud83d\\ude00\"}"
+        );
     }
 }

@@ -175,7 +175,10 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
             "control byte {b:#04x} at {i} reached the terminal: {shown:?}"
         );
     }
-    assert!(!shown.contains('\u{9b}'), "a C1 control reached the terminal: {shown:?}");
+    assert!(
+        !shown.contains('\u{9b}'),
+        "a C1 control reached the terminal: {shown:?}"
+    );
     let lines: Vec<&str> = shown.split("\r\n").collect();
     // Title, five fields, the command, the question: nothing else, in this
     // order, the command right before the question.
@@ -191,9 +194,16 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
     ];
     assert_eq!(lines.len(), labels.len(), "{shown}");
     for (line, want) in lines.iter().zip(labels) {
-        assert!(line.starts_with(want), "{line:?} should start with {want:?}\n{shown}");
+        assert!(
+            line.starts_with(want),
+            "{line:?} should start with {want:?}\n{shown}"
+        );
     }
-    assert!(lines[3].ends_with(" bytes]") && lines[3].contains("…[cut "), "{}", lines[3]);
+    assert!(
+        lines[3].ends_with(" bytes]") && lines[3].contains("…[cut "),
+        "{}",
+        lines[3]
+    );
     assert!(lines[3].chars().count() <= 80, "{}", lines[3]);
     assert_eq!(lines[6], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
 
