@@ -374,3 +374,33 @@ fn cancellation_and_session_loss_stop_the_host_command() {
         "the host command outlived its session"
     );
 }
+
+#[test]
+fn lazaret_escalate_runs_in_a_busybox_only_image() {
+    let env = require_env!();
+    let ws = env.workspace("esc-busybox");
+    // A busybox-static rootfs and nothing else: no C library, no loader.
+    let out = env.sh(&format!(
+        "cd '{b}' && cat > mkoci.py <<'LAZARET_MKOCI_EOF'\n{m}\nLAZARET_MKOCI_EOF\npython3 mkoci.py layout bb",
+        b = ws.base.display(),
+        m = include_str!("mkoci.py")
+    ));
+    assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
+    ws.write_config(&format!(
+        "[profiles.default]\nimage = \"oci:{}/layout:bb\"\n\n\
+         [[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/echo\", \"hi from the host\"]\n",
+        ws.base.display()
+    ));
+    let out = ws.run_sh(
+        "ls /lib /lib64 /usr/lib 2>/dev/null | grep -c 'ld-linux\\|libc\\.' ; \
+         lazaret-escalate -- /bin/echo 'hi from the host'; echo rc=$?",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "0\nhi from the host\nrc=0\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
