@@ -25,6 +25,8 @@ pub enum CliError {
     Runsc(#[from] lazaret_helpers::runsc::RunscError),
     #[error(transparent)]
     Userns(#[from] lazaret_helpers::userns::UsernsError),
+    #[error(transparent)]
+    HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
     #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
     Workspace {
         path: String,

@@ -92,7 +92,14 @@ fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
         &env,
         rustix::process::getuid().as_raw(),
     )?;
-    Ok(lazaret_config::storage_root(&loaded.config, &env)?)
+    let root = lazaret_config::storage_root(&loaded.config, &env)?;
+    let uid = rustix::process::getuid().as_raw();
+    for p in [root.clone(), root.join("domains")] {
+        if p.exists() {
+            lazaret_helpers::hostpath::check_private_dir("Storage Root", &p, uid)?;
+        }
+    }
+    Ok(root)
 }
 
 struct Domain {
@@ -117,6 +124,10 @@ fn resolve(which: &Which) -> Result<Domain, CliError> {
         }
     };
     let layout = DomainLayout::new(root.join("domains").join(id.to_string()));
+    if layout.root.exists() {
+        let uid = rustix::process::getuid().as_raw();
+        lazaret_helpers::hostpath::check_private_dir("Domain Root", &layout.root, uid)?;
+    }
     lazaret_state::beneath::Root::open(&layout.root).map_err(|e| {
         CliError::Session(format!(
             "no Domain {id} in {} ({e}); `lazaret state list` shows the Domains",
