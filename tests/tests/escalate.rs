@@ -228,8 +228,8 @@ fn two_sessions_each_get_only_their_own_prompt_and_result() {
     b.send("lazaret-escalate --justification just-BBB -- /bin/echo result-$((1+1))BBB\r");
     // The typed command line holds the justification too: wait for the
     // prompt itself.
-    let at_a = a.expect(at_a, "justification: \"just-AAA\"", short);
-    let at_b = b.expect(at_b, "justification: \"just-BBB\"", short);
+    let at_a = a.expect(at_a, "justification: just-AAA\r\n", short);
+    let at_b = b.expect(at_b, "justification: just-BBB\r\n", short);
     let at_a = a.expect(at_a, "[a]pprove", short);
     let at_b = b.expect(at_b, "[a]pprove", short);
     a.send("a");
