@@ -164,9 +164,16 @@ fn scan(domain: &Domain, path: &str, generation: u64) -> Result<Summary, CliErro
         .map_err(|e| CliError::Session(format!("cannot run lazaret-supervisor: {e}")))?;
     if !out.status.success() {
         // The scan may name entries of the upper, which the sandbox named.
-        return Err(CliError::Session(display::message(
-            String::from_utf8_lossy(&out.stderr).trim(),
-        )));
+        let lines: Vec<String> = out
+            .stderr
+            .trim_ascii()
+            .split(|&b| b == b'\n')
+            .map(|l| match std::str::from_utf8(l) {
+                Ok(l) => display::message(l),
+                Err(_) => display::escape(l),
+            })
+            .collect();
+        return Err(CliError::Session(lines.join("\n")));
     }
     serde_json::from_slice(&out.stdout)
         .map_err(|e| CliError::Session(format!("bad scan output: {e}")))

@@ -102,6 +102,23 @@ fn a_symlink_planted_through_another_writable_volume_is_never_mounted() {
         "{err}"
     );
     assert_domain_gone(&ws.domain_id("reader"));
+
+    // The link's target is the sandbox's text: the error quotes it escaped.
+    let out = run_profile(
+        &ws,
+        "writer",
+        r#"rm -f /shared/data && ln -s "$(printf '/x\033[2J\033]0;pwned\007')" /shared/data"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("writer"));
+    let out = run_profile(&ws, "reader", "echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        !err.chars().any(|c| c.is_control() && c != '\n'),
+        "a control character reached the terminal: {err:?}"
+    );
+    assert!(err.contains("(/x\\x1b[2J\\x1b]0;pwned\\x07)"), "{err}");
 }
 
 #[test]
