@@ -45,12 +45,19 @@ pub const FIELD_COLUMNS: usize = 60;
 /// The question, always the line right after the command.
 pub const QUESTION: &str = "Run it on the host? [a]pprove [d]eny [e]dit: ";
 
+/// Lazaret's own sequence before the prompt: the sandbox's output, shown
+/// raw until the coordinator paused it, may have left the terminal drawing
+/// invisible or recoloured text, in the line-drawing character set, or in
+/// insert mode. Attributes reset (SGR 0), G0 ASCII and selected, insert
+/// mode off, autowrap and the cursor on: the prompt is shown as written.
+pub const SANE: &str = "\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h";
+
 /// The prompt's fixed layout: the coordinator's fields first, then the
 /// sandbox's bounded ones, then the command last. The question follows it
 /// at once.
 pub fn render(p: &EscalationPrompt) -> String {
     format!(
-        "\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (this terminal)\n  justification: {}\n  sandbox cwd:   {}\n  runs on host:  in {}\n  command:       {}\n",
+        "{SANE}\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (this terminal)\n  justification: {}\n  sandbox cwd:   {}\n  runs on host:  in {}\n  command:       {}\n",
         display::escape(&p.profile),
         display::escape(&p.session_id[..p.session_id.len().min(12)]),
         display::bounded(&p.justification, FIELD_COLUMNS),
@@ -243,7 +250,7 @@ mod tests {
     fn assert_layout(text: &str, argv: &[String]) {
         let lines: Vec<&str> = text.split('\n').collect();
         assert_eq!(lines.len(), 9, "{text}");
-        assert_eq!(lines[0], "");
+        assert_eq!(lines[0], SANE, "the terminal's state is reset first");
         assert_eq!(lines[1], "── lazaret: Host Escalation request ──");
         for (line, label) in lines[2..8].iter().zip(LABELS) {
             assert!(line.starts_with(label), "{line:?} is not {label:?}");

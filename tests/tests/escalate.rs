@@ -157,10 +157,12 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
     let mut at = pty.expect(0, "/workspace#", long);
 
     // From inside: a directory, a justification and arguments made of
-    // terminal control sequences and fake prompt lines. The subshell keeps
-    // bash's own prompt (which shows the directory) out of it.
+    // terminal control sequences and fake prompt lines, after output that
+    // leaves the terminal drawing invisible text in the line-drawing set.
+    // The subshell keeps bash's own prompt (which shows the directory) out
+    // of it.
     pty.send(concat!(
-        r#"(d="$(printf '/tmp/\033[31mred\302\233K')"; mkdir -p "$d" && cd "$d" && "#,
+        r#"(printf '\033[8m\033(0'; d="$(printf '/tmp/\033[31mred\302\233K')"; mkdir -p "$d" && cd "$d" && "#,
         r#"lazaret-escalate --justification "$(printf 'harmless\n  command:       "/bin/true"\nRun it on the host? [a]pprove [d]eny [e]dit: \033[2A\033[2K%0200d' 0)" "#,
         r#"-- /bin/echo "$(printf '\033]0;pwned\007\033[1A')" "$(printf 'x\r  command:       "/bin/true"')"); echo rc=$?"#,
         "\r"
@@ -168,6 +170,13 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
     let before = pty.expect(at, "Host Escalation request", short) - "Host Escalation request".len();
     at = pty.expect(before, "[a]pprove [d]eny [e]dit: ", short);
     let region = prompt_region(&pty.seen.lock().unwrap(), before);
+    // Lazaret's own reset comes first: visible text, ASCII set.
+    let seen = pty.seen.lock().unwrap()[..before].to_vec();
+    assert!(
+        text(&seen).ends_with("\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h\r\n── lazaret: "),
+        "the prompt does not reset the terminal first: {:?}",
+        text(&seen[seen.len().saturating_sub(80)..])
+    );
     let shown = text(&region);
     for (i, b) in region.iter().enumerate() {
         assert!(
