@@ -388,7 +388,7 @@ fn holder_start(
         None => None,
     };
 
-    let plan = &pin_volumes(plan)?;
+    let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
     std::fs::write(
         plan.bundle_dir.join("config.json"),
@@ -478,53 +478,6 @@ fn holder_start(
         }
         std::thread::sleep(Duration::from_millis(15));
     }
-}
-
-/// Resolves each volume's host path once, with no symbolic link in any
-/// component (`lazaret_helpers::hostpath::open_volume`), and binds what
-/// that descriptor holds at `<bundle>/volumes/<n>` in the holder's private
-/// mount namespace; runsc gets that path. A symlink planted in a volume's
-/// path (by this sandbox's earlier generation or another Domain's through
-/// a writable volume) fails the start; one planted after the check changes
-/// nothing, because the path is never resolved again.
-fn pin_volumes(plan: &SandboxPlan) -> Result<SandboxPlan, String> {
-    use lazaret_protocol::plan::{MountKind, MountPurpose};
-    use nix::mount::{mount, MsFlags};
-    let mut plan = plan.clone();
-    let staging = plan.bundle_dir.join("volumes");
-    for (i, m) in plan.mounts.iter_mut().enumerate() {
-        let MountKind::Bind { source, .. } = &mut m.kind else {
-            continue;
-        };
-        if m.purpose != MountPurpose::Volume {
-            continue;
-        }
-        let fd = lazaret_helpers::hostpath::open_volume(source).map_err(|e| e.to_string())?;
-        let st = rustix::fs::fstat(&fd)
-            .map_err(|e| format!("volume host path {}: {e}", source.display()))?;
-        let target = staging.join(i.to_string());
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
-        let made = if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
-            std::fs::create_dir(&target)
-        } else {
-            std::fs::File::create(&target).map(drop)
-        };
-        made.map_err(|e| format!("cannot create {}: {e}", target.display()))?;
-        // The magic link names the descriptor's object itself: the path is
-        // not looked up again.
-        let by_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        mount(
-            Some(by_fd.as_str()),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .map_err(|e| format!("cannot bind the volume {}: {e}", source.display()))?;
-        *source = target;
-    }
-    Ok(plan)
 }
 
 /// The merged directory of an overlay takes its mode and owner from the
