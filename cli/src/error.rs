@@ -3,6 +3,16 @@
 /// Lazaret itself failed (podman's convention).
 pub const LAZARET_FAILED: i32 = 125;
 
+/// Prints an error once, at the top of the command. The message may quote
+/// paths and values the sandbox chose: it reaches the terminal through
+/// [`lazaret_protocol::display::message`], so no control byte does.
+pub fn report(e: &dyn std::fmt::Display) {
+    eprintln!(
+        "lazaret: error: {}",
+        lazaret_protocol::display::message(&e.to_string())
+    );
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
@@ -15,6 +25,8 @@ pub enum CliError {
     Runsc(#[from] lazaret_helpers::runsc::RunscError),
     #[error(transparent)]
     Userns(#[from] lazaret_helpers::userns::UsernsError),
+    #[error(transparent)]
+    HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
     #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
     Workspace {
         path: String,

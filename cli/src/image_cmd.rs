@@ -74,11 +74,9 @@ impl Progress for Report {
     fn line(&mut self, line: &str) {
         match &self.bar {
             Some(b) => {
-                let mut short: String = line.chars().take(80).collect();
-                short.retain(|c| !c.is_control());
-                b.set_message(short);
+                b.set_message(lazaret_protocol::display::bounded(line, 80));
             }
-            None => eprintln!("  {line}"),
+            None => eprintln!("  {}", lazaret_protocol::display::message(line)),
         }
     }
 
@@ -176,7 +174,7 @@ fn run_inner(args: ImageArgs) -> Result<(), CliError> {
             if *json {
                 let text = serde_json::to_string_pretty(&listed)
                     .map_err(|e| CliError::Session(format!("cannot encode the list: {e}")))?;
-                println!("{text}");
+                println!("{}", lazaret_protocol::display::ascii_json(&text));
                 return Ok(());
             }
             println!("{:<12}  {:>10}  {:>6}  SOURCE", "ID", "SIZE", "LEASES");
@@ -222,7 +220,7 @@ pub fn run(args: ImageArgs) -> i32 {
     match run_inner(args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("lazaret: error: {e}");
+            crate::error::report(&e);
             crate::error::LAZARET_FAILED
         }
     }

@@ -76,11 +76,10 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         }
         if interactive {
             // One updating status line, not a scroll of mmdebstrap output.
-            let mut short: String = line.chars().take(100).collect();
-            short.retain(|c| !c.is_control());
+            let short = lazaret_protocol::display::bounded(line, 100);
             eprint!("\r\x1b[2K  {short}");
         } else {
-            eprintln!("  {line}");
+            eprintln!("  {}", lazaret_protocol::display::message(line));
         }
     })?;
     if announced && interactive {

@@ -63,7 +63,7 @@ fn main() {
             Ok(code) => code,
             Err(e) => {
                 terminal::restore();
-                eprintln!("lazaret: error: {e}");
+                error::report(&e);
                 error::LAZARET_FAILED
             }
         },
@@ -71,21 +71,21 @@ fn main() {
         Cmd::State(cmd) => match state_cmd::run(cmd) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("lazaret: error: {e}");
+                error::report(&e);
                 error::LAZARET_FAILED
             }
         },
         Cmd::Escalations { which, json } => match state_cmd::escalations(&which, json) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("lazaret: error: {e}");
+                error::report(&e);
                 error::LAZARET_FAILED
             }
         },
         Cmd::Net(cmd) => match net_cmd::run(cmd) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("lazaret: error: {e}");
+                error::report(&e);
                 error::LAZARET_FAILED
             }
         },

@@ -86,7 +86,12 @@ fn show(a: &ShowArgs) -> Result<i32, CliError> {
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rec).expect("json"));
+        println!(
+            "{}",
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&rec).expect("json")
+            )
+        );
     } else {
         print!("{}", render(&rec, &ws.display().to_string(), &a.profile));
     }

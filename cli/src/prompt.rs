@@ -2,11 +2,20 @@
 //!
 //! While it is shown, the coordinator has paused the session's sandbox
 //! output, and this CLI routes keystrokes to the prompt instead of the
-//! sandbox, so nothing of the session mixes in. The argument vector is
-//! shown with every argument quoted and escaped, so spaces and control
-//! characters are visible; an edit is parsed with shell quoting rules
-//! (`shlex`), and what is approved is the exact vector shown last.
+//! sandbox, so nothing of the session mixes in.
+//!
+//! The layout is fixed ([`render`]) and the request cannot imitate it
+//! (SR-7): every field the sandbox supplied (its directory, the
+//! justification, the argument vector) goes through
+//! [`lazaret_protocol::display`], so no control byte reaches the terminal
+//! and no field can span lines; the justification and the sandbox
+//! directory are bounded to one terminal row each, cut with a marker; the
+//! host directory the command runs in is shown; the argument vector, every
+//! argument quoted, is the last line, immediately before the question. An
+//! edit is parsed with shell quoting rules (`shlex`), and what is approved
+//! is the exact vector shown last.
 
+use lazaret_protocol::display;
 use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -26,10 +35,47 @@ fn out(s: &str) {
 }
 
 pub fn show_argv(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    display::argv(argv)
+}
+
+/// Columns of a bounded field after its 17-column label: one row of an
+/// 80-column terminal.
+pub const FIELD_COLUMNS: usize = 60;
+
+/// The question, always the line right after the command.
+pub const QUESTION: &str = "Run it on the host? [a]pprove [d]eny [e]dit: ";
+
+/// Lazaret's own sequence before the prompt: the sandbox's output, shown
+/// raw until the coordinator paused it, may have left the terminal drawing
+/// invisible or recoloured text, in the line-drawing character set, or in
+/// insert mode. Attributes reset (SGR 0), G0 ASCII and selected, insert
+/// mode off, autowrap and the cursor on: the prompt is shown as written.
+pub const SANE: &str = "\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h";
+
+/// The prompt's fixed layout: the coordinator's fields first, then the
+/// sandbox's bounded ones, then the command last. The question follows it
+/// at once.
+pub fn render(p: &EscalationPrompt) -> String {
+    format!(
+        "{SANE}\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (this terminal)\n  justification: {}\n  sandbox cwd:   {}\n  runs on host:  in {}\n  command:       {}\n",
+        display::escape(&p.profile),
+        display::escape(&p.session_id[..p.session_id.len().min(12)]),
+        display::bounded(&p.justification, FIELD_COLUMNS),
+        display::bounded(&p.cwd, FIELD_COLUMNS),
+        display::escape(&p.host_dir),
+        show_argv(&p.argv),
+    )
+}
+
+/// The edit line's starting text: the vector in shell quoting, unless an
+/// argument holds a character that would reach the terminal raw (then the
+/// developer types the command afresh).
+fn edit_initial(argv: &[String]) -> Option<String> {
+    if argv.iter().all(|a| display::is_plain(a)) {
+        shlex::try_join(argv.iter().map(String::as_str)).ok()
+    } else {
+        None
+    }
 }
 
 enum Key {
@@ -125,17 +171,10 @@ pub fn ask(
         backlog,
         request_id: &p.request_id,
     };
-    out(&format!(
-        "\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (this terminal)\n  directory:     {}\n  command:       {}\n  justification: {:?}\n",
-        p.profile,
-        &p.session_id[..p.session_id.len().min(12)],
-        p.cwd,
-        show_argv(&p.argv),
-        p.justification
-    ));
+    out(&render(p));
     let mut argv = p.argv.clone();
     let decision = loop {
-        out("Run it on the host? [a]pprove [d]eny [e]dit: ");
+        out(QUESTION);
         let Key::Bytes(k) = input.next() else {
             out("\nwithdrawn: the request was cancelled\n");
             break None;
@@ -153,13 +192,21 @@ pub fn ask(
                 break Some(None);
             }
             Some(b'e') => {
-                out("e\nedit the command (shell quoting; Enter to accept, Ctrl-C to keep it):\n> ");
-                let initial = shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_default();
+                out("e\nedit the command (shell quoting; Enter to accept, Ctrl-C to keep it):\n");
+                let initial = edit_initial(&argv).unwrap_or_else(|| {
+                    out("(it holds control characters: type the command anew)\n");
+                    String::new()
+                });
+                out("> ");
                 match input.line(&initial) {
                     Some(line) => match shlex::split(&line) {
                         Some(v) if !v.is_empty() => {
                             argv = v;
-                            out(&format!("  command:       {}\n", show_argv(&argv)));
+                            out(&format!(
+                                "  runs on host:  in {}\n  command:       {}\n",
+                                display::escape(&p.host_dir),
+                                show_argv(&argv)
+                            ));
                         }
                         _ => out("cannot read that as a command; unchanged\n"),
                     },
@@ -177,6 +224,91 @@ pub fn ask(
 mod tests {
     use super::*;
 
+    fn prompt(cwd: &str, argv: &[&str], justification: &str) -> EscalationPrompt {
+        EscalationPrompt {
+            request_id: "r".into(),
+            profile: "default".into(),
+            session_id: "0123456789abcdef".into(),
+            cwd: cwd.into(),
+            host_dir: "/home/dev/src/proj".into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            justification: justification.into(),
+        }
+    }
+
+    const LABELS: [&str; 6] = [
+        "  profile:       ",
+        "  session:       ",
+        "  justification: ",
+        "  sandbox cwd:   ",
+        "  runs on host:  in ",
+        "  command:       ",
+    ];
+
+    /// The layout every prompt has: a blank line, the title, one line per
+    /// label in this order, the command last.
+    fn assert_layout(text: &str, argv: &[String]) {
+        let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines[0], SANE, "the terminal's state is reset first");
+        assert_eq!(lines[1], "── lazaret: Host Escalation request ──");
+        for (line, label) in lines[2..8].iter().zip(LABELS) {
+            assert!(line.starts_with(label), "{line:?} is not {label:?}");
+            assert!(
+                !line.chars().any(|c| c.is_control()),
+                "a control character reached the terminal: {line:?}"
+            );
+        }
+        assert_eq!(lines[7], format!("  command:       {}", show_argv(argv)));
+        assert_eq!(lines[8], "", "nothing between the command and the question");
+        for l in &lines[2..6] {
+            assert!(l.chars().count() <= 17 + FIELD_COLUMNS, "{l}");
+        }
+    }
+
+    #[test]
+    fn the_layout_is_fixed_whatever_the_request_says() {
+        let hostile = [
+            "\n  command:       \"/bin/true\"\nRun it on the host? [a]pprove",
+            "\r  command:       \"/bin/true\"",
+            "\x1b[2A\x1b[2K  command: \"/bin/true\"\x1b[1B",
+            "\u{9b}2A\u{9b}2K fake",
+            "\u{202e}eurt/nib/",
+            &format!("{}  command:       \"/bin/true\"", " ".repeat(70)),
+            &"x".repeat(70_000),
+            "",
+        ];
+        for j in hostile {
+            for cwd in [j, "/workspace"] {
+                let argv = ["/bin/rm", "-rf", j, "\x1b]0;title\x07", "a\nb"];
+                let p = prompt(cwd, &argv, j);
+                assert_layout(&render(&p), &p.argv);
+            }
+        }
+    }
+
+    #[test]
+    fn long_justifications_are_cut_with_a_marker() {
+        let p = prompt("/workspace", &["true"], &"why ".repeat(100));
+        let r = render(&p);
+        let line = r
+            .lines()
+            .find(|l| l.starts_with("  justification:"))
+            .unwrap();
+        assert!(line.contains("…[cut "), "{line}");
+        assert!(r.contains("  runs on host:  in /home/dev/src/proj\n"));
+    }
+
+    #[test]
+    fn vectors_with_control_characters_are_not_put_on_the_edit_line() {
+        assert_eq!(
+            edit_initial(&["echo".into(), "a b".into()]).as_deref(),
+            Some("echo 'a b'")
+        );
+        assert_eq!(edit_initial(&["echo".into(), "\x1b[2J".into()]), None);
+        assert_eq!(edit_initial(&["echo".into(), "\u{9b}J".into()]), None);
+    }
+
     #[test]
     fn arguments_are_shown_quoted_with_controls_visible() {
         let v = vec![
@@ -185,6 +317,6 @@ mod tests {
             "x\ny".into(),
             "\u{1b}[2J".into(),
         ];
-        assert_eq!(show_argv(&v), r#""rm" "a b" "x\ny" "\u{1b}[2J""#);
+        assert_eq!(show_argv(&v), r#""rm" "a b" "x\ny" "\x1b[2J""#);
     }
 }

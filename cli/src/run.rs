@@ -95,19 +95,34 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         )));
     }
     for v in &profile.volumes {
-        if !v.host.exists() {
-            return Err(CliError::Placement(format!(
-                "volume host path {} (mounted at {}) does not exist: create it or remove the volume from the profile",
-                v.host.display(),
-                v.sandbox
-            )));
+        // Early, for a clear message; the holder resolves it again, once,
+        // and mounts what it resolved. A link is refused before anything
+        // is said about its target.
+        use lazaret_helpers::hostpath::{open_volume, HostPathError};
+        match open_volume(&v.host) {
+            Ok(_) => {}
+            Err(HostPathError::Open { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(CliError::Placement(format!(
+                    "volume host path {} (mounted at {}) does not exist: create it or remove the volume from the profile",
+                    v.host.display(),
+                    v.sandbox
+                )));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
+    let uid = rustix::process::getuid().as_raw();
+    use lazaret_helpers::hostpath::check_private_dir;
     mkdir_private(&storage_root)?;
+    check_private_dir("Storage Root", &storage_root, uid)?;
     mkdir_private(&storage_root.join("domains"))?;
+    check_private_dir("Storage Root", &storage_root.join("domains"), uid)?;
     mkdir_private(&domain_root)?;
+    check_private_dir("Domain Root", &domain_root, uid)?;
     Ok(Resolved {
         loaded,
         profile_name: args.profile.clone(),

@@ -7,6 +7,7 @@
 
 use crate::error::CliError;
 use lazaret_config::EnvVars;
+use lazaret_protocol::display;
 use lazaret_protocol::DomainIdV1;
 use lazaret_state::anchors::Anchors;
 use lazaret_state::meta::DomainMeta;
@@ -91,7 +92,14 @@ fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
         &env,
         rustix::process::getuid().as_raw(),
     )?;
-    Ok(lazaret_config::storage_root(&loaded.config, &env)?)
+    let root = lazaret_config::storage_root(&loaded.config, &env)?;
+    let uid = rustix::process::getuid().as_raw();
+    for p in [root.clone(), root.join("domains")] {
+        if p.exists() {
+            lazaret_helpers::hostpath::check_private_dir("Storage Root", &p, uid)?;
+        }
+    }
+    Ok(root)
 }
 
 struct Domain {
@@ -116,6 +124,10 @@ fn resolve(which: &Which) -> Result<Domain, CliError> {
         }
     };
     let layout = DomainLayout::new(root.join("domains").join(id.to_string()));
+    if layout.root.exists() {
+        let uid = rustix::process::getuid().as_raw();
+        lazaret_helpers::hostpath::check_private_dir("Domain Root", &layout.root, uid)?;
+    }
     lazaret_state::beneath::Root::open(&layout.root).map_err(|e| {
         CliError::Session(format!(
             "no Domain {id} in {} ({e}); `lazaret state list` shows the Domains",
@@ -151,9 +163,17 @@ fn scan(domain: &Domain, path: &str, generation: u64) -> Result<Summary, CliErro
         .output()
         .map_err(|e| CliError::Session(format!("cannot run lazaret-supervisor: {e}")))?;
     if !out.status.success() {
-        return Err(CliError::Session(
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ));
+        // The scan may name entries of the upper, which the sandbox named.
+        let lines: Vec<String> = out
+            .stderr
+            .trim_ascii()
+            .split(|&b| b == b'\n')
+            .map(|l| match std::str::from_utf8(l) {
+                Ok(l) => display::message(l),
+                Err(_) => display::escape(l),
+            })
+            .collect();
+        return Err(CliError::Session(lines.join("\n")));
     }
     serde_json::from_slice(&out.stdout)
         .map_err(|e| CliError::Session(format!("bad scan output: {e}")))
@@ -190,9 +210,10 @@ fn processes(needle: &str) -> Vec<(i32, String)> {
             continue;
         }
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) {
-            out.push((pid, cmd.trim().to_string()));
+        let cmd: Vec<u8> = cmd.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
+        if cmd.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            // Sandbox processes choose their own command lines.
+            out.push((pid, display::escape(cmd.trim_ascii())));
         }
     }
     out
@@ -210,7 +231,7 @@ fn mounts(root: &Path) -> Vec<String> {
             out.extend(
                 info.lines()
                     .filter(|l| l.contains(&needle))
-                    .map(str::to_string),
+                    .map(display::escape),
             );
         }
     }
@@ -402,7 +423,12 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                 views.push(view(&resolve(&which)?, false)?);
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&views).expect("json"));
+                println!(
+                    "{}",
+                    lazaret_protocol::display::ascii_json(
+                        &serde_json::to_string_pretty(&views).expect("json")
+                    )
+                );
             } else if views.is_empty() {
                 println!("no Domains in {}", root.display());
             } else {
@@ -423,7 +449,12 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             let domain = resolve(&which)?;
             let v = view(&domain, true)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                println!(
+                    "{}",
+                    lazaret_protocol::display::ascii_json(
+                        &serde_json::to_string_pretty(&v).expect("json")
+                    )
+                );
                 return Ok(0);
             }
             print_header(&v);
@@ -446,9 +477,11 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                     c.deleted_count,
                     human_bytes(c.bytes)
                 );
+                // Each path is already in its escaped form (the scan's
+                // output, see `Summary`); `message` only guards it.
                 for (mark, list) in [("+", &c.added), ("~", &c.changed), ("-", &c.deleted)] {
                     for p in list {
-                        println!("    {mark} {p}");
+                        println!("    {mark} {}", display::message(p));
                     }
                 }
                 if c.truncated {
@@ -462,7 +495,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             let _lock = match lock_inactive(&domain) {
                 Ok(l) => l,
                 Err((code, msg)) => {
-                    eprintln!("lazaret: {msg}");
+                    eprintln!("lazaret: {}", display::message(&msg));
                     return Ok(code);
                 }
             };
@@ -479,7 +512,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                 Ok(0)
             } else {
                 for p in &problems {
-                    println!("problem: {p}");
+                    println!("problem: {}", display::message(&p.to_string()));
                 }
                 Ok(VERIFY_PROBLEMS)
             }
@@ -510,7 +543,7 @@ fn reset(
     let _lock = match lock_inactive(&domain) {
         Ok(l) => l,
         Err((code, msg)) => {
-            eprintln!("lazaret: {msg}");
+            eprintln!("lazaret: {}", display::message(&msg));
             return Ok(code);
         }
     };
@@ -653,16 +686,27 @@ pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
+        println!(
+            "{}",
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&records).expect("json")
+            )
+        );
         return Ok(0);
     }
     if records.is_empty() {
         println!("no Host Escalation recorded for Domain {}", domain.id);
     }
     for r in records {
-        let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+        // Every field may hold the sandbox's words: escaped.
+        let s = |k: &str| display::escape(r[k].as_str().unwrap_or(""));
         if s("event") == "refused" {
-            println!("refused mailbox entry {}: {}", s("entry"), s("reason"));
+            // The entry name is recorded in its escaped form already.
+            println!(
+                "refused mailbox entry {}: {}",
+                display::message(r["entry"].as_str().unwrap_or("")),
+                s("reason")
+            );
             continue;
         }
         let argv: Vec<String> = r["argv"]
@@ -678,10 +722,11 @@ pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
                 .filter_map(|x| x.as_str().map(str::to_string))
                 .collect()
         });
+        let short = |k: &str| s(k).chars().take(8).collect::<String>();
         print!(
             "{} session {}: {} -> {} (by {})",
-            &s("request_id")[..s("request_id").len().min(8)],
-            &s("session_id")[..s("session_id").len().min(8)],
+            short("request_id"),
+            short("session_id"),
             crate::prompt::show_argv(&argv),
             s("result"),
             s("decided_by")

@@ -20,13 +20,16 @@
 use crate::gate::Gate;
 use crate::lifecycle::log;
 use ed25519_compact::PublicKey;
+use lazaret_protocol::display;
 use lazaret_protocol::escalation::{self as esc, Body, Kind, Outcome, ResultRecord};
 use lazaret_protocol::frame::write_frame;
 use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
 use rustix::fs::{Mode, OFlags};
 use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -150,25 +153,29 @@ impl Escalations {
         });
     }
 
-    fn entries(&self) -> Vec<String> {
+    /// Entry names as the sandbox made them: any bytes.
+    fn entries(&self) -> Vec<OsString> {
         let Ok(rd) = std::fs::read_dir(&self.requests) else {
             return Vec::new();
         };
         rd.flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !n.starts_with('.'))
+            .map(|e| e.file_name())
+            .filter(|n| !n.as_bytes().starts_with(b"."))
             .collect()
     }
 
-    fn refuse(&self, name: &str, why: &str) {
-        log(format!("Escalation Mailbox: refused {name:?}: {why}"));
+    /// Logs a refused entry. The name is the sandbox's: it is recorded in
+    /// its escaped form (lossless, see `lazaret_protocol::display`).
+    fn refuse(&self, name: &OsStr, why: &str) {
+        let name = display::escape_os(name);
+        log(format!("Escalation Mailbox: refused {name}: {why}"));
         self.record(&serde_json::json!({
             "event": "refused", "entry": name, "reason": why,
         }));
     }
 
     /// Reads one entry once, removes it, and acts on it.
-    fn take(self: &Arc<Self>, dir: &OwnedFd, name: &str) {
+    fn take(self: &Arc<Self>, dir: &OwnedFd, name: &OsStr) {
         let opened = rustix::fs::openat(
             dir,
             name,
@@ -288,6 +295,7 @@ impl Escalations {
                 profile: self.profile.clone(),
                 session_id: body.session_id.clone(),
                 cwd: req.cwd.clone(),
+                host_dir: self.workspace.to_string_lossy().into_owned(),
                 argv: req.argv.clone(),
                 justification: req.justification.clone(),
             });
@@ -430,7 +438,7 @@ fn execute(
         Ok(c) => c,
         Err(e) => {
             return Outcome::Failed {
-                reason: format!("cannot run {program:?} on the host: {e}"),
+                reason: format!("cannot run {} on the host: {e}", display::quoted(program)),
             }
         }
     };
@@ -533,9 +541,12 @@ mod tests {
         .unwrap();
         std::fs::write(r.join("big.req"), vec![0u8; esc::MAX_REQUEST + 1]).unwrap();
         std::fs::write(r.join("junk.req"), vec![0u8; 200]).unwrap();
+        let hostile = OsStr::from_bytes(b"\x1b]0;pwned\x07\xff.req");
+        std::fs::write(r.join(hostile), vec![0u8; 200]).unwrap();
         for n in ["link.req", "fifo.req", "big.req", "junk.req"] {
-            e.take(&dir, n);
+            e.take(&dir, OsStr::new(n));
         }
+        e.take(&dir, hostile);
         let log = std::fs::read_to_string(d.path().join("log")).unwrap();
         for (n, why) in [
             ("link.req", "symbolic link"),
@@ -548,6 +559,12 @@ mod tests {
                 "{n}: {log}"
             );
         }
+        // Escaped in the record, and the record itself is plain JSON text.
+        assert!(
+            log.contains(r#""entry":"\\x1b]0;pwned\\x07\\xff.req""#),
+            "{log}"
+        );
+        assert!(!log.contains('\u{1b}') && !log.contains("\\u001b"), "{log}");
         assert_eq!(std::fs::read_dir(&r).unwrap().count(), 0);
         assert_eq!(
             std::fs::read_to_string(d.path().join("target")).unwrap(),

@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// `lazaret-escalate`, statically linked (built by `build.rs`): what every
+/// sandbox gets at `/.lazaret/bin/lazaret-escalate`.
+pub static ESCALATE_STATIC: &[u8] = include_bytes!(env!("LAZARET_ESCALATE_STATIC"));
+
 /// How long a started Domain waits for its first session before it stops.
 const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
@@ -320,7 +324,6 @@ fn control_dir(layout: &Layout) -> std::path::PathBuf {
 }
 
 fn prepare_control(
-    input: &CoordinatorInput,
     layout: &Layout,
     gen: &Generation,
     key: &ed25519_compact::SecretKey,
@@ -344,9 +347,12 @@ fn prepare_control(
     };
     write("request-key", key.as_ref(), 0o600)?;
     write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
-    let client = input.libexec.join("lazaret-escalate");
-    std::fs::copy(&client, control.join("bin/lazaret-escalate"))
-        .map_err(|e| format!("cannot install {}: {e}", client.display()))?;
+    // The static build embedded at compile time (see build.rs): it runs in
+    // any image, with or without a C library.
+    write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
+    let client = control.join("bin/lazaret-escalate");
+    std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot make {} executable: {e}", client.display()))?;
     // On every PATH, login shells included: a link in a layer of ours.
     // Modes as in the image: the layer's directories show through.
     let link_dir = layout.run().join("control-lower/usr/local/bin");
@@ -400,7 +406,7 @@ fn start_sandbox(
     mkdir_private(&run)?;
     git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
     let mut mounts = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
-    mounts.extend(prepare_control(input, layout, gen, key)?);
+    mounts.extend(prepare_control(layout, gen, key)?);
     let network = match policy {
         Some(p) => {
             let (net, mount) = crate::network::prepare(input, layout, p)?;
@@ -669,5 +675,30 @@ fn wait_gone(pid: i32, start: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while procs::alive(pid, start) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod static_client_tests {
+    use super::ESCALATE_STATIC;
+
+    /// An ELF executable that asks for no program interpreter (no
+    /// `PT_INTERP`) and has no dynamic section needing libraries runs
+    /// without a C library in the image.
+    #[test]
+    fn the_embedded_lazaret_escalate_is_static() {
+        let b = ESCALATE_STATIC;
+        assert_eq!(&b[..4], b"\x7fELF", "not an ELF file");
+        assert_eq!(b[4], 2, "not 64-bit");
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap()) as usize;
+        let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+        for i in 0..phnum {
+            let p_type = u32::from_le_bytes(b[phoff + i * phentsize..][..4].try_into().unwrap());
+            assert_ne!(
+                p_type, 3,
+                "lazaret-escalate has a PT_INTERP: it is dynamically linked"
+            );
+        }
     }
 }

@@ -53,13 +53,18 @@ pub enum ClientMsg {
     },
 }
 
-/// What the developer is asked to decide (DX-4).
+/// What the developer is asked to decide (DX-4). `cwd`, `argv` and
+/// `justification` are the sandbox's words; everything else is the
+/// coordinator's.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EscalationPrompt {
     pub request_id: String,
     pub profile: String,
     pub session_id: String,
+    /// The directory inside the sandbox the request was made from.
     pub cwd: String,
+    /// The host directory the command runs in (the host workspace).
+    pub host_dir: String,
     pub argv: Vec<String>,
     pub justification: String,
 }

@@ -6,10 +6,15 @@
 //! runs inside the Domain's user namespace (`lazaret-supervisor
 //! --scan-anchor`), where it can read every directory.
 
+use lazaret_protocol::display;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+/// Every path in the lists is in its escaped form
+/// ([`lazaret_protocol::display::escape`] of the path's bytes): printable,
+/// one line, and lossless (`display::unescape` gives the exact bytes back),
+/// because the sandbox names these files.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Summary {
     pub added: Vec<String>,
@@ -57,7 +62,11 @@ pub fn scan(anchor: &str, upper: &Path, lower: &Path, limit: usize) -> std::io::
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let rel = rel.join(e.file_name());
-            let shown = format!("{}/{}", anchor.trim_end_matches('/'), rel.display());
+            let shown = format!(
+                "{}/{}",
+                display::escape(anchor.trim_end_matches('/')),
+                display::escape_os(&rel)
+            );
             let md = e.path().symlink_metadata()?;
             let ft = md.file_type();
             if ft.is_char_device() && md.rdev() == 0 {
@@ -130,6 +139,19 @@ mod tests {
         assert_eq!(s.bytes, 15);
         let json = serde_json::to_string(&s).unwrap();
         assert!(!json.contains("secret-content"));
+    }
+
+    #[test]
+    fn names_are_escaped_losslessly() {
+        use std::os::unix::ffi::OsStrExt;
+        let lower = tempfile::tempdir().unwrap();
+        let upper = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"\x1b[2J\xff\xc2\x9b\\x");
+        std::fs::write(upper.path().join(name), "").unwrap();
+        let s = scan("/root", upper.path(), lower.path(), 100).unwrap();
+        assert_eq!(s.added, ["/root/\\x1b[2J\\xff\\u{9b}\\\\x"]);
+        let back = display::unescape(&s.added[0]).unwrap();
+        assert_eq!(back, b"/root/\x1b[2J\xff\xc2\x9b\\x");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod bundle;
 pub mod fdno;
 pub mod network;
 pub mod router;
+pub mod volumes;
 
 /// Exit codes of `lazaret-supervisor` (documented in the README).
 pub mod exit {

@@ -388,6 +388,7 @@ fn holder_start(
         None => None,
     };
 
+    let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
     std::fs::write(
         plan.bundle_dir.join("config.json"),

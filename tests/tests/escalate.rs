@@ -104,7 +104,7 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
     pty.send("lazaret-escalate --justification 'needs the host' -- /bin/echo one; echo rc=$?\r");
     at = pty.expect(at, "Host Escalation request", short);
     at = pty.expect(at, "session:", short);
-    at = pty.expect(at, "\"needs the host\"", short);
+    at = pty.expect(at, "justification: needs the host\r\n", short);
     at = pty.expect(at, "[a]pprove", short);
     pty.send("a");
     at = pty.expect(at, "\none\r\nrc=0", short);
@@ -135,6 +135,93 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
     assert!(log.contains("\"argv\":[\"/bin/echo\",\"three\"]"), "{log}");
 }
 
+/// The prompt's bytes as the terminal got them: from its title to the
+/// question (inclusive).
+fn prompt_region(seen: &[u8], from: usize) -> Vec<u8> {
+    let hay = &seen[from..];
+    let find = |n: &[u8]| hay.windows(n.len()).position(|w| w == n);
+    let start = find("Host Escalation request".as_bytes()).expect("title");
+    let q = b"Run it on the host? [a]pprove [d]eny [e]dit: ";
+    let end = find(q).expect("question") + q.len();
+    hay[start..end].to_vec()
+}
+
+#[test]
+fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
+    let env = require_env!();
+    let ws = env.workspace("esc-spoof");
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+
+    // From inside: a directory, a justification and arguments made of
+    // terminal control sequences and fake prompt lines, after output that
+    // leaves the terminal drawing invisible text in the line-drawing set.
+    // The subshell keeps bash's own prompt (which shows the directory) out
+    // of it.
+    pty.send(concat!(
+        r#"(printf '\033[8m\033(0'; d="$(printf '/tmp/\033[31mred\302\233K')"; mkdir -p "$d" && cd "$d" && "#,
+        r#"lazaret-escalate --justification "$(printf 'harmless\n  command:       "/bin/true"\nRun it on the host? [a]pprove [d]eny [e]dit: \033[2A\033[2K%0200d' 0)" "#,
+        r#"-- /bin/echo "$(printf '\033]0;pwned\007\033[1A')" "$(printf 'x\r  command:       "/bin/true"')"); echo rc=$?"#,
+        "\r"
+    ));
+    let before = pty.expect(at, "Host Escalation request", short) - "Host Escalation request".len();
+    at = pty.expect(before, "[a]pprove [d]eny [e]dit: ", short);
+    let region = prompt_region(&pty.seen.lock().unwrap(), before);
+    // Lazaret's own reset comes first: visible text, ASCII set.
+    let seen = pty.seen.lock().unwrap()[..before].to_vec();
+    assert!(
+        text(&seen).ends_with("\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h\r\n── lazaret: "),
+        "the prompt does not reset the terminal first: {:?}",
+        text(&seen[seen.len().saturating_sub(80)..])
+    );
+    let shown = text(&region);
+    for (i, b) in region.iter().enumerate() {
+        assert!(
+            !matches!(b, 0..=0x09 | 0x0b | 0x0c | 0x0e..=0x1f | 0x7f),
+            "control byte {b:#04x} at {i} reached the terminal: {shown:?}"
+        );
+    }
+    assert!(
+        !shown.contains('\u{9b}'),
+        "a C1 control reached the terminal: {shown:?}"
+    );
+    let lines: Vec<&str> = shown.split("\r\n").collect();
+    // Title, five fields, the command, the question: nothing else, in this
+    // order, the command right before the question.
+    let labels = [
+        "Host Escalation request",
+        "  profile:       default",
+        "  session:       ",
+        "  justification: harmless\\n  command:       \"/bin/true\"\\nRun",
+        "  sandbox cwd:   /tmp/\\x1b[31mred\\u{9b}K",
+        &format!("  runs on host:  in {}", ws.path.display()),
+        "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"",
+        "Run it on the host? [a]pprove [d]eny [e]dit: ",
+    ];
+    assert_eq!(lines.len(), labels.len(), "{shown}");
+    for (line, want) in lines.iter().zip(labels) {
+        assert!(
+            line.starts_with(want),
+            "{line:?} should start with {want:?}\n{shown}"
+        );
+    }
+    assert!(
+        lines[3].ends_with(" bytes]") && lines[3].contains("…[cut "),
+        "{}",
+        lines[3]
+    );
+    assert!(lines[3].chars().count() <= 80, "{}", lines[3]);
+    assert_eq!(lines[6], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
+
+    pty.send("d");
+    pty.expect(at, "rc=77", short);
+    pty.send("exit\r");
+    assert_eq!(wait(&mut child, short), Some(0));
+}
+
 #[test]
 fn two_sessions_each_get_only_their_own_prompt_and_result() {
     let env = require_env!();
@@ -150,8 +237,8 @@ fn two_sessions_each_get_only_their_own_prompt_and_result() {
     b.send("lazaret-escalate --justification just-BBB -- /bin/echo result-$((1+1))BBB\r");
     // The typed command line holds the justification too: wait for the
     // prompt itself.
-    let at_a = a.expect(at_a, "justification: \"just-AAA\"", short);
-    let at_b = b.expect(at_b, "justification: \"just-BBB\"", short);
+    let at_a = a.expect(at_a, "justification: just-AAA\r\n", short);
+    let at_b = b.expect(at_b, "justification: just-BBB\r\n", short);
     let at_a = a.expect(at_a, "[a]pprove", short);
     let at_b = b.expect(at_b, "[a]pprove", short);
     a.send("a");
@@ -295,4 +382,34 @@ fn cancellation_and_session_loss_stop_the_host_command() {
             == Some(false)),
         "the host command outlived its session"
     );
+}
+
+#[test]
+fn lazaret_escalate_runs_in_a_busybox_only_image() {
+    let env = require_env!();
+    let ws = env.workspace("esc-busybox");
+    // A busybox-static rootfs and nothing else: no C library, no loader.
+    let out = env.sh(&format!(
+        "cd '{b}' && cat > mkoci.py <<'LAZARET_MKOCI_EOF'\n{m}\nLAZARET_MKOCI_EOF\npython3 mkoci.py layout bb",
+        b = ws.base.display(),
+        m = include_str!("mkoci.py")
+    ));
+    assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
+    ws.write_config(&format!(
+        "[profiles.default]\nimage = \"oci:{}/layout:bb\"\n\n\
+         [[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/echo\", \"hi from the host\"]\n",
+        ws.base.display()
+    ));
+    let out = ws.run_sh(
+        "ls /lib /lib64 /usr/lib 2>/dev/null | grep -c 'ld-linux\\|libc\\.' ; \
+         lazaret-escalate -- /bin/echo 'hi from the host'; echo rc=$?",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "0\nhi from the host\nrc=0\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
 }

@@ -249,3 +249,92 @@ fn list_and_inspect_print_json_without_contents() {
     let human = state(&ws, &["inspect"]);
     assert!(!text(&human.stdout).contains("very-secret-content-4711"));
 }
+
+/// Bytes a terminal shows as text only: valid UTF-8, no control
+/// character but the line feed, no C1 control.
+fn assert_terminal_safe(what: &str, out: &[u8]) {
+    let s = std::str::from_utf8(out).unwrap_or_else(|e| panic!("{what}: not UTF-8 ({e}): {out:?}"));
+    for c in s.chars() {
+        assert!(
+            c == '\n' || !c.is_control(),
+            "{what}: {c:?} reached the terminal: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn sandbox_chosen_names_reach_the_terminal_escaped() {
+    use lazaret_protocol::display::unescape;
+    let env = require_env!();
+    let ws = env.workspace("anchor-names");
+    // From inside: file names in a State Anchor, and a mailbox entry, made
+    // of terminal control sequences and bytes that are not UTF-8.
+    run(
+        &ws,
+        r#"for n in '\033]0;pwned\007' 'c1-\302\233K' 'bad-\377' 'bs\\x1b'; do
+             : > "/root/$(printf "$n")"
+           done
+           e="/.lazaret/mailbox/requests/$(printf '\033[2J\377')"
+           echo junk > "$e"
+           i=0; while [ -e "$e" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+           test ! -e "$e""#,
+    );
+    let names: [(&str, &[u8]); 4] = [
+        ("/root/\\x1b]0;pwned\\x07", b"/root/\x1b]0;pwned\x07"),
+        ("/root/c1-\\u{9b}K", "/root/c1-\u{9b}K".as_bytes()),
+        ("/root/bad-\\xff", b"/root/bad-\xff"),
+        ("/root/bs\\\\x1b", b"/root/bs\\x1b"),
+    ];
+
+    let human = state(&ws, &["inspect"]);
+    assert!(human.status.success(), "{}", text(&human.stderr));
+    assert_terminal_safe("state inspect", &human.stdout);
+    for (shown, _) in names {
+        assert!(
+            text(&human.stdout).contains(&format!("+ {shown}\n")),
+            "{shown} not in {}",
+            text(&human.stdout)
+        );
+    }
+    // JSON: the escaped form, from which the exact bytes come back.
+    let json = state(&ws, &["inspect", "--json"]);
+    assert_terminal_safe("state inspect --json", &json.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let added: Vec<&str> = v["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "/root")
+        .unwrap()["changes"]["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for (shown, exact) in names {
+        assert!(added.contains(&shown), "{shown} not in {added:?}");
+        assert_eq!(unescape(shown).as_deref(), Some(exact));
+    }
+
+    let esc = ws.lazaret(&["escalations"]).output().unwrap();
+    assert!(esc.status.success(), "{}", text(&esc.stderr));
+    assert_terminal_safe("escalations", &esc.stdout);
+    assert!(
+        text(&esc.stdout).contains("refused mailbox entry \\x1b[2J\\xff: "),
+        "{}",
+        text(&esc.stdout)
+    );
+    let esc = ws.lazaret(&["escalations", "--json"]).output().unwrap();
+    assert_terminal_safe("escalations --json", &esc.stdout);
+    let records: serde_json::Value = serde_json::from_slice(&esc.stdout).unwrap();
+    let entry = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["event"] == "refused")
+        .expect("the refused entry is recorded")["entry"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(unescape(&entry).as_deref(), Some(&b"\x1b[2J\xff"[..]));
+}
