@@ -398,8 +398,14 @@ fn start_sandbox(
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
-    git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
-    let mut mounts = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
+    for note in git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())? {
+        log(format!("git sentry: {note}"));
+    }
+    let sentry = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
+    for note in &sentry.refused {
+        log(format!("git sentry: {note}"));
+    }
+    let mut mounts = sentry.mounts;
     mounts.extend(prepare_control(input, layout, gen, key)?);
     let network = match policy {
         Some(p) => {
