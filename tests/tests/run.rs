@@ -291,6 +291,50 @@ fn sigkill_of_the_coordinator_is_recovered() {
 }
 
 #[test]
+fn doctor_warns_about_bare_repositories_and_shows_descriptor_limits() {
+    let env = require_env!();
+    let ws = env.workspace("doctor-git");
+    let global = ws.base.join("gitconfig");
+    let doctor = |body: &str| {
+        assert!(env
+            .sh(&format!("printf '{body}' > '{}'", global.display()))
+            .status
+            .success());
+        let out = ws
+            .lazaret(&["doctor"])
+            .env("GIT_CONFIG_GLOBAL", &global)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stdout))
+    };
+    let (code, s) = doctor("[user]\\n\\tname = x\\n");
+    assert_eq!(code, Some(0), "a warning must not fail doctor: {s}");
+    let line = s
+        .lines()
+        .find(|l| l.contains("safe.bareRepository"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("WARN") && line.contains("explicit") && line.contains("runs"),
+        "{s}"
+    );
+    let (_, s) = doctor("[safe]\\n\\tbareRepository = explicit\\n");
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("ok") && l.contains("safe.bareRepository")),
+        "{s}"
+    );
+    let nofile = s
+        .lines()
+        .find(|l| l.contains("RLIMIT_NOFILE"))
+        .unwrap_or_default();
+    assert!(
+        nofile.contains("soft ") && nofile.contains("hard ") && nofile.contains("4160"),
+        "{s}"
+    );
+}
+
+#[test]
 fn doctor_passes_on_a_prepared_machine() {
     let env = require_env!();
     let ws = env.workspace("doctor");
