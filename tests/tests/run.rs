@@ -290,6 +290,70 @@ fn sigkill_of_the_coordinator_is_recovered() {
     assert_domain_gone(&id);
 }
 
+/// A runsc that behaves as the installed one except for the `SUBCOMMAND`
+/// invocations, whose arguments `EDIT` (a shell snippet over "$@") changes
+/// first: a real runsc failure, provoked on demand.
+fn runsc_wrapper(ws: &lazaret_tests::Workspace, name: &str, edit: &str) -> std::path::PathBuf {
+    let real = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("runsc");
+    let wrapper = ws.base.join(name);
+    let script = format!("#!/bin/sh\n{edit}\nexec {real} \"$@\"\n");
+    let out = ws.env.sh(&format!(
+        "cat > '{w}' <<'LAZARET_EOF'\n{script}LAZARET_EOF\nchmod 755 '{w}'",
+        w = wrapper.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wrapper
+}
+
+#[test]
+fn a_runsc_failure_at_start_is_a_lazaret_error() {
+    let env = require_env!();
+    let ws = env.workspace("runsc-fail");
+    // `runsc exec` is given a working directory that does not exist in
+    // the sandbox, as when /workspace breaks: runsc then fails before the
+    // command runs, with "failed to find initial working directory" and
+    // status 128.
+    let wrapper = runsc_wrapper(
+        &ws,
+        "runsc-bad-cwd",
+        r##"prev=
+for a in "$@"; do
+  if [ "$prev" = --process ]; then sed -i 's#"cwd":"/workspace"#"cwd":"/workspace/no-such-dir"#' "$a"; fi
+  prev=$a
+done"##,
+    );
+    ws.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", wrapper.display()));
+    let out = ws.run_sh("echo RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(!text(&out.stdout).contains("RAN"));
+    assert!(
+        err.starts_with("lazaret: error: ")
+            && err.contains("could not be started in the sandbox")
+            && err.contains("cannot reach /workspace")
+            && err.contains("then run again"),
+        "not a Lazaret error with its fix: {err}"
+    );
+    for raw in [
+        "executing processes for container",
+        "initial working directory",
+    ] {
+        assert!(
+            !err.contains(raw),
+            "runsc's raw message reached the user: {err}"
+        );
+    }
+    // A session whose command does start is unaffected by the latch.
+    let good = env.workspace("runsc-ok");
+    let out = good.run_sh("echo out; echo err >&2; exit 3");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(text(&out.stderr), "err\n");
+}
+
 #[test]
 fn doctor_warns_about_bare_repositories_and_shows_descriptor_limits() {
     let env = require_env!();
