@@ -30,6 +30,8 @@ pub fn log(msg: impl std::fmt::Display) {
 }
 
 pub fn main() -> i32 {
+    // Inherited by the supervisor, the exec bridges and what they start.
+    lazaret_helpers::limits::raise_nofile();
     let ready = match fds::inherited(fdno::READY) {
         Ok(fd) => Some(std::fs::File::from(fd)),
         Err(_) => None,

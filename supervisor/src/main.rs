@@ -33,6 +33,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() {
+    // Inherited by the holder, runsc, slirp4netns and the mount router.
+    lazaret_helpers::limits::raise_nofile();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("--remove-tree") => std::process::exit(remove_tree(args.get(2).map(Path::new))),

@@ -354,6 +354,81 @@ done"##,
     assert_eq!(text(&out.stderr), "err\n");
 }
 
+/// The soft and hard `Max open files` of a live process.
+fn nofile_of(pid: i32) -> Option<(String, String)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut f = line["Max open files".len()..].split_whitespace();
+    Some((f.next()?.to_string(), f.next()?.to_string()))
+}
+
+#[test]
+fn long_lived_processes_raise_their_soft_descriptor_limit() {
+    let env = require_env!();
+    let ws = env.workspace("nofile");
+    let id = ws.domain_id("default");
+    // A new user's limits: soft 1024, and a hard limit above it.
+    let mut cmd = ws.lazaret(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "for i in $(seq 1200); do [ -f /workspace/host-done ] && exit 0; sleep 0.05; done; exit 9",
+    ]);
+    // SAFETY: setrlimit is a raw system call, async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            rustix::process::setrlimit(
+                rustix::process::Resource::Nofile,
+                rustix::process::Rlimit {
+                    current: Some(1024),
+                    maximum: Some(8192),
+                },
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut session = cmd.spawn().unwrap();
+    let cli = session.id() as i32;
+    let wanted = [
+        "lazaret-coordinator",
+        "lazaret-supervisor",
+        "lazaret-exec-bridge",
+        "runsc",
+    ];
+    let found = eventually(Duration::from_secs(60), || {
+        let procs = lazaret_tests::processes_mentioning(&id);
+        wanted
+            .iter()
+            .all(|w| procs.iter().any(|(_, c)| c.contains(w)))
+    });
+    let procs = lazaret_tests::processes_mentioning(&id);
+    assert!(
+        found,
+        "not every process of the Domain appeared: {procs:#?}"
+    );
+    let mut checked = vec![("lazaret run".to_string(), cli)];
+    for (pid, cmdline) in &procs {
+        if cmdline.contains("lazaret-mount-router") {
+            continue; // its own engineer's: it raises its limit itself
+        }
+        checked.push((cmdline.clone(), *pid));
+    }
+    for (what, pid) in &checked {
+        let Some((soft, hard)) = nofile_of(*pid) else {
+            continue; // exited meanwhile
+        };
+        assert_eq!(
+            (soft.as_str(), hard.as_str()),
+            ("8192", "8192"),
+            "{what} (pid {pid}) keeps soft {soft} / hard {hard}"
+        );
+    }
+    assert!(ws.host_sh("touch host-done").status.success());
+    assert_eq!(session.wait().unwrap().code(), Some(0));
+}
+
 #[test]
 fn doctor_warns_about_bare_repositories_and_shows_descriptor_limits() {
     let env = require_env!();
