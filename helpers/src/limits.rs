@@ -24,7 +24,7 @@ pub fn raise_nofile() -> Rlimit {
         current: lim.maximum,
         maximum: lim.maximum,
     };
-    match setrlimit(Resource::Nofile, raised.clone()) {
+    match setrlimit(Resource::Nofile, raised) {
         Ok(()) => raised,
         Err(_) => lim,
     }
