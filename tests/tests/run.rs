@@ -354,6 +354,10 @@ done"##,
     assert_eq!(text(&out.stderr), "err\n");
 }
 
+/// runsc's `--dcache` as Lazaret passes it (`DCACHE_SIZE` in
+/// helpers/src/runsc.rs) to the runsc 20221219 these tests run.
+const DCACHE_SIZE: u32 = 1000;
+
 /// The soft and hard `Max open files` of a live process.
 fn nofile_of(pid: i32) -> Option<(String, String)> {
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
@@ -363,7 +367,7 @@ fn nofile_of(pid: i32) -> Option<(String, String)> {
 }
 
 #[test]
-fn long_lived_processes_raise_their_soft_descriptor_limit() {
+fn long_lived_processes_raise_their_soft_descriptor_limit_and_runsc_bounds_its_dcache() {
     let env = require_env!();
     let ws = env.workspace("nofile");
     let id = ws.domain_id("default");
@@ -407,6 +411,18 @@ fn long_lived_processes_raise_their_soft_descriptor_limit() {
     assert!(
         found,
         "not every process of the Domain appeared: {procs:#?}"
+    );
+    // gVisor's dentry cache (and so its host files) is bounded.
+    let runsc_run: Vec<_> = procs
+        .iter()
+        .filter(|(_, c)| c.contains("runsc") && c.contains(" run "))
+        .collect();
+    assert!(
+        !runsc_run.is_empty()
+            && runsc_run
+                .iter()
+                .all(|(_, c)| c.contains(&format!("--dcache={DCACHE_SIZE}"))),
+        "runsc run without --dcache: {runsc_run:#?}"
     );
     let mut checked = vec![("lazaret run".to_string(), cli)];
     for (pid, cmdline) in &procs {
