@@ -6,6 +6,7 @@
 //! hands them to a pure `eval_*` function, which the unit tests feed with
 //! fake facts. Doctor stays fast (well under 2 s): no runsc smoke test.
 
+use lazaret_helpers::gitconfig;
 use lazaret_helpers::runsc::{find_on_path, RunscInfo};
 use lazaret_helpers::userns;
 use nix::errno::Errno;
@@ -801,88 +802,23 @@ fn check_git_bare_repository(_: &Ctx, what: &str) -> Check {
     eval_git_bare_repository(what, true, read_safe_bare_repository())
 }
 
-/// The global and system Git configuration files, as Git finds them.
-fn git_global_config_files() -> Vec<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    let mut files = Vec::new();
-    if env("GIT_CONFIG_NOSYSTEM").is_none() {
-        files.push(
-            env("GIT_CONFIG_SYSTEM").map_or_else(|| PathBuf::from("/etc/gitconfig"), PathBuf::from),
-        );
-    }
-    if let Some(g) = env("GIT_CONFIG_GLOBAL") {
-        files.push(PathBuf::from(g));
-    } else {
-        let home = env("HOME").map(PathBuf::from);
-        if let Some(x) = env("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(".config")))
-        {
-            files.push(x.join("git/config"));
-        }
-        if let Some(h) = home {
-            files.push(h.join(".gitconfig"));
-        }
-    }
-    files
-}
-
 /// The last `safe.bareRepository` value in the global and system files, in
 /// Git's order (system first, so the global one wins).
 fn read_safe_bare_repository() -> Result<Option<String>, String> {
     let mut value = None;
-    for f in git_global_config_files() {
+    for f in gitconfig::global_files() {
         let text = match std::fs::read(&f) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("cannot read {}: {e}", f.display())),
         };
         if let Some(v) =
-            last_config_value(&String::from_utf8_lossy(&text), "safe", "barerepository")
+            gitconfig::last_value(&String::from_utf8_lossy(&text), "safe", "barerepository")
         {
             value = Some(v);
         }
     }
     Ok(value)
-}
-
-/// The last value of `section.key` in a Git config text: a plain reading
-/// of the format (sections `[name]`, case-insensitive names, `;`/`#`
-/// comments, optional double quotes). Subsections and includes are not
-/// followed: `safe.bareRepository` has no subsection, and Git ignores it
-/// in included repository files anyway.
-pub fn last_config_value(text: &str, section: &str, key: &str) -> Option<String> {
-    let mut in_section = false;
-    let mut value = None;
-    for line in text.lines() {
-        let mut line = line.trim();
-        if let Some(rest) = line.strip_prefix('[') {
-            let Some(end) = rest.find(']') else {
-                in_section = false;
-                continue;
-            };
-            let name = rest[..end].trim();
-            in_section = name.eq_ignore_ascii_case(section);
-            line = rest[end + 1..].trim();
-            if line.is_empty() {
-                continue;
-            }
-        }
-        if !in_section || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        let (k, v) = line.split_once('=').unwrap_or((line, "true"));
-        if !k.trim().eq_ignore_ascii_case(key) {
-            continue;
-        }
-        let v = v.trim();
-        let v = match v.find([';', '#']) {
-            Some(i) if !v.starts_with('"') => v[..i].trim(),
-            _ => v,
-        };
-        value = Some(v.trim_matches('"').to_string());
-    }
-    value
 }
 
 pub const BARE_REPOSITORY_FIX: &str = "git config --global safe.bareRepository explicit";
@@ -1219,7 +1155,7 @@ mod tests {
 
     #[test]
     fn safe_bare_repository_is_read_like_git() {
-        let v = |t: &str| last_config_value(t, "safe", "barerepository");
+        let v = |t: &str| gitconfig::last_value(t, "safe", "barerepository");
         assert_eq!(
             v("[safe]\n\tbareRepository = explicit\n"),
             Some("explicit".into())

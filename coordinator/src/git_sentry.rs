@@ -45,6 +45,8 @@ pub const MAX_WORKTREES: usize = 10_000;
 pub const MAX_INDEX_BYTES: u64 = 512 << 20;
 /// The largest `gitdir` file read.
 const MAX_GITDIR_BYTES: u64 = 4096;
+/// The largest Git configuration file read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitSentryError {
@@ -59,6 +61,8 @@ pub enum GitSentryError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("host Git's core.hooksPath is {value:?}: {reason}; make it a plain directory in the workspace (no symbolic link, no `..`) or unset it")]
+    HooksPath { value: String, reason: String },
     #[error("cannot inspect {0}")]
     Beneath(#[from] BeneathError),
 }
@@ -240,6 +244,11 @@ pub fn plan(workspace: &Path) -> Result<SentryPlan, GitSentryError> {
         }
     }
     protected.extend(worktree_mounts(&root, &mut refused)?.iter().map(|r| ro(r)));
+    // Where host Git looks for hooks instead of `.git/hooks` (husky, a
+    // tracked `.githooks/`): read-only inside when it is in the workspace.
+    if let Some(rel) = hooks_path_dir(&root, effective_hooks_path(&root)?)? {
+        protected.push(ro(&rel));
+    }
     // Submodule checkouts: `<path>/.git` files naming `.git/modules/...`.
     for rel in submodule_dotgit_files(&root, &mut refused) {
         protected.push(ro(&rel));
@@ -249,6 +258,86 @@ pub fn plan(workspace: &Path) -> Result<SentryPlan, GitSentryError> {
     out.mounts.extend(protected);
     out.refused = refused;
     Ok(out)
+}
+
+/// Host Git's effective `core.hooksPath` for this repository: the system
+/// and global files, then the repository's own `.git/config` (read-only
+/// inside; read beneath the workspace), the last value winning. Parsed, not
+/// asked of `git`; includes are not followed.
+pub fn effective_hooks_path(root: &Root) -> Result<Option<String>, GitSentryError> {
+    use std::io::Read;
+    let mut value = None;
+    let mut take = |text: &[u8]| {
+        if let Some(v) = lazaret_helpers::gitconfig::last_value(
+            &String::from_utf8_lossy(text),
+            "core",
+            "hookspath",
+        ) {
+            value = Some(v);
+        }
+    };
+    for f in lazaret_helpers::gitconfig::global_files() {
+        let mut text = Vec::new();
+        if let Ok(file) = std::fs::File::open(&f) {
+            let _ = file.take(MAX_CONFIG_BYTES).read_to_end(&mut text);
+            take(&text);
+        }
+    }
+    take(&root.read(Path::new(".git/config"), MAX_CONFIG_BYTES)?);
+    Ok(value)
+}
+
+/// The hooks directory `value` (a `core.hooksPath`) names, relative to the
+/// workspace, when it lies in the workspace: `None` when unset, outside the
+/// workspace (not visible inside) or `.git/hooks` itself (already hidden).
+/// A missing directory is created (empty), so that the sandbox cannot
+/// create it with hooks in it; one reached through a symlink is an error.
+pub fn hooks_path_dir(
+    root: &Root,
+    value: Option<String>,
+) -> Result<Option<PathBuf>, GitSentryError> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| GitSentryError::HooksPath {
+        value: value.clone(),
+        reason: reason.to_string(),
+    };
+    let expanded = match value.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(rest),
+            None => return Ok(None),
+        },
+        None => PathBuf::from(&value),
+    };
+    // Relative: to the working tree's top, where host Git runs hooks.
+    let mut p = expanded.as_os_str().as_bytes();
+    while let Some(rest) = p.strip_prefix(b"./") {
+        p = rest;
+    }
+    while let Some(rest) = p.strip_suffix(b"/") {
+        p = rest;
+    }
+    let p = Path::new(OsStr::from_bytes(p));
+    let rel = match root.relative_of(p, Path::new("")) {
+        Some(rel) => rel,
+        None if p.is_absolute() && !p.starts_with(root.path()) => return Ok(None),
+        None if p.starts_with("..") && !p.iter().skip(1).any(|c| c == "..") => return Ok(None),
+        None => return Err(bad("it cannot be resolved beneath the workspace")),
+    };
+    if rel == Path::new(".git/hooks") {
+        return Ok(None);
+    }
+    match root.kind(&rel) {
+        Ok(Some(Kind::Dir)) => Ok(Some(rel)),
+        Ok(None) => {
+            root.mkdir_all(&rel, 0o755)
+                .map_err(|e| bad(&format!("cannot create it: {e}")))?;
+            Ok(Some(rel))
+        }
+        Ok(Some(_)) => Err(bad("it is not a directory")),
+        Err(e) => Err(bad(&e.to_string())),
+    }
 }
 
 /// Linked worktrees: their Git directories point back to the common
@@ -699,5 +788,39 @@ mod tests {
             .mounts
             .iter()
             .any(|m| m.destination == "/workspace/.git/commondir"));
+    }
+
+    #[test]
+    fn hooks_path_in_the_workspace_is_read_only() {
+        let (_d, w, outside) = hostile();
+        git(&w, &["config", "core.hooksPath", ".githooks"]);
+        let ds = dests(&plan(&w).unwrap().mounts);
+        assert!(
+            ds.contains(&("/workspace/.githooks".into(), true)),
+            "{ds:?}"
+        );
+        assert!(
+            w.join(".githooks").is_dir(),
+            "the missing directory is created"
+        );
+        let root = Root::open(&w).unwrap();
+        let dir = |v: &str| hooks_path_dir(&root, Some(v.to_string()));
+        assert_eq!(dir("./.husky/_/").unwrap(), Some(PathBuf::from(".husky/_")));
+        assert_eq!(
+            dir(&format!("{}/tools/hooks", w.display())).unwrap(),
+            Some(PathBuf::from("tools/hooks"))
+        );
+        assert_eq!(dir(".git/hooks").unwrap(), None);
+        assert_eq!(dir(&outside.display().to_string()).unwrap(), None);
+        assert_eq!(dir("../elsewhere").unwrap(), None);
+        assert!(dir("a/../../b").is_err());
+        std::os::unix::fs::symlink(&outside, w.join("link")).unwrap();
+        assert!(matches!(
+            dir("link/hooks"),
+            Err(GitSentryError::HooksPath { .. })
+        ));
+        assert!(!outside.join("hooks").exists());
+        assert_eq!(dir("").unwrap(), None);
+        assert_eq!(hooks_path_dir(&root, None).unwrap(), None);
     }
 }

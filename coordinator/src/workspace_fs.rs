@@ -212,9 +212,33 @@ impl Root {
         Ok(names)
     }
 
+    /// Creates `rel` and its missing parents (`mode`), each a real
+    /// directory beneath the root.
+    pub fn mkdir_all(&self, rel: &Path, mode: u32) -> Result<(), BeneathError> {
+        if !is_plain(rel) {
+            return Err(BeneathError::NotPlain {
+                path: rel.to_path_buf(),
+            });
+        }
+        let mut cur = PathBuf::new();
+        for name in rel.iter() {
+            self.mkdir(&cur, name, mode)?;
+            cur.push(name);
+        }
+        // Proves the whole path is directories (no planted link).
+        self.open_rel(&cur, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(())
+    }
+
     /// Creates directory `name` in directory `parent` unless an entry of
     /// that name exists.
-    pub fn mkdir(&self, parent: &Path, name: &str, mode: u32) -> Result<(), BeneathError> {
+    pub fn mkdir(
+        &self,
+        parent: &Path,
+        name: impl AsRef<std::ffi::OsStr>,
+        mode: u32,
+    ) -> Result<(), BeneathError> {
+        let name = name.as_ref();
         let dir = self.open_rel(parent, OFlags::RDONLY | OFlags::DIRECTORY)?;
         match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),

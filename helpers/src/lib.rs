@@ -2,6 +2,7 @@
 //! each module small enough to audit on its own.
 
 pub mod fds;
+pub mod gitconfig;
 pub mod limits;
 pub mod memfd;
 pub mod runsc;

@@ -156,3 +156,47 @@ fn git_paths_never_reach_outside_the_workspace() {
         "the refusals are not logged: {log}"
     );
 }
+
+/// Hook managers: host Git's effective `core.hooksPath` (here the
+/// repository's own config, as husky sets it) names a tracked directory;
+/// inside it is read-only, so the sandbox cannot put a hook there that the
+/// developer's next `git commit` on the host would run.
+#[test]
+fn hooks_path_in_the_workspace_is_read_only_inside() {
+    let env = require_env!();
+    let ws = env.workspace("git-hookspath");
+    let marker = ws.base.join("MARKER-hook");
+    let setup = ws.host_sh(
+        "git config core.hooksPath .githooks && mkdir .githooks && echo '# tracked' > .githooks/README && git add .githooks && git commit -qm hooks",
+    );
+    assert!(setup.status.success(), "{}", text(&setup.stderr));
+    let out = ws.run_sh(&format!(
+        "cd /workspace; \
+         printf '#!/bin/sh\\ntouch {m}\\n' > .githooks/pre-commit && chmod +x .githooks/pre-commit && echo WROTE-HOOK; \
+         echo x >> .githooks/README && echo CHANGED-README; \
+         mv .githooks .githooks-old && echo MOVED; \
+         cat .githooks/README",
+        m = marker.display()
+    ));
+    let s = text(&out.stdout);
+    for forbidden in ["WROTE-HOOK", "CHANGED-README", "MOVED"] {
+        assert!(
+            !s.contains(forbidden),
+            "{forbidden} succeeded inside: {s} / {}",
+            text(&out.stderr)
+        );
+    }
+    assert!(
+        s.contains("# tracked"),
+        "the hooks directory is not readable inside: {s}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+    let host = ws.host_sh("git commit -q --allow-empty -m host && echo COMMITTED");
+    assert!(
+        text(&host.stdout).contains("COMMITTED"),
+        "{}",
+        text(&host.stderr)
+    );
+    assert!(!marker.exists(), "host git ran a hook written inside");
+    assert!(!ws.path.join(".githooks/pre-commit").exists());
+}
