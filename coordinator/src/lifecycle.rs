@@ -469,11 +469,11 @@ fn start_sandbox(
         return Ok((child, pid));
     }
     let _ = child.wait();
-    Err(format!(
-        "cannot start the sandbox: {}",
-        line.strip_prefix("error ")
-            .unwrap_or("the Runtime Supervisor exited")
-    ))
+    // The CLI says "the sandbox could not start: " before it.
+    Err(line
+        .strip_prefix("error ")
+        .unwrap_or("the Runtime Supervisor exited")
+        .to_string())
 }
 
 pub fn plan(

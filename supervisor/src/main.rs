@@ -467,7 +467,7 @@ fn holder_start(
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
-                "runsc run exited during start-up ({status}); see the coordinator log"
+                "runsc failed to start it ({status}); runsc's own messages are in the coordinator log, and `lazaret doctor` checks what runsc needs"
             ));
         }
         if runsc_status(plan).as_deref() == Some("running") {

@@ -292,14 +292,15 @@ fn sigkill_of_the_coordinator_is_recovered() {
 
 /// A runsc that behaves as the installed one except for the `SUBCOMMAND`
 /// invocations, whose arguments `EDIT` (a shell snippet over "$@") changes
-/// first: a real runsc failure, provoked on demand.
+/// first (`$REAL` is the installed runsc): a real runsc failure, provoked
+/// on demand.
 fn runsc_wrapper(ws: &lazaret_tests::Workspace, name: &str, edit: &str) -> std::path::PathBuf {
     let real = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
         .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
         .expect("runsc");
     let wrapper = ws.base.join(name);
-    let script = format!("#!/bin/sh\n{edit}\nexec {real} \"$@\"\n");
+    let script = format!("#!/bin/sh\nREAL={real}\n{edit}\nexec \"$REAL\" \"$@\"\n");
     let out = ws.env.sh(&format!(
         "cat > '{w}' <<'LAZARET_EOF'\n{script}LAZARET_EOF\nchmod 755 '{w}'",
         w = wrapper.display()
@@ -346,6 +347,27 @@ done"##,
             "runsc's raw message reached the user: {err}"
         );
     }
+    // `runsc run` itself failing (an argument it refuses): the sandbox
+    // never starts; a Lazaret error, runsc's text only in the log.
+    let broken = env.workspace("runsc-run-fail");
+    let wrapper = runsc_wrapper(
+        &broken,
+        "runsc-bad-run",
+        r#"for a in "$@"; do [ "$a" = run ] && exec "$REAL" --no-such-runsc-flag "$@"; done"#,
+    );
+    broken.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", wrapper.display()));
+    let out = broken.run_sh("echo RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(
+        err.starts_with("lazaret: error: the sandbox could not start: runsc failed to start it")
+            && err.contains("lazaret doctor"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("no-such-runsc-flag"),
+        "runsc's raw text: {err}"
+    );
     // A session whose command does start is unaffected by the latch.
     let good = env.workspace("runsc-ok");
     let out = good.run_sh("echo out; echo err >&2; exit 3");
