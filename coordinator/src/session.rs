@@ -318,6 +318,30 @@ impl StartLatch {
         send(w, &msg)
     }
 
+    /// Watches for the pid file while runsc runs, and sends what was held
+    /// as soon as it appears (within a few milliseconds), so output held
+    /// at the start never waits for the command's next output.
+    fn watch(self: &Arc<Self>, w: &Writer) -> Arc<std::sync::atomic::AtomicBool> {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (latch, w, stop) = (self.clone(), w.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if latch.pid_file.exists() {
+                    let mut held = latch.state.lock().unwrap();
+                    held.started = true;
+                    for m in std::mem::take(&mut held.msgs) {
+                        if !send(&w, &m) {
+                            return;
+                        }
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        done
+    }
+
     /// After runsc has exited: `Ok` when it had started the command (what
     /// was held is sent now), else the held bytes (runsc's diagnostics).
     fn finish(&self, w: &Writer) -> Result<(), Vec<u8>> {
@@ -534,6 +558,7 @@ fn run_pty(
         .unwrap()
         .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
+    let watching = latch.watch(&writer);
 
     let master = std::fs::File::from(pty.master);
     let out = pump_gated(
@@ -583,6 +608,7 @@ fn run_pty(
     let status = child.wait().map_err(|e| e.to_string())?;
     // Output written just before exit is still in the PTY; the reader ends
     // with EIO once every slave is closed.
+    watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(2));
     drop(master);
     finish_session(ctx, sid, &writer, &latch, exit_status(status));
@@ -610,6 +636,7 @@ fn run_pipes(
         .unwrap()
         .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
+    let watching = latch.watch(&writer);
     let out = pump(
         child.stdout.take().expect("piped"),
         writer.clone(),
@@ -652,6 +679,7 @@ fn run_pipes(
         }
     });
     let status = child.wait().map_err(|e| e.to_string())?;
+    watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(5));
     join_with_timeout(err, Duration::from_secs(5));
     finish_session(ctx, sid, &writer, &latch, exit_status(status));
@@ -745,5 +773,20 @@ mod tests {
         assert!(latch.finish(&w).is_ok());
         drop(w);
         assert_eq!(t.join().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn held_output_is_sent_when_the_pid_file_appears() {
+        let d = tempfile::tempdir().unwrap();
+        let pid = d.path().join("s.pid");
+        let latch = Arc::new(StartLatch::new(pid.clone()));
+        let (w, mut r) = pair();
+        let done = latch.watch(&w);
+        assert!(latch.send(&w, ServerMsg::Stdout(b"prompt$ ".to_vec())));
+        std::fs::write(&pid, "42").unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let got = read_frame::<_, ServerMsg>(&mut r).unwrap();
+        assert!(matches!(got, ServerMsg::Stdout(d) if d == b"prompt$ "));
+        done.store(true, Ordering::SeqCst);
     }
 }
