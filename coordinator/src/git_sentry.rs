@@ -823,4 +823,28 @@ mod tests {
         assert_eq!(dir("").unwrap(), None);
         assert_eq!(hooks_path_dir(&root, None).unwrap(), None);
     }
+
+    /// Planning time on a given repository (a measurement, not a check):
+    /// `LAZARET_PLAN_BENCH=/path/to/ws cargo test -p lazaret-coordinator
+    /// --lib plan_timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn plan_timing() {
+        let Some(w) = std::env::var_os("LAZARET_PLAN_BENCH") else {
+            return;
+        };
+        let w = PathBuf::from(w);
+        let mut times = Vec::new();
+        for _ in 0..11 {
+            let t = std::time::Instant::now();
+            let p = plan(&w).unwrap();
+            times.push(t.elapsed());
+            assert!(p.mounts.len() >= 2);
+        }
+        times.sort();
+        println!(
+            "plan() median {:?} (min {:?}, max {:?})",
+            times[5], times[0], times[10]
+        );
+    }
 }
