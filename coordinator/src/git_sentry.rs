@@ -199,6 +199,11 @@ pub fn plan(workspace: &Path) -> Result<SentryPlan, GitSentryError> {
             // workspace is a linked worktree or a submodule checkout). It
             // stays read-only so the sandbox cannot point it anywhere else.
             out.mounts.push(ro(git));
+            // The repository's own config lies outside the workspace (not
+            // read); a system or global core.hooksPath still applies here.
+            if let Some(rel) = hooks_path_dir(&root, effective_hooks_path(&root, false)?)? {
+                out.mounts.push(ro(&rel));
+            }
             return Ok(out);
         }
         Some(Kind::Dir) => {}
@@ -246,7 +251,7 @@ pub fn plan(workspace: &Path) -> Result<SentryPlan, GitSentryError> {
     protected.extend(worktree_mounts(&root, &mut refused)?.iter().map(|r| ro(r)));
     // Where host Git looks for hooks instead of `.git/hooks` (husky, a
     // tracked `.githooks/`): read-only inside when it is in the workspace.
-    if let Some(rel) = hooks_path_dir(&root, effective_hooks_path(&root)?)? {
+    if let Some(rel) = hooks_path_dir(&root, effective_hooks_path(&root, true)?)? {
         protected.push(ro(&rel));
     }
     // Submodule checkouts: `<path>/.git` files naming `.git/modules/...`.
@@ -262,29 +267,39 @@ pub fn plan(workspace: &Path) -> Result<SentryPlan, GitSentryError> {
 
 /// Host Git's effective `core.hooksPath` for this repository: the system
 /// and global files, then the repository's own `.git/config` (read-only
-/// inside; read beneath the workspace), the last value winning. Parsed, not
-/// asked of `git`; includes are not followed.
-pub fn effective_hooks_path(root: &Root) -> Result<Option<String>, GitSentryError> {
-    use std::io::Read;
-    let mut value = None;
-    let mut take = |text: &[u8]| {
-        if let Some(v) = lazaret_helpers::gitconfig::last_value(
-            &String::from_utf8_lossy(text),
-            "core",
-            "hookspath",
-        ) {
-            value = Some(v);
-        }
+/// inside; read beneath the workspace) when `repository`, the last value
+/// winning. Parsed, not asked of `git`; includes are not followed.
+pub fn effective_hooks_path(
+    root: &Root,
+    repository: bool,
+) -> Result<Option<String>, GitSentryError> {
+    let repo = if repository {
+        Some(root.read(Path::new(".git/config"), MAX_CONFIG_BYTES)?)
+    } else {
+        None
     };
-    for f in lazaret_helpers::gitconfig::global_files() {
+    Ok(hooks_path_in(
+        &lazaret_helpers::gitconfig::global_files(),
+        repo.as_deref(),
+    ))
+}
+
+/// `core.hooksPath` as `files` (in Git's order), then the repository
+/// config's text, set it; unreadable files count as empty.
+fn hooks_path_in(files: &[PathBuf], repo: Option<&[u8]>) -> Option<String> {
+    use std::io::Read;
+    let last = |text: &[u8]| {
+        lazaret_helpers::gitconfig::last_value(&String::from_utf8_lossy(text), "core", "hookspath")
+    };
+    let mut value = None;
+    for f in files {
         let mut text = Vec::new();
-        if let Ok(file) = std::fs::File::open(&f) {
+        if let Ok(file) = std::fs::File::open(f) {
             let _ = file.take(MAX_CONFIG_BYTES).read_to_end(&mut text);
-            take(&text);
+            value = last(&text).or(value);
         }
     }
-    take(&root.read(Path::new(".git/config"), MAX_CONFIG_BYTES)?);
-    Ok(value)
+    repo.and_then(last).or(value)
 }
 
 /// The hooks directory `value` (a `core.hooksPath`) names, relative to the
@@ -846,5 +861,26 @@ mod tests {
             "plan() median {:?} (min {:?}, max {:?})",
             times[5], times[0], times[10]
         );
+    }
+
+    #[test]
+    fn hooks_path_follows_gits_order_of_files() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("system");
+        let global = d.path().join("global");
+        std::fs::write(&sys, "[core]\n\thooksPath = /sys/hooks\n").unwrap();
+        std::fs::write(&global, "[core]\n\thooksPath = .husky/_\n").unwrap();
+        let files = [sys.clone(), global.clone(), d.path().join("missing")];
+        assert_eq!(hooks_path_in(&files, None), Some(".husky/_".into()));
+        assert_eq!(hooks_path_in(&files[..1], None), Some("/sys/hooks".into()));
+        assert_eq!(
+            hooks_path_in(&files, Some(b"[core]\nhooksPath = .githooks\n")),
+            Some(".githooks".into())
+        );
+        assert_eq!(
+            hooks_path_in(&files, Some(b"[user]\nname = x\n")),
+            Some(".husky/_".into())
+        );
+        assert_eq!(hooks_path_in(&[], None), None);
     }
 }
