@@ -6,6 +6,7 @@
 //! hands them to a pure `eval_*` function, which the unit tests feed with
 //! fake facts. Doctor stays fast (well under 2 s): no runsc smoke test.
 
+use lazaret_helpers::gitconfig;
 use lazaret_helpers::runsc::{find_on_path, RunscInfo};
 use lazaret_helpers::userns;
 use nix::errno::Errno;
@@ -19,6 +20,9 @@ use std::process::{Command, Stdio};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     pub ok: bool,
+    /// A warning: Lazaret works, but something weakens it (`ok` stays
+    /// true, so the exit code is not affected).
+    pub warn: bool,
     pub what: String,
     pub detail: String,
     /// The command that fixes a failure (empty when passing).
@@ -29,15 +33,27 @@ impl Check {
     pub fn pass(what: &str, detail: impl Into<String>) -> Check {
         Check {
             ok: true,
+            warn: false,
             what: what.to_string(),
             detail: detail.into(),
             fix: String::new(),
         }
     }
 
+    pub fn warn(what: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            ok: true,
+            warn: true,
+            what: what.to_string(),
+            detail: detail.into(),
+            fix: fix.into(),
+        }
+    }
+
     pub fn fail(what: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
             ok: false,
+            warn: false,
             what: what.to_string(),
             detail: detail.into(),
             fix: fix.into(),
@@ -47,7 +63,9 @@ impl Check {
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.ok {
+        if self.warn {
+            write!(f, "WARN {}: {} — fix: {}", self.what, self.detail, self.fix)
+        } else if self.ok {
             write!(f, "ok   {}: {}", self.what, self.detail)
         } else if self.fix.is_empty() {
             write!(f, "FAIL {}: {}", self.what, self.detail)
@@ -101,6 +119,8 @@ pub const CHECKS: &[(&str, CheckFn)] = &[
     ("slirp4netns", check_slirp4netns),
     ("landlock", check_landlock),
     ("mmdebstrap", check_mmdebstrap),
+    ("open files (RLIMIT_NOFILE)", check_nofile),
+    ("host git safe.bareRepository", check_git_bare_repository),
 ];
 
 /// Runs every check, prints one line each, and returns the exit code: 0
@@ -733,6 +753,104 @@ pub fn eval_landlock(what: &str, abi: Result<i64, Errno>) -> Check {
     }
 }
 
+// -------------------------------------------------- descriptor limits
+
+/// The most files the mount router keeps open (`lazaret-mount-router
+/// --max-open`, its `DEFAULT_MAX_OPEN`), plus the descriptors it keeps for
+/// itself (its `RESERVED_FDS`): the documented bound of the router's
+/// descriptors, which its (raised) soft limit must reach. Keep in step
+/// with `mount-router/src/router.rs`.
+pub const ROUTER_MAX_OPEN: u64 = 4096;
+pub const ROUTER_RESERVED_FDS: u64 = 64;
+pub const NOFILE_NEEDED: u64 = ROUTER_MAX_OPEN + ROUTER_RESERVED_FDS;
+
+fn check_nofile(ctx: &Ctx, what: &str) -> Check {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    eval_nofile(what, &ctx.user, lim.current, lim.maximum)
+}
+
+/// Judges this process's `RLIMIT_NOFILE` (`None`: unlimited). Every
+/// long-lived Lazaret process raises its soft limit to the hard one at
+/// start, so the hard limit is what counts.
+pub fn eval_nofile(what: &str, user: &str, soft: Option<u64>, hard: Option<u64>) -> Check {
+    let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    let detail = format!(
+        "soft {}, hard {}; Lazaret raises the soft limit to the hard one, and the mount router needs up to {NOFILE_NEEDED} ({ROUTER_MAX_OPEN} open files + {ROUTER_RESERVED_FDS})",
+        show(soft),
+        show(hard)
+    );
+    match hard {
+        Some(h) if h < NOFILE_NEEDED => Check::warn(
+            what,
+            format!("{detail}: the hard limit is too low, so files opened inside beyond about {} fail with EMFILE", h.saturating_sub(ROUTER_RESERVED_FDS)),
+            format!("echo '{user} hard nofile 65536' | sudo tee /etc/security/limits.d/90-lazaret.conf, then log in again (systemd services: LimitNOFILE=65536)"),
+        ),
+        _ => Check::pass(what, detail),
+    }
+}
+
+// --------------------------------------------- host Git: bare repositories
+
+/// Host Git's `safe.bareRepository`, from the files where Git honours it
+/// (system and global configuration, never a repository's own). Read by
+/// parsing, so doctor runs no `git` in a directory the sandbox may have
+/// written.
+fn check_git_bare_repository(_: &Ctx, what: &str) -> Check {
+    if find_on_path("git").is_none() {
+        return eval_git_bare_repository(what, false, Ok(None));
+    }
+    eval_git_bare_repository(what, true, read_safe_bare_repository())
+}
+
+/// The last `safe.bareRepository` value in the global and system files, in
+/// Git's order (system first, so the global one wins).
+fn read_safe_bare_repository() -> Result<Option<String>, String> {
+    let mut value = None;
+    for f in gitconfig::global_files() {
+        let text = match std::fs::read(&f) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot read {}: {e}", f.display())),
+        };
+        if let Some(v) =
+            gitconfig::last_value(&String::from_utf8_lossy(&text), "safe", "barerepository")
+        {
+            value = Some(v);
+        }
+    }
+    Ok(value)
+}
+
+pub const BARE_REPOSITORY_FIX: &str = "git config --global safe.bareRepository explicit";
+
+pub fn eval_git_bare_repository(
+    what: &str,
+    git_installed: bool,
+    value: Result<Option<String>, String>,
+) -> Check {
+    if !git_installed {
+        return Check::pass(what, "host git is not installed: nothing can run there");
+    }
+    let why = "the sandbox can write a directory that looks like a bare repository anywhere in the workspace (a HEAD, objects/, refs/ and a config naming core.fsmonitor or hooks); host Git run there, by you or your editor, treats it as a repository and runs what its config names. With `explicit`, Git opens a bare repository only when told to (--git-dir or GIT_DIR)";
+    match value {
+        Ok(Some(v)) if v.eq_ignore_ascii_case("explicit") => Check::pass(
+            what,
+            "explicit: host Git opens no bare repository it discovers in the workspace",
+        ),
+        Ok(Some(v)) => Check::warn(
+            what,
+            format!("is `{v}`, not `explicit`: {why}"),
+            BARE_REPOSITORY_FIX,
+        ),
+        Ok(None) => Check::warn(
+            what,
+            format!("not set (Git's default is `all`): {why}"),
+            BARE_REPOSITORY_FIX,
+        ),
+        Err(e) => Check::warn(what, format!("{e}: {why}"), BARE_REPOSITORY_FIX),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -765,7 +883,7 @@ mod tests {
     fn the_table_has_every_check_once() {
         let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS.len(), 12);
+        assert_eq!(CHECKS.len(), 14);
     }
 
     #[test]
@@ -1009,5 +1127,69 @@ mod tests {
             })),
         );
         assert_eq!(c.fix, "sudo apt-get install uidmap");
+    }
+    #[test]
+    fn warnings_do_not_fail() {
+        let w = Check::warn("x", "weak", "do y");
+        assert_eq!(w.to_string(), "WARN x: weak — fix: do y");
+        assert_eq!(exit_code(&[w]), 0);
+    }
+
+    #[test]
+    fn nofile_hard_limit_against_the_router_bound() {
+        let c = eval_nofile("nofile", "dev", Some(1024), Some(524288));
+        assert!(c.ok && !c.warn, "{c}");
+        assert!(c.detail.contains("soft 1024, hard 524288"), "{c}");
+        assert!(c.detail.contains(&NOFILE_NEEDED.to_string()));
+        let c = eval_nofile("nofile", "dev", Some(1024), None);
+        assert!(!c.warn && c.detail.contains("hard unlimited"), "{c}");
+        let c = eval_nofile("nofile", "dev", Some(1024), Some(4096));
+        assert!(c.warn, "{c}");
+        assert!(
+            c.detail.contains("too low") && c.fix.contains("dev hard nofile"),
+            "{c}"
+        );
+        assert!(eval_nofile("n", "dev", Some(10), Some(NOFILE_NEEDED)).ok);
+        assert!(!eval_nofile("n", "dev", Some(10), Some(NOFILE_NEEDED)).warn);
+    }
+
+    #[test]
+    fn safe_bare_repository_is_read_like_git() {
+        let v = |t: &str| gitconfig::last_value(t, "safe", "barerepository");
+        assert_eq!(
+            v("[safe]\n\tbareRepository = explicit\n"),
+            Some("explicit".into())
+        );
+        assert_eq!(
+            v("[Safe]\nBAREREPOSITORY=all ; comment\n"),
+            Some("all".into())
+        );
+        assert_eq!(
+            v("[safe]\nbareRepository = all\n[core]\nbareRepository = x\n[safe] bareRepository = \"explicit\"\n"),
+            Some("explicit".into())
+        );
+        assert_eq!(v("[core]\nbareRepository = explicit\n"), None);
+        assert_eq!(v("[safe]\n# bareRepository = explicit\n"), None);
+        assert_eq!(v("[safe \"x\"]\nbareRepository = explicit\n"), None);
+    }
+
+    #[test]
+    fn safe_bare_repository_not_explicit_warns_and_says_why() {
+        let ok = eval_git_bare_repository("g", true, Ok(Some("Explicit".into())));
+        assert!(ok.ok && !ok.warn, "{ok}");
+        for v in [
+            Ok(None),
+            Ok(Some("all".to_string())),
+            Err("cannot read".to_string()),
+        ] {
+            let c = eval_git_bare_repository("g", true, v);
+            assert!(c.ok && c.warn, "{c}");
+            assert!(
+                c.detail.contains("bare repository") && c.detail.contains("runs"),
+                "{c}"
+            );
+            assert_eq!(c.fix, BARE_REPOSITORY_FIX);
+        }
+        assert!(!eval_git_bare_repository("g", false, Ok(None)).warn);
     }
 }

@@ -59,14 +59,18 @@ fn main() {
     terminal::install_panic_restore();
     let cli = Cli::parse();
     let code = match cli.command {
-        Cmd::Run(args) => match run::run(args) {
-            Ok(code) => code,
-            Err(e) => {
-                terminal::restore();
-                error::report(&e);
-                error::LAZARET_FAILED
+        Cmd::Run(args) => {
+            // The coordinator this session may start inherits it too.
+            lazaret_helpers::limits::raise_nofile();
+            match run::run(args) {
+                Ok(code) => code,
+                Err(e) => {
+                    terminal::restore();
+                    error::report(&e);
+                    error::LAZARET_FAILED
+                }
             }
-        },
+        }
         Cmd::Image(args) => image_cmd::run(args),
         Cmd::State(cmd) => match state_cmd::run(cmd) {
             Ok(code) => code,

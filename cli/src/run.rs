@@ -262,6 +262,10 @@ fn session(
                 out = std::io::stdout().lock();
             }
             Ok(ServerMsg::PromptWithdrawn { .. }) => {}
+            Ok(ServerMsg::Failed { reason }) => {
+                terminal::restore();
+                return Err(CliError::Session(reason));
+            }
             Ok(other) => {
                 terminal::restore();
                 return Err(CliError::Session(format!("unexpected record {other:?}")));

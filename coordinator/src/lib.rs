@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod network;
 pub mod procs;
 pub mod session;
+pub mod workspace_fs;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

@@ -34,6 +34,8 @@ pub fn log(msg: impl std::fmt::Display) {
 }
 
 pub fn main() -> i32 {
+    // Inherited by the supervisor, the exec bridges and what they start.
+    lazaret_helpers::limits::raise_nofile();
     let ready = match fds::inherited(fdno::READY) {
         Ok(fd) => Some(std::fs::File::from(fd)),
         Err(_) => None,
@@ -404,8 +406,14 @@ fn start_sandbox(
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
-    git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())?;
-    let mut mounts = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
+    for note in git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())? {
+        log(format!("git sentry: {note}"));
+    }
+    let sentry = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
+    for note in &sentry.refused {
+        log(format!("git sentry: {note}"));
+    }
+    let mut mounts = sentry.mounts;
     mounts.extend(prepare_control(layout, gen, key)?);
     let network = match policy {
         Some(p) => {
@@ -465,11 +473,11 @@ fn start_sandbox(
         return Ok((child, pid));
     }
     let _ = child.wait();
-    Err(format!(
-        "cannot start the sandbox: {}",
-        line.strip_prefix("error ")
-            .unwrap_or("the Runtime Supervisor exited")
-    ))
+    // The CLI says "the sandbox could not start: " before it.
+    Err(line
+        .strip_prefix("error ")
+        .unwrap_or("the Runtime Supervisor exited")
+        .to_string())
 }
 
 pub fn plan(

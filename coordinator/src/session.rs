@@ -223,15 +223,21 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     std::fs::write(&process_file, serde_json::to_vec(&process).expect("json"))
         .map_err(|e| e.to_string())?;
 
+    // runsc writes the pid file once the command's process exists: until
+    // then, whatever comes out is runsc's own (see `StartLatch`).
+    let pid_file = sessions.join(format!("{sid}.pid"));
     let runsc = ctx.input.runsc.command(
         &ctx.run_dir.join("runsc"),
         &[
             "exec",
+            "--pid-file",
+            &pid_file.to_string_lossy(),
             "--process",
             &process_file.to_string_lossy(),
             &ctx.sandbox_id,
         ],
     );
+    let latch = Arc::new(StartLatch::new(pid_file));
     let mut cmd = Command::new(ctx.input.libexec.join("lazaret-exec-bridge"));
     if tty.is_some() {
         cmd.arg("--tty");
@@ -253,8 +259,162 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             writer,
             accepted,
             (gate, decisions),
+            latch,
         ),
-        None => run_pipes(ctx, sid, cmd, reader, writer, accepted),
+        None => run_pipes(ctx, sid, cmd, reader, writer, accepted, latch),
+    }
+}
+
+/// Holds a session's output until runsc has started its command (runsc
+/// writes `--pid-file` once the process exists). When runsc cannot start
+/// it (a `/workspace` the sandbox can no longer reach, a stopped sandbox),
+/// everything that came out is runsc's own diagnostics: it goes to the
+/// coordinator log, and the developer gets a Lazaret error and exit 125
+/// (`ServerMsg::Failed`) instead of runsc's raw text and its status 128.
+pub struct StartLatch {
+    pid_file: PathBuf,
+    state: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    started: bool,
+    msgs: Vec<ServerMsg>,
+    bytes: usize,
+}
+
+/// More held output than this is not runsc's diagnostics: the command runs.
+const MAX_HELD_BYTES: usize = 256 * 1024;
+
+impl StartLatch {
+    pub fn new(pid_file: PathBuf) -> Self {
+        Self {
+            pid_file,
+            state: Mutex::new(Held::default()),
+        }
+    }
+
+    /// Sends `msg` (after what was held) once the command has started;
+    /// holds it until then. False when the client is gone.
+    fn send(&self, w: &Writer, msg: ServerMsg) -> bool {
+        let len = match &msg {
+            ServerMsg::Stdout(d) | ServerMsg::Stderr(d) => d.len(),
+            _ => 0,
+        };
+        let mut held = self.state.lock().unwrap();
+        if !held.started && (held.bytes + len > MAX_HELD_BYTES || self.pid_file.exists()) {
+            held.started = true;
+        }
+        if !held.started {
+            held.bytes += len;
+            held.msgs.push(msg);
+            return true;
+        }
+        for m in std::mem::take(&mut held.msgs) {
+            if !send(w, &m) {
+                return false;
+            }
+        }
+        send(w, &msg)
+    }
+
+    /// Watches for the pid file while runsc runs, and sends what was held
+    /// as soon as it appears (within a few milliseconds), so output held
+    /// at the start never waits for the command's next output.
+    fn watch(self: &Arc<Self>, w: &Writer) -> Arc<std::sync::atomic::AtomicBool> {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (latch, w, stop) = (self.clone(), w.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if latch.pid_file.exists() {
+                    let mut held = latch.state.lock().unwrap();
+                    held.started = true;
+                    for m in std::mem::take(&mut held.msgs) {
+                        if !send(&w, &m) {
+                            return;
+                        }
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        done
+    }
+
+    /// After runsc has exited: `Ok` when it had started the command (what
+    /// was held is sent now), else the held bytes (runsc's diagnostics).
+    fn finish(&self, w: &Writer) -> Result<(), Vec<u8>> {
+        let mut held = self.state.lock().unwrap();
+        if held.started || self.pid_file.exists() {
+            held.started = true;
+            for m in std::mem::take(&mut held.msgs) {
+                if !send(w, &m) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let mut diag = Vec::new();
+        for m in std::mem::take(&mut held.msgs) {
+            if let ServerMsg::Stdout(d) | ServerMsg::Stderr(d) = m {
+                diag.extend_from_slice(&d);
+            }
+        }
+        Err(diag)
+    }
+}
+
+/// The Lazaret error for a command runsc could not start, with runsc's
+/// cause (the text after its last `: `, printable ASCII only, bounded) and
+/// what to do.
+pub fn start_failure_reason(diag: &[u8], domain_root: &std::path::Path) -> String {
+    let text = String::from_utf8_lossy(diag);
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let cause: String = first
+        .rsplit(": ")
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(120)
+        .collect();
+    let cause = if cause.trim().is_empty() {
+        "no reason given".to_string()
+    } else {
+        cause.trim().to_string()
+    };
+    let workspace = if first.contains("initial working directory") {
+        ": the sandbox cannot reach /workspace"
+    } else {
+        ""
+    };
+    format!(
+        "the command could not be started in the sandbox{workspace} (runsc: {cause}); end this workspace's other `lazaret run` sessions so that its Domain stops, then run again (details in {}/coordinator.log)",
+        domain_root.display()
+    )
+}
+
+/// Ends a session after its bridge exited: the command's status, or, when
+/// runsc never started the command, a Lazaret failure.
+fn finish_session(ctx: &SessionCtx, sid: &str, writer: &Writer, latch: &StartLatch, status: i32) {
+    match latch.finish(writer) {
+        Ok(()) => {
+            send(writer, &ServerMsg::Exit { status });
+        }
+        Err(diag) => {
+            log(format!(
+                "session {sid}: runsc exec failed ({status}) before the command ran: {:?}",
+                String::from_utf8_lossy(&diag)
+            ));
+            let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: start_failure_reason(&diag, root),
+                },
+            );
+        }
     }
 }
 
@@ -298,7 +458,12 @@ impl Drop for Registration<'_> {
 
 /// The PTY reader: stops reading while the gate is closed, so a prompt
 /// owns the developer's terminal alone.
-fn pump_gated(master: std::fs::File, w: Writer, gate: Arc<Gate>) -> std::thread::JoinHandle<()> {
+fn pump_gated(
+    master: std::fs::File,
+    w: Writer,
+    gate: Arc<Gate>,
+    latch: Arc<StartLatch>,
+) -> std::thread::JoinHandle<()> {
     use std::os::fd::AsFd;
     std::thread::spawn(move || {
         let mut master = master;
@@ -318,7 +483,7 @@ fn pump_gated(master: std::fs::File, w: Writer, gate: Arc<Gate>) -> std::thread:
             match master.read(&mut buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    if !send(&w, &ServerMsg::Stdout(buf[..n].to_vec())) {
+                    if !latch.send(&w, ServerMsg::Stdout(buf[..n].to_vec())) {
                         return;
                     }
                 }
@@ -335,6 +500,7 @@ fn pump<R: Read + Send + 'static>(
     mut r: R,
     w: Writer,
     wrap: fn(Vec<u8>) -> ServerMsg,
+    latch: Arc<StartLatch>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 32 * 1024];
@@ -342,7 +508,7 @@ fn pump<R: Read + Send + 'static>(
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    if !send(&w, &wrap(buf[..n].to_vec())) {
+                    if !latch.send(&w, wrap(buf[..n].to_vec())) {
                         return;
                     }
                 }
@@ -368,6 +534,7 @@ fn run_pty(
     writer: Writer,
     accepted: ServerMsg,
     (gate, decisions): (Arc<Gate>, Decisions),
+    latch: Arc<StartLatch>,
 ) -> Result<(), String> {
     let ws = nix::pty::Winsize {
         ws_row: rows,
@@ -391,12 +558,14 @@ fn run_pty(
         .unwrap()
         .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
+    let watching = latch.watch(&writer);
 
     let master = std::fs::File::from(pty.master);
     let out = pump_gated(
         master.try_clone().map_err(|e| e.to_string())?,
         writer.clone(),
         gate,
+        latch.clone(),
     );
     let input_master = master.try_clone().map_err(|e| e.to_string())?;
     let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -439,14 +608,10 @@ fn run_pty(
     let status = child.wait().map_err(|e| e.to_string())?;
     // Output written just before exit is still in the PTY; the reader ends
     // with EIO once every slave is closed.
+    watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(2));
     drop(master);
-    send(
-        &writer,
-        &ServerMsg::Exit {
-            status: exit_status(status),
-        },
-    );
+    finish_session(ctx, sid, &writer, &latch, exit_status(status));
     Ok(())
 }
 
@@ -457,6 +622,7 @@ fn run_pipes(
     mut reader: UnixStream,
     writer: Writer,
     accepted: ServerMsg,
+    latch: Arc<StartLatch>,
 ) -> Result<(), String> {
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -470,15 +636,18 @@ fn run_pipes(
         .unwrap()
         .insert(sid.to_string(), child.id());
     send(&writer, &accepted);
+    let watching = latch.watch(&writer);
     let out = pump(
         child.stdout.take().expect("piped"),
         writer.clone(),
         ServerMsg::Stdout,
+        latch.clone(),
     );
     let err = pump(
         child.stderr.take().expect("piped"),
         writer.clone(),
         ServerMsg::Stderr,
+        latch.clone(),
     );
     let mut stdin = child.stdin.take();
     let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -510,14 +679,10 @@ fn run_pipes(
         }
     });
     let status = child.wait().map_err(|e| e.to_string())?;
+    watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(5));
     join_with_timeout(err, Duration::from_secs(5));
-    send(
-        &writer,
-        &ServerMsg::Exit {
-            status: exit_status(status),
-        },
-    );
+    finish_session(ctx, sid, &writer, &latch, exit_status(status));
     Ok(())
 }
 
@@ -543,5 +708,85 @@ mod tests {
             ["/bin/sh", "-c", "exec \"$@\"", "lazaret", "echo", "a b"]
         );
         assert!(sandbox_argv(None)[2].contains("bash -l"));
+    }
+
+    #[test]
+    fn start_failure_names_the_cause_without_runsc_text() {
+        let diag = b"executing processes for container: executing command \"sh\" in sandbox: failed to find initial working directory \"/workspace\": too many open files\x1b[2J";
+        let r = start_failure_reason(diag, std::path::Path::new("/d/root"));
+        assert!(r.contains("cannot reach /workspace"), "{r}");
+        assert!(r.contains("(runsc: too many open files[2J)"), "{r}");
+        assert!(!r.contains("executing processes"), "{r}");
+        assert!(!r.contains('\x1b'));
+        assert!(r.contains("/d/root/coordinator.log"));
+        let r = start_failure_reason(b"", std::path::Path::new("/d"));
+        assert!(r.contains("no reason given"), "{r}");
+    }
+
+    fn pair() -> (Writer, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        (Arc::new(Mutex::new(a)), b)
+    }
+
+    fn drain(mut r: UnixStream) -> Vec<ServerMsg> {
+        r.set_nonblocking(false).unwrap();
+        let mut out = Vec::new();
+        while let Ok(m) = read_frame::<_, ServerMsg>(&mut r) {
+            out.push(m);
+        }
+        out
+    }
+
+    #[test]
+    fn output_is_held_until_the_pid_file_exists() {
+        let d = tempfile::tempdir().unwrap();
+        let pid = d.path().join("s.pid");
+        let latch = StartLatch::new(pid.clone());
+        let (w, r) = pair();
+        assert!(latch.send(&w, ServerMsg::Stderr(b"early".to_vec())));
+        std::fs::write(&pid, "42").unwrap();
+        assert!(latch.send(&w, ServerMsg::Stdout(b"late".to_vec())));
+        assert!(latch.finish(&w).is_ok());
+        drop(w);
+        let got = drain(r);
+        assert!(
+            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"early" && b == b"late"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn output_of_a_command_that_never_started_is_runscs() {
+        let d = tempfile::tempdir().unwrap();
+        let latch = StartLatch::new(d.path().join("s.pid"));
+        let (w, r) = pair();
+        assert!(latch.send(&w, ServerMsg::Stderr(b"runsc: boom".to_vec())));
+        assert_eq!(latch.finish(&w).unwrap_err(), b"runsc: boom");
+        drop(w);
+        assert!(drain(r).is_empty());
+        // A lot of output is the command's, pid file or not.
+        let latch = StartLatch::new(d.path().join("s.pid"));
+        let (w, r) = pair();
+        let big = vec![b'x'; MAX_HELD_BYTES + 1];
+        let t = std::thread::spawn(move || drain(r));
+        assert!(latch.send(&w, ServerMsg::Stdout(big)));
+        assert!(latch.finish(&w).is_ok());
+        drop(w);
+        assert_eq!(t.join().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn held_output_is_sent_when_the_pid_file_appears() {
+        let d = tempfile::tempdir().unwrap();
+        let pid = d.path().join("s.pid");
+        let latch = Arc::new(StartLatch::new(pid.clone()));
+        let (w, mut r) = pair();
+        let done = latch.watch(&w);
+        assert!(latch.send(&w, ServerMsg::Stdout(b"prompt$ ".to_vec())));
+        std::fs::write(&pid, "42").unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let got = read_frame::<_, ServerMsg>(&mut r).unwrap();
+        assert!(matches!(got, ServerMsg::Stdout(d) if d == b"prompt$ "));
+        done.store(true, Ordering::SeqCst);
     }
 }

@@ -32,6 +32,18 @@ pub const ROOT_NS_CHECK_FIXED_RELEASE: u32 = 20231001;
 /// list systrap (it was experimental for a while); they get ptrace.
 pub const SYSTRAP_MIN_RELEASE: u32 = 20230801;
 
+/// runsc's `--dcache`: the size of the Sentry's global dentry cache, "a
+/// coarse-grained control on the number of host FDs simultaneously open
+/// by the sentry" (runsc 20221219's own words). Without it, every mount
+/// keeps its own cache and gVisor holds a host file (and so a file the
+/// mount router keeps open) for every name it has cached, bounded only by
+/// the tree's size. 1000 names bounds that well below a new user's soft
+/// limit of 1024 and the router's bound of 4096 open files, and is far
+/// more than a working set of directories a build walks at once; a name
+/// evicted from the cache is looked up again on its next use. Passed only
+/// when this runsc knows the flag (`runsc flags`).
+pub const DCACHE_SIZE: u32 = 1000;
+
 /// Where the search for `runsc` looks when `PATH` is not set.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -161,8 +173,9 @@ impl RunscInfo {
     /// The top-level flags for every runsc invocation, for rootless use
     /// inside Lazaret's own user namespace: no `--rootless`, cgroups
     /// ignored (v1 has no delegation), the safe platform, no gVisor-side
-    /// overlay (writes must reach the host) and shared file access on bind
-    /// mounts (host<->sandbox coherence). Network flags are the caller's.
+    /// overlay (writes must reach the host), shared file access on bind
+    /// mounts (host<->sandbox coherence) and a bounded dentry cache
+    /// ([`DCACHE_SIZE`]). Network flags are the caller's.
     pub fn global_flags(&self) -> Vec<String> {
         let mut flags = vec![
             "--ignore-cgroups".to_string(),
@@ -173,6 +186,9 @@ impl RunscInfo {
         }
         if self.flags.contains("file-access-mounts") {
             flags.push("--file-access-mounts=shared".to_string());
+        }
+        if self.flags.contains("dcache") {
+            flags.push(format!("--dcache={DCACHE_SIZE}"));
         }
         flags
     }
@@ -430,6 +446,8 @@ mod tests {
     \tEXPERIMENTAL. Use an AF_XDP socket to receive packets.
   -TESTONLY-test-name-env string
     \tTEST ONLY; do not ever use! Used for automated tests to improve logging.
+  -dcache int
+    \tSet the global dentry cache size. This acts as a coarse-grained control on the number of host FDs simultaneously open by the sentry. If negative, per-mount caches are used. (default -1)
   -debug
     \tenable debug logging.
   -debug-log string
@@ -515,6 +533,7 @@ mod tests {
         for f in [
             "EXPERIMENTAL-afxdp",
             "TESTONLY-test-name-env",
+            "dcache",
             "debug",
             "debug-log",
             "file-access",
@@ -533,7 +552,7 @@ mod tests {
         ] {
             assert!(flags.contains(f), "{f} missing from {flags:?}");
         }
-        assert_eq!(flags.len(), 17, "{flags:?}");
+        assert_eq!(flags.len(), 18, "{flags:?}");
         let recent = parse_flags(FLAGS_RECENT);
         assert_eq!(
             recent.into_iter().collect::<Vec<_>>(),
@@ -572,7 +591,8 @@ mod tests {
                 "--ignore-cgroups",
                 "--platform=ptrace",
                 "--overlay2=none",
-                "--file-access-mounts=shared"
+                "--file-access-mounts=shared",
+                "--dcache=1000"
             ]
         );
         assert!(i.needs_statx_shim());
@@ -678,5 +698,19 @@ mod tests {
             .global_flags()
             .iter()
             .any(|f| f.contains("kvm") || f == "--rootless"));
+    }
+
+    #[test]
+    fn dcache_is_bounded_only_where_runsc_offers_the_flag() {
+        let with = info("runsc version 0.0~20221219.0\n", FLAGS_20221219, None);
+        assert!(with.flags.contains("dcache"));
+        assert!(with
+            .global_flags()
+            .contains(&format!("--dcache={DCACHE_SIZE}")));
+        let without = info("runsc version release-20240513.0\n", FLAGS_RECENT, None);
+        assert!(!without.global_flags().iter().any(|f| f.contains("dcache")));
+        // A future layout of the same flag (double dash) is recognised too.
+        let dashed = info("", "  --dcache int\n    \tcache size\n", None);
+        assert!(dashed.global_flags().iter().any(|f| f == "--dcache=1000"));
     }
 }

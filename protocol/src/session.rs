@@ -92,4 +92,9 @@ pub enum ServerMsg {
     PromptWithdrawn {
         request_id: String,
     },
+    /// The command could not be started (runsc failed before it ran): a
+    /// Lazaret failure, exit 125; the text says what to do next.
+    Failed {
+        reason: String,
+    },
 }

@@ -33,6 +33,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() {
+    // Inherited by the holder, runsc, slirp4netns and the mount router.
+    lazaret_helpers::limits::raise_nofile();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("--remove-tree") => std::process::exit(remove_tree(args.get(2).map(Path::new))),
@@ -466,7 +468,7 @@ fn holder_start(
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
-                "runsc run exited during start-up ({status}); see the coordinator log"
+                "runsc failed to start it ({status}); runsc's own messages are in the coordinator log, and `lazaret doctor` checks what runsc needs"
             ));
         }
         if runsc_status(plan).as_deref() == Some("running") {

@@ -290,6 +290,227 @@ fn sigkill_of_the_coordinator_is_recovered() {
     assert_domain_gone(&id);
 }
 
+/// A runsc that behaves as the installed one except for the `SUBCOMMAND`
+/// invocations, whose arguments `EDIT` (a shell snippet over "$@") changes
+/// first (`$REAL` is the installed runsc): a real runsc failure, provoked
+/// on demand.
+fn runsc_wrapper(ws: &lazaret_tests::Workspace, name: &str, edit: &str) -> std::path::PathBuf {
+    let real = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("runsc");
+    let wrapper = ws.base.join(name);
+    let script = format!("#!/bin/sh\nREAL={real}\n{edit}\nexec \"$REAL\" \"$@\"\n");
+    let out = ws.env.sh(&format!(
+        "cat > '{w}' <<'LAZARET_EOF'\n{script}LAZARET_EOF\nchmod 755 '{w}'",
+        w = wrapper.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wrapper
+}
+
+#[test]
+fn a_runsc_failure_at_start_is_a_lazaret_error() {
+    let env = require_env!();
+    let ws = env.workspace("runsc-fail");
+    // `runsc exec` is given a working directory that does not exist in
+    // the sandbox, as when /workspace breaks: runsc then fails before the
+    // command runs, with "failed to find initial working directory" and
+    // status 128.
+    let wrapper = runsc_wrapper(
+        &ws,
+        "runsc-bad-cwd",
+        r##"prev=
+for a in "$@"; do
+  if [ "$prev" = --process ]; then sed -i 's#"cwd":"/workspace"#"cwd":"/workspace/no-such-dir"#' "$a"; fi
+  prev=$a
+done"##,
+    );
+    ws.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", wrapper.display()));
+    let out = ws.run_sh("echo RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(!text(&out.stdout).contains("RAN"));
+    assert!(
+        err.starts_with("lazaret: error: ")
+            && err.contains("could not be started in the sandbox")
+            && err.contains("cannot reach /workspace")
+            && err.contains("then run again"),
+        "not a Lazaret error with its fix: {err}"
+    );
+    for raw in [
+        "executing processes for container",
+        "initial working directory",
+    ] {
+        assert!(
+            !err.contains(raw),
+            "runsc's raw message reached the user: {err}"
+        );
+    }
+    // `runsc run` itself failing (an argument it refuses): the sandbox
+    // never starts; a Lazaret error, runsc's text only in the log.
+    let broken = env.workspace("runsc-run-fail");
+    let wrapper = runsc_wrapper(
+        &broken,
+        "runsc-bad-run",
+        r#"for a in "$@"; do [ "$a" = run ] && exec "$REAL" --no-such-runsc-flag "$@"; done"#,
+    );
+    broken.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", wrapper.display()));
+    let out = broken.run_sh("echo RAN");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(
+        err.starts_with("lazaret: error: the sandbox could not start: runsc failed to start it")
+            && err.contains("lazaret doctor"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("no-such-runsc-flag"),
+        "runsc's raw text: {err}"
+    );
+    // A session whose command does start is unaffected by the latch.
+    let good = env.workspace("runsc-ok");
+    let out = good.run_sh("echo out; echo err >&2; exit 3");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(text(&out.stderr), "err\n");
+}
+
+/// runsc's `--dcache` as Lazaret passes it (`DCACHE_SIZE` in
+/// helpers/src/runsc.rs) to the runsc 20221219 these tests run.
+const DCACHE_SIZE: u32 = 1000;
+
+/// The soft and hard `Max open files` of a live process.
+fn nofile_of(pid: i32) -> Option<(String, String)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut f = line["Max open files".len()..].split_whitespace();
+    Some((f.next()?.to_string(), f.next()?.to_string()))
+}
+
+#[test]
+fn long_lived_processes_raise_their_soft_descriptor_limit_and_runsc_bounds_its_dcache() {
+    let env = require_env!();
+    let ws = env.workspace("nofile");
+    let id = ws.domain_id("default");
+    // A new user's limits: soft 1024, and a hard limit above it.
+    let mut cmd = ws.lazaret(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "for i in $(seq 1200); do [ -f /workspace/host-done ] && exit 0; sleep 0.05; done; exit 9",
+    ]);
+    // SAFETY: setrlimit is a raw system call, async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            rustix::process::setrlimit(
+                rustix::process::Resource::Nofile,
+                rustix::process::Rlimit {
+                    current: Some(1024),
+                    maximum: Some(8192),
+                },
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut session = cmd.spawn().unwrap();
+    let cli = session.id() as i32;
+    let wanted = [
+        "lazaret-coordinator",
+        "lazaret-supervisor",
+        "lazaret-exec-bridge",
+        "runsc",
+    ];
+    let found = eventually(Duration::from_secs(60), || {
+        let procs = lazaret_tests::processes_mentioning(&id);
+        wanted
+            .iter()
+            .all(|w| procs.iter().any(|(_, c)| c.contains(w)))
+    });
+    let procs = lazaret_tests::processes_mentioning(&id);
+    assert!(
+        found,
+        "not every process of the Domain appeared: {procs:#?}"
+    );
+    // gVisor's dentry cache (and so its host files) is bounded.
+    let runsc_run: Vec<_> = procs
+        .iter()
+        .filter(|(_, c)| c.contains("runsc") && c.contains(" run "))
+        .collect();
+    assert!(
+        !runsc_run.is_empty()
+            && runsc_run
+                .iter()
+                .all(|(_, c)| c.contains(&format!("--dcache={DCACHE_SIZE}"))),
+        "runsc run without --dcache: {runsc_run:#?}"
+    );
+    let mut checked = vec![("lazaret run".to_string(), cli)];
+    for (pid, cmdline) in &procs {
+        if cmdline.contains("lazaret-mount-router") {
+            continue; // its own engineer's: it raises its limit itself
+        }
+        checked.push((cmdline.clone(), *pid));
+    }
+    for (what, pid) in &checked {
+        let Some((soft, hard)) = nofile_of(*pid) else {
+            continue; // exited meanwhile
+        };
+        assert_eq!(
+            (soft.as_str(), hard.as_str()),
+            ("8192", "8192"),
+            "{what} (pid {pid}) keeps soft {soft} / hard {hard}"
+        );
+    }
+    assert!(ws.host_sh("touch host-done").status.success());
+    assert_eq!(session.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn doctor_warns_about_bare_repositories_and_shows_descriptor_limits() {
+    let env = require_env!();
+    let ws = env.workspace("doctor-git");
+    let global = ws.base.join("gitconfig");
+    let doctor = |body: &str| {
+        assert!(env
+            .sh(&format!("printf '{body}' > '{}'", global.display()))
+            .status
+            .success());
+        let out = ws
+            .lazaret(&["doctor"])
+            .env("GIT_CONFIG_GLOBAL", &global)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stdout))
+    };
+    let (code, s) = doctor("[user]\\n\\tname = x\\n");
+    assert_eq!(code, Some(0), "a warning must not fail doctor: {s}");
+    let line = s
+        .lines()
+        .find(|l| l.contains("safe.bareRepository"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("WARN") && line.contains("explicit") && line.contains("runs"),
+        "{s}"
+    );
+    let (_, s) = doctor("[safe]\\n\\tbareRepository = explicit\\n");
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("ok") && l.contains("safe.bareRepository")),
+        "{s}"
+    );
+    let nofile = s
+        .lines()
+        .find(|l| l.contains("RLIMIT_NOFILE"))
+        .unwrap_or_default();
+    assert!(
+        nofile.contains("soft ") && nofile.contains("hard ") && nofile.contains("4160"),
+        "{s}"
+    );
+}
+
 #[test]
 fn doctor_passes_on_a_prepared_machine() {
     let env = require_env!();

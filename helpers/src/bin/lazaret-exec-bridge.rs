@@ -17,6 +17,8 @@ use std::process::Command;
 const HOLDER_PIDFD: i32 = 3;
 
 fn main() {
+    // runsc exec inherits it.
+    lazaret_helpers::limits::raise_nofile();
     let mut args = std::env::args().skip(1);
     let mut tty = false;
     let mut argv = Vec::new();
