@@ -6,8 +6,8 @@
 //!
 //! Sizes: `LAZARET_SCALE=full` runs the sizes real repositories have
 //! (100,000 tracked files, 50,000 ignored ones, a million opens per
-//! session); the default, which `.ci/run` runs, is a tenth of the trees
-//! and 20,000 opens per session. Full run:
+//! session); the default, which `.ci/run` runs, is a twentieth of the
+//! trees and 10,000 opens per session. Full run:
 //! `sudo LAZARET_SCALE=full cargo test -p lazaret-tests --test scale -- --nocapture`.
 
 use lazaret_tests::{processes_mentioning, require_env, text, Workspace};
@@ -30,9 +30,9 @@ fn sizes() -> Sizes {
         }
     } else {
         Sizes {
-            tracked: 10_000,
-            ignored: 5_000,
-            opens: 20_000,
+            tracked: 5_000,
+            ignored: 2_500,
+            opens: 10_000,
         }
     }
 }
