@@ -31,15 +31,24 @@ fn forged_git_config_runs_nothing_at_restart() {
     let env = require_env!();
     let ws = env.workspace("git-exec");
     let marker = ws.base.join("MARKER-fsmonitor");
-    let out = ws.run_sh(&format!(
-        "set -e; cd /workspace/.git; mkdir -p c/objects c/refs; \
+    let plant = format!(
+        "set -e; cd .git; mkdir -p c/objects c/refs; \
          printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {m}; false\"\\n' > c/config; \
          echo c > commondir; echo PLANTED",
         m = marker.display()
-    ));
+    );
+    // Git Sentry's router refuses this from inside today; the planning
+    // must hold all the same against a `.git` that holds it (written by
+    // an earlier version, or by a host tool), so it is planted on the host.
+    let inside = ws.run_sh(&format!("cd /workspace && {plant}"));
+    assert!(
+        !text(&inside.stdout).contains("PLANTED"),
+        "the router let the sandbox plant it"
+    );
+    let out = ws.host_sh(&plant);
     assert!(
         text(&out.stdout).contains("PLANTED"),
-        "the forged config could not be written inside (the test would prove nothing): {}",
+        "the forged config could not be planted (the test would prove nothing): {}",
         text(&out.stderr)
     );
     assert_domain_gone(&ws.domain_id("default"));
@@ -81,8 +90,11 @@ fn git_paths_never_reach_outside_the_workspace() {
     ));
     assert!(setup.status.success(), "{}", text(&setup.stderr));
     let w = ws.path.display().to_string();
-    let out = ws.run_sh(&format!(
-        "set -e; cd /workspace; head=$(git rev-parse HEAD); \
+    // Planted on the host, as a `.git` written by an earlier version or a
+    // host tool would hold it: from inside, Git Sentry's router refuses
+    // the symlinks and new names in `.git` today.
+    let out = ws.host_sh(&format!(
+        "set -e; head=$(git rev-parse HEAD); \
          git update-index --add --cacheinfo 160000,$head,link/sub; \
          ln -s '{o}' link; \
          mkdir -p .git/worktrees/x; echo '{w}/../outside/.git' > .git/worktrees/x/gitdir; \
@@ -91,7 +103,7 @@ fn git_paths_never_reach_outside_the_workspace() {
     ));
     assert!(
         text(&out.stdout).contains("PLANTED"),
-        "planting failed inside (the test would prove nothing): {}",
+        "planting failed (the test would prove nothing): {}",
         text(&out.stderr)
     );
     assert_domain_gone(&ws.domain_id("default"));

@@ -369,7 +369,10 @@ fn the_sandbox_can_hide_more_but_never_reveal_ignored_host_content() {
     // A host-side edit of the rules is the host's word.
     let out = ws.host_sh("printf '/sub/token\\n' > .gitignore");
     assert!(out.status.success());
-    let out = ws.run_sh("cat /workspace/.env");
+    // (A name the sandbox looked up keeps its route for the cache time.)
+    let out = ws.run_sh(
+        "for i in $(seq 100); do cat /workspace/.env 2>/dev/null && exit 0; sleep 0.1; done; exit 1",
+    );
     assert_eq!(
         text(&out.stdout),
         "HOST_SECRET=1\n",
