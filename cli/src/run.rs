@@ -145,6 +145,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
+    let mut said_protected = false;
     for _ in 0..5 {
         let stream = match connect(&r.domain_root) {
             Ok(s) => s,
@@ -153,6 +154,10 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
                 continue;
             }
         };
+        if !said_protected {
+            say_protected(&r.domain_root);
+            said_protected = true;
+        }
         match session(stream, &r, argv.clone())? {
             Some(code) => return Ok(code),
             None => continue,
@@ -161,6 +166,36 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     Err(CliError::Start(
         "the Domain's coordinator kept closing the connection; see coordinator.log in the Domain Root".into(),
     ))
+}
+
+/// One line on stderr naming what Git Sentry keeps read-only beyond its
+/// defaults (hook managers' files, `core.hooksPath` in the workspace, the
+/// profile's `protected_paths`), as the Domain's router found them at
+/// start (`<Domain Root>/rules-baseline/protected`). The router reads
+/// sandbox-writable files, so the names are escaped.
+fn say_protected(domain_root: &Path) {
+    let Ok(bytes) = std::fs::read(domain_root.join("rules-baseline/protected")) else {
+        return;
+    };
+    let items: Vec<String> = bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .take(64)
+        .map(|l| match l.iter().position(|&b| b == b'\t') {
+            Some(i) => format!(
+                "{} ({})",
+                lazaret_protocol::display::escape(&l[..i]),
+                lazaret_protocol::display::escape(&l[i + 1..])
+            ),
+            None => lazaret_protocol::display::escape(l),
+        })
+        .collect();
+    if !items.is_empty() {
+        eprintln!(
+            "lazaret: Git Sentry also keeps read-only inside: {}",
+            items.join(", ")
+        );
+    }
 }
 
 /// Runs one Client Session. `None`: the coordinator went away before it

@@ -397,6 +397,22 @@ pub fn run(args: Args) -> Result<(), Error> {
             list.join(", ")
         );
     }
+    if let Some(dir) = &plan.baseline {
+        // For `lazaret run` to name them (one line each: path TAB why).
+        let mut text = Vec::new();
+        for (p, why) in &protected {
+            text.extend_from_slice(p);
+            text.push(b'\t');
+            text.extend_from_slice(why.as_bytes());
+            text.push(b'\n');
+        }
+        let tmp = dir.join("protected.tmp");
+        let done =
+            std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, dir.join("protected")));
+        if let Err(e) = done {
+            eprintln!("lazaret-mount-router: cannot record the protected paths: {e}");
+        }
+    }
     let baseline = match &plan.baseline {
         Some(dir) => {
             let err = |source: std::io::Error| Error::Open {

@@ -342,5 +342,20 @@ fn hook_managers_hooks_path_and_protected_paths_are_read_only() {
         log.contains(".husky (husky)") && log.contains("tools/ci.sh (protected_paths)"),
         "the router does not say what it protects: {log}"
     );
+    // `lazaret run` names them in one line.
+    let out = ws.run_sh("true");
+    let err = text(&out.stderr);
+    let line: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("lazaret: Git Sentry also keeps read-only inside: "))
+        .collect();
+    assert_eq!(line.len(), 1, "{err}");
+    for want in [
+        ".githooks (core.hooksPath)",
+        ".husky (husky)",
+        "tools/ci.sh (protected_paths)",
+    ] {
+        assert!(line[0].contains(want), "{want} missing: {}", line[0]);
+    }
     host_git_runs_nothing(&ws, &[]);
 }
