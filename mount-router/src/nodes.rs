@@ -97,6 +97,14 @@ impl Table {
         self.nodes.get(&id).map(|n| (n.store, n.paths[0].clone()))
     }
 
+    /// The (device, inode) of node `id`'s backing file, while it is known.
+    pub fn backing(&self, id: u64) -> Option<(u64, u64)> {
+        self.nodes
+            .get(&id)
+            .and_then(|n| n.backing)
+            .map(|b| (b.dev, b.ino))
+    }
+
     /// How many nodes the kernel holds.
     pub fn len(&self) -> usize {
         self.nodes.len()

@@ -330,6 +330,15 @@ impl Router {
         }
     }
 
+    /// `ESTALE` when the file `st`, found by node `id`'s path, is not the
+    /// node's backing file: the kernel then looks the name up afresh.
+    fn same_file(&self, id: u64, st: &Stat) -> Result<(), Errno> {
+        match lock(&self.table).backing(id) {
+            Some((dev, ino)) if (dev, ino) != (st.st_dev, st.st_ino) => Err(Errno::ESTALE),
+            _ => Ok(()),
+        }
+    }
+
     /// Git Sentry's verdict on `path` (see [`sentry`]).
     fn access(&self, path: &[u8]) -> Access {
         if self.protected.iter().any(|p| beneath_or_at(path, p)) {
@@ -546,7 +555,18 @@ impl Router {
 
     fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
         let ino = lock(&self.table).intern(s, path, st);
-        reply.entry(&self.ttl, &attr(ino, st), Generation(0));
+        reply.entry(&self.ttl_for(path), &attr(ino, st), Generation(0));
+    }
+
+    /// How long the kernel may cache the name or attributes of `path`:
+    /// not at all in Git directories, where host Git replaces files (the
+    /// index, refs) by rename and a stale entry would mix two files.
+    fn ttl_for(&self, path: &[u8]) -> Duration {
+        if path.split(|&b| b == b'/').any(|c| c == b".git") {
+            Duration::ZERO
+        } else {
+            self.ttl
+        }
     }
 
     /// Reserves a place for one more open file, or fails with `EMFILE`
@@ -1024,22 +1044,23 @@ impl Filesystem for Router {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = (|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
-            Ok((s, path, st))
-        })();
-        match r {
-            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+        let (ps, ppath) = match self.node(parent) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let path = join(&ppath, name.as_bytes());
+        let ttl = self.ttl_for(&path);
+        match self.resolve(ps, &path) {
+            Ok(Some((s, st))) => self.entry_reply(s, &path, &st, reply),
             // A negative entry: the kernel caches the absence for the TTL
             // like any other name (Git probes many absent `.gitignore`s).
-            Err(e) if e == Errno::ENOENT && !self.ttl.is_zero() => {
+            Ok(None) if !ttl.is_zero() => {
                 let mut a = attr(0, &zero_stat());
                 a.ino = INodeNo(0);
-                reply.entry(&self.ttl, &a, Generation(0));
+                reply.entry(&ttl, &a, Generation(0));
             }
-            Err(e) => reply.error(e),
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(fe(e)),
         }
     }
 
@@ -1049,16 +1070,18 @@ impl Filesystem for Router {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let r = (|| {
+            let (s, path) = self.node(ino)?;
             if let Some(fh) = fh {
                 if let Ok((f, _)) = self.file(fh) {
-                    return rustix::fs::fstat(f.as_fd()).map_err(fe);
+                    return Ok((rustix::fs::fstat(f.as_fd()).map_err(fe)?, path));
                 }
             }
-            let (s, path) = self.node(ino)?;
-            self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)
+            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            self.same_file(ino.0, &st)?;
+            Ok((st, path))
         })();
         match r {
-            Ok(st) => reply.attr(&self.ttl, &attr(ino.0, &st)),
+            Ok((st, path)) => reply.attr(&self.ttl_for(&path), &attr(ino.0, &st)),
             Err(e) => reply.error(e),
         }
     }
@@ -1090,7 +1113,13 @@ impl Filesystem for Router {
             mtime,
         };
         match self.do_setattr(ino, a, fh) {
-            Ok(a) => reply.attr(&self.ttl, &a),
+            Ok(a) => {
+                let ttl = self
+                    .node(ino)
+                    .map(|(_, p)| self.ttl_for(&p))
+                    .unwrap_or(Duration::ZERO);
+                reply.attr(&ttl, &a)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1356,6 +1385,9 @@ impl Filesystem for Router {
                 self.rules.before_sandbox_change(r);
             }
             let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
+            // The name may now be another file (replaced on the host by a
+            // rename): never serve it under this node.
+            self.same_file(ino.0, &rustix::fs::fstat(&fd).map_err(fe)?)?;
             if let (Some(r), true) = (&rules, of.contains(OFlags::TRUNC)) {
                 self.rules.after_sandbox_change(r);
             }
@@ -1587,7 +1619,7 @@ impl Filesystem for Router {
                         INodeNo(ino),
                         off,
                         OsStr::from_bytes(&e.name),
-                        &self.ttl,
+                        &self.ttl_for(&child),
                         &attr(ino, st),
                         Generation(0),
                     );
@@ -1686,11 +1718,11 @@ impl Filesystem for Router {
                 writer,
             });
             let ino = lock(&self.table).intern(s, &path, &st);
-            Ok((ino, st, fh))
+            Ok((ino, st, fh, self.ttl_for(&path)))
         });
         match r {
-            Ok((ino, st, fh)) => reply.created(
-                &self.ttl,
+            Ok((ino, st, fh, ttl)) => reply.created(
+                &ttl,
                 &attr(ino, &st),
                 Generation(0),
                 FileHandle(fh),
