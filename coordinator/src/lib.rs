@@ -8,13 +8,11 @@
 pub mod escalation;
 pub mod fdno;
 pub mod gate;
-pub mod git_sentry;
 pub mod lease;
 pub mod lifecycle;
 pub mod network;
 pub mod procs;
 pub mod session;
-pub mod workspace_fs;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

@@ -2,7 +2,7 @@
 
 use crate::escalation::Escalations;
 use crate::session::{self, SessionCtx};
-use crate::{exit, fdno, git_sentry, procs};
+use crate::{exit, fdno, procs};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::plan::{
@@ -406,15 +406,9 @@ fn start_sandbox(
 ) -> Result<(Child, i32), String> {
     let run = layout.run();
     mkdir_private(&run)?;
-    for note in git_sentry::prepare_host(&input.workspace).map_err(|e| e.to_string())? {
-        log(format!("git sentry: {note}"));
-    }
-    let sentry = git_sentry::plan(&input.workspace).map_err(|e| e.to_string())?;
-    for note in &sentry.refused {
-        log(format!("git sentry: {note}"));
-    }
-    let mut mounts = sentry.mounts;
-    mounts.extend(prepare_control(layout, gen, key)?);
+    // Nothing here reads the Git directory: the sandbox can write it, and
+    // the mount router enforces Git Sentry on every operation instead.
+    let mut mounts = prepare_control(layout, gen, key)?;
     let network = match policy {
         Some(p) => {
             let (net, mount) = crate::network::prepare(input, layout, p)?;
@@ -567,18 +561,18 @@ fn route_workspace(
     mkdir_private(&rules_baseline)?;
     let mountpoint = layout.run().join("workspace");
     mkdir_private(&mountpoint)?;
-    for m in &mut plan.mounts {
-        if m.purpose == MountPurpose::Workspace {
-            m.kind = MountKind::Bind {
+    // First, so volumes planned beneath /workspace land on top of it.
+    plan.mounts.insert(
+        0,
+        PlannedMount {
+            destination: "/workspace".into(),
+            kind: MountKind::Bind {
                 source: mountpoint.clone(),
                 read_only: false,
-            };
-        }
-    }
-    // The router enforces Git Sentry on every Git directory: binds from
-    // the host would bypass it (the Git directory itself) or stop what it
-    // allows (Git's private rewrite of a configuration file).
-    plan.mounts.retain(|m| m.purpose != MountPurpose::GitSentry);
+            },
+            purpose: MountPurpose::Workspace,
+        },
+    );
     Ok(lazaret_protocol::plan::RouterPlan {
         binary: input.libexec.join("lazaret-mount-router"),
         workspace: input.workspace.clone(),

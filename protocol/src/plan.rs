@@ -148,7 +148,6 @@ pub struct PlannedMount {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum MountPurpose {
     Workspace,
-    GitSentry,
     Volume,
     /// Lazaret's fixed control mount (`/.lazaret`) and its mailbox.
     Control,

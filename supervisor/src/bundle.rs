@@ -164,7 +164,7 @@ mod tests {
                 PlannedMount {
                     destination: "/workspace/.git/hooks".into(),
                     kind: MountKind::Tmpfs,
-                    purpose: MountPurpose::GitSentry,
+                    purpose: MountPurpose::Control,
                 },
             ],
             hostname: "lazaret".into(),

@@ -161,12 +161,9 @@ fn git_paths_never_reach_outside_the_workspace() {
             "{created} was created outside the workspace"
         );
     }
-    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log"))
-        .unwrap_or_default();
-    assert!(
-        log.contains("git sentry:"),
-        "the refusals are not logged: {log}"
-    );
+    // Nothing is logged as refused any more: Lazaret no longer reads the
+    // Git directory on the host at start (the router enforces Git Sentry
+    // on each operation), so the planted paths are never followed at all.
 }
 
 /// Hook managers: host Git's effective `core.hooksPath` (here the
