@@ -6,7 +6,6 @@
 //! hands them to a pure `eval_*` function, which the unit tests feed with
 //! fake facts. Doctor stays fast (well under 2 s): no runsc smoke test.
 
-use lazaret_helpers::gitconfig;
 use lazaret_helpers::runsc::{find_on_path, RunscInfo};
 use lazaret_helpers::userns;
 use nix::errno::Errno;
@@ -802,23 +801,15 @@ fn check_git_bare_repository(_: &Ctx, what: &str) -> Check {
     eval_git_bare_repository(what, true, read_safe_bare_repository())
 }
 
-/// The last `safe.bareRepository` value in the global and system files, in
-/// Git's order (system first, so the global one wins).
+/// `safe.bareRepository` as host Git sees it outside any repository: the
+/// system and global files in Git's order (the global one wins), includes
+/// followed.
 fn read_safe_bare_repository() -> Result<Option<String>, String> {
-    let mut value = None;
-    for f in gitconfig::global_files() {
-        let text = match std::fs::read(&f) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("cannot read {}: {e}", f.display())),
-        };
-        if let Some(v) =
-            gitconfig::last_value(&String::from_utf8_lossy(&text), "safe", "barerepository")
-        {
-            value = Some(v);
-        }
-    }
-    Ok(value)
+    let lookup = lazaret_gitconfig::Lookup {
+        env: &lazaret_gitconfig::process_env,
+    };
+    let config = lookup.load(None).map_err(|e| e.to_string())?;
+    Ok(config.string("safe.bareRepository").map(|v| v.to_string()))
 }
 
 pub const BARE_REPOSITORY_FIX: &str = "git config --global safe.bareRepository explicit";
@@ -1151,26 +1142,6 @@ mod tests {
         );
         assert!(eval_nofile("n", "dev", Some(10), Some(NOFILE_NEEDED)).ok);
         assert!(!eval_nofile("n", "dev", Some(10), Some(NOFILE_NEEDED)).warn);
-    }
-
-    #[test]
-    fn safe_bare_repository_is_read_like_git() {
-        let v = |t: &str| gitconfig::last_value(t, "safe", "barerepository");
-        assert_eq!(
-            v("[safe]\n\tbareRepository = explicit\n"),
-            Some("explicit".into())
-        );
-        assert_eq!(
-            v("[Safe]\nBAREREPOSITORY=all ; comment\n"),
-            Some("all".into())
-        );
-        assert_eq!(
-            v("[safe]\nbareRepository = all\n[core]\nbareRepository = x\n[safe] bareRepository = \"explicit\"\n"),
-            Some("explicit".into())
-        );
-        assert_eq!(v("[core]\nbareRepository = explicit\n"), None);
-        assert_eq!(v("[safe]\n# bareRepository = explicit\n"), None);
-        assert_eq!(v("[safe \"x\"]\nbareRepository = explicit\n"), None);
     }
 
     #[test]

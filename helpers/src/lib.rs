@@ -2,7 +2,6 @@
 //! each module small enough to audit on its own.
 
 pub mod fds;
-pub mod gitconfig;
 pub mod hostpath;
 pub mod limits;
 pub mod memfd;

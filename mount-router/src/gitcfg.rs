@@ -130,7 +130,7 @@ fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)
 /// Errors while reading Git's configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum GitCfgError {
-    #[error("cannot read the git configuration: {0}; fix or remove the named file, or pass --excludes-file")]
+    #[error("{0}; fix or remove the named file, or pass --excludes-file")]
     Config(String),
     #[error("{path} is not a valid gitdir file: {reason}; repair the worktree link (`git worktree repair`)")]
     GitFile { path: PathBuf, reason: String },
@@ -195,48 +195,12 @@ pub fn discover(
         }
     }
 
-    let home = env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-    let xdg = env("XDG_CONFIG_HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| home.as_ref().map(|h| h.join(".config")));
-
-    let mut files: Vec<(PathBuf, gix_config::Source)> = Vec::new();
-    if env("GIT_CONFIG_NOSYSTEM").is_none() {
-        let sys = env("GIT_CONFIG_SYSTEM")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/etc/gitconfig"));
-        files.push((sys, gix_config::Source::System));
-    }
-    if let Some(g) = env("GIT_CONFIG_GLOBAL") {
-        files.push((PathBuf::from(g), gix_config::Source::User));
-    } else {
-        if let Some(x) = &xdg {
-            files.push((x.join("git/config"), gix_config::Source::Git));
-        }
-        if let Some(h) = &home {
-            files.push((h.join(".gitconfig"), gix_config::Source::User));
-        }
-    }
-    if let Some(common) = &common_dir {
-        files.push((common.join("config"), gix_config::Source::Local));
-    }
-    let metas = files
-        .into_iter()
-        .filter(|(p, _)| p.is_file())
-        .map(|(p, s)| gix_config::file::Metadata {
-            path: Some(p),
-            source: s,
-            level: 0,
-            trust: gix_sec::Trust::Full,
-        });
-    let options = gix_config::file::init::Options {
-        includes: gix_config::file::includes::Options::follow_without_conditional(home.as_deref()),
-        ..Default::default()
-    };
-    let config = gix_config::File::from_paths_metadata(metas, options)
-        .map_err(|e| GitCfgError::Config(e.to_string()))?
-        .unwrap_or_default();
+    let lookup = lazaret_gitconfig::Lookup { env };
+    let home = lookup.home();
+    let xdg = lookup.xdg_config_home();
+    let config = lookup
+        .load(common_dir.as_deref())
+        .map_err(|e| GitCfgError::Config(e.to_string()))?;
 
     setup.ignore_case = config
         .boolean("core.ignoreCase")
