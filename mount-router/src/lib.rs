@@ -107,6 +107,7 @@ pub mod nodes;
 pub mod router;
 pub mod rules;
 pub mod sentry;
+pub mod shield;
 pub mod sys;
 
 use clap::Parser;
@@ -204,6 +205,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Confine(#[from] confine::ConfineError),
+    #[error(transparent)]
+    Shield(#[from] shield::ShieldError),
     #[error("the FUSE session failed: {0}")]
     Session(std::io::Error),
 }
@@ -218,7 +221,7 @@ impl Error {
             | Error::ReadyFd(_)
             | Error::Protect(_)
             | Error::Git(_) => 2,
-            Error::Mount { .. } | Error::Confine(_) => 3,
+            Error::Mount { .. } | Error::Confine(_) | Error::Shield(_) => 3,
             Error::Session(_) => 4,
         }
     }
@@ -341,11 +344,31 @@ fn protected_paths(args: &Args, plan: &Plan) -> Result<Vec<(Vec<u8>, &'static st
 pub fn run(args: Args) -> Result<(), Error> {
     if args.print_confinement {
         let p = if args.workspace.is_some() {
-            Some(plan(&args)?.0)
+            Some(plan(&args)?)
         } else {
             None
         };
-        print!("{}", confine::describe(p.as_ref()));
+        print!("{}", confine::describe(p.as_ref().map(|p| &p.0)));
+        println!(
+            "\n[read-only binds] (in the router's own mount namespace, made before confinement; at most {})",
+            shield::MAX_SHIELDS
+        );
+        match &p {
+            Some((plan, host, _)) => {
+                let protected: Vec<Vec<u8>> = protected_paths(&args, plan)?
+                    .into_iter()
+                    .map(|(p, _)| p)
+                    .collect();
+                for c in shield::candidates(host.as_fd(), &protected) {
+                    println!("  {}", lazaret_protocol::display::escape(&c));
+                }
+            }
+            None => println!(
+                "  what Git Sentry never lets the sandbox write that exists at start: each Git\n  \
+                 directory's configuration, commondir, gitdir, hooks, remotes, branches, info/\n  \
+                 files but exclude, alternates; a .git file; the protected paths"
+            ),
+        }
         return Ok(());
     }
     // The readiness descriptor, taken over first so that it is closed
@@ -371,6 +394,26 @@ pub fn run(args: Args) -> Result<(), Error> {
     let nofile = confine::raise_nofile();
 
     let (plan, host_fd, state_fd) = plan(&args)?;
+    let protected = protected_paths(&args, &plan)?;
+    // The FUSE mount goes into the holder's mount namespace, where the
+    // sandbox's bind finds it; then the router moves into its own, where
+    // what Git Sentry keeps is read-only to the kernel as well.
+    let fuse = sys::fuse_mount(&plan.mountpoint, "lazaret-router", args.allow_other).map_err(
+        |source| Error::Mount {
+            path: plan.mountpoint.clone(),
+            source,
+        },
+    )?;
+    let shields: Vec<Vec<u8>> = protected.iter().map(|(p, _)| p.clone()).collect();
+    let shielded = shield::apply(
+        &plan.workspace,
+        &shield::candidates(host_fd.as_fd(), &shields),
+    )?;
+    drop(host_fd);
+    for s in &shielded.skipped {
+        eprintln!("lazaret-mount-router: not bound read-only (the name policy still applies): {s}");
+    }
+    let host_fd = shielded.host;
     let rules_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
         what: "workspace",
         path: plan.workspace.clone(),
@@ -386,7 +429,6 @@ pub fn run(args: Args) -> Result<(), Error> {
         path: plan.state.clone(),
         source: e.into(),
     })?;
-    let protected = protected_paths(&args, &plan)?;
     if !protected.is_empty() {
         let list: Vec<String> = protected
             .iter()
@@ -461,12 +503,6 @@ pub fn run(args: Args) -> Result<(), Error> {
     } else {
         fuser::SessionACL::Owner
     };
-    let fuse = sys::fuse_mount(&plan.mountpoint, "lazaret-router", args.allow_other).map_err(
-        |source| Error::Mount {
-            path: plan.mountpoint.clone(),
-            source,
-        },
-    )?;
     let session =
         fuser::Session::from_fd(fs, fuse, acl, config).map_err(|source| Error::Mount {
             path: plan.mountpoint.clone(),

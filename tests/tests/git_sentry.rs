@@ -359,3 +359,92 @@ fn hook_managers_hooks_path_and_protected_paths_are_read_only() {
     }
     host_git_runs_nothing(&ws, &[]);
 }
+
+/// Defence in depth under the name policy: in the router's own mount
+/// namespace, what Git Sentry never lets the sandbox write is bound
+/// read-only, so a bug in the router's policy would meet `EROFS` from the
+/// kernel. Read from the running router's mount table: the configuration,
+/// hooks, `core.hooksPath` and `protected_paths` are read-only binds; what
+/// Git writes (index, refs, objects) is not. Host Git can still replace
+/// its configuration meanwhile (`git config` on the host is not `EBUSY`).
+#[test]
+fn the_router_cannot_write_what_git_sentry_keeps() {
+    let env = require_env!();
+    let ws = env.workspace("sentry-shield");
+    let setup = ws.host_sh(
+        "set -e; mkdir -p .githooks tools; printf '#!/bin/sh\\nexit 0\\n' > .githooks/pre-commit; \
+         printf 'echo ci\\n' > tools/ci.sh; git add -A && git commit -qm hooks; \
+         git config core.hooksPath .githooks",
+    );
+    assert!(setup.status.success(), "{}", text(&setup.stderr));
+    ws.write_config("[profiles.default]\nprotected_paths = [\"tools/ci.sh\"]\n");
+    let flag = ws.path.join("host-done");
+    let session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "git -C /workspace status --porcelain >/dev/null && echo GIT-OK; \
+             for i in $(seq 1200); do [ -f /workspace/host-done ] && exit 0; sleep 0.05; done; exit 9",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = ws.domain_id("default");
+    let mut binds: Vec<(String, String)> = Vec::new();
+    for _ in 0..600 {
+        if let Some((pid, _)) = lazaret_tests::processes_mentioning(&id)
+            .into_iter()
+            .find(|(_, c)| c.contains("lazaret-mount-router"))
+        {
+            let info =
+                std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+            binds = info
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    Some((f.get(4)?.to_string(), f.get(5)?.to_string()))
+                })
+                .filter(|(p, _)| p.starts_with(&ws.path.display().to_string()))
+                .collect();
+            if !binds.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let rel = |p: &str| format!("{}/{p}", ws.path.display());
+    for want in [".git/config", ".git/hooks", ".githooks", "tools/ci.sh"] {
+        assert!(
+            binds
+                .iter()
+                .any(|(p, o)| *p == rel(want) && o.split(',').any(|x| x == "ro")),
+            "{want} is not bound read-only in the router's namespace: {binds:?}"
+        );
+    }
+    for live in [".git/index", ".git/refs", ".git/objects", ".git", "tools"] {
+        assert!(
+            !binds.iter().any(|(p, _)| *p == rel(live)),
+            "{live} is bound (Git could not write it): {binds:?}"
+        );
+    }
+    // Host Git replaces its configuration by rename while the bind exists
+    // in the router's namespace.
+    let host = ws.host_sh("git config lazaret.test yes && git config lazaret.test");
+    assert_eq!(
+        text(&host.stdout).trim(),
+        "yes",
+        "host git config failed during a session: {}",
+        text(&host.stderr)
+    );
+    std::fs::write(&flag, "").unwrap();
+    let out = session.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && text(&out.stdout).contains("GIT-OK"),
+        "{} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
