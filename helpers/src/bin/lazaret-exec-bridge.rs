@@ -42,7 +42,13 @@ fn main() {
             | CloneFlags::CLONE_NEWNET
             | CloneFlags::CLONE_NEWPID,
     )
-    .unwrap_or_else(|e| fail(&format!("cannot join the Domain's namespaces: {e}")));
+    .unwrap_or_else(|e| match e {
+        // The holder exited between the coordinator's check and ours.
+        nix::errno::Errno::ESRCH => fail(
+            "the Domain's sandbox stopped while this session was starting: run the command again",
+        ),
+        e => fail(&format!("cannot join the Domain's namespaces: {e}")),
+    });
     drop(pidfd);
     if tty {
         // Make the PTY slave our controlling terminal, so that runsc exec
