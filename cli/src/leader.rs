@@ -108,6 +108,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         persistent_paths: r.profile.persistent_paths.clone(),
         isolate_ignored: r.profile.isolate_ignored,
         protected_paths: r.profile.protected_paths.clone(),
+        git_identity: git_identity(&r.profile.git_identity),
         auto_approve: r
             .profile
             .escalation
@@ -240,4 +241,27 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             .unwrap_or("the coordinator exited during start-up"),
         log_path.display()
     )))
+}
+
+/// Who Git inside commits as: the profile's `git_identity`, else the
+/// host's `user.name` / `user.email` from its system and global Git
+/// configuration (parsed, never by running Git). A host value that is not
+/// one bounded line is left out rather than passed on.
+fn git_identity(p: &lazaret_config::GitIdentity) -> (Option<String>, Option<String>) {
+    let host = if p.from_host {
+        lazaret_gitconfig::Lookup {
+            env: &lazaret_gitconfig::process_env,
+        }
+        .load(None)
+        .ok()
+    } else {
+        None
+    };
+    let pick = |given: &Option<String>, key: &str| {
+        given.clone().or_else(|| {
+            let v = host.as_ref()?.string(key)?.to_string();
+            lazaret_config::git_identity_value(&v).ok().map(|()| v)
+        })
+    };
+    (pick(&p.name, "user.name"), pick(&p.email, "user.email"))
 }

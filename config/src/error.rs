@@ -157,6 +157,8 @@ pub enum Invalid {
     EmptyProgram,
     #[error("image is empty")]
     EmptyImage,
+    #[error("a Git identity must be one line of at most 256 bytes")]
+    GitIdentity,
 }
 
 /// `FILE` or `FILE:LINE`, the usual compiler-style location.

@@ -21,6 +21,7 @@ mod placement;
 mod schema;
 mod spans;
 mod validate;
+pub use validate::git_identity_value;
 
 pub use env::{config_path, storage_root, EnvVars};
 pub use error::{ConfigError, Invalid};
@@ -28,8 +29,8 @@ pub use file::MAX_CONFIG_BYTES;
 pub use load::{load, Loaded, BUILTIN_FINGERPRINT_MARKER};
 pub use placement::check_not_mounted;
 pub use schema::{
-    AutoApprove, Config, Escalation, Network, NetworkDefault, NetworkMode, Profile, Runtime,
-    Storage, Volume, DEFAULT_IMAGE, DEFAULT_PERSISTENT_PATHS, DEFAULT_PROFILE,
+    AutoApprove, Config, Escalation, GitIdentity, Network, NetworkDefault, NetworkMode, Profile,
+    Runtime, Storage, Volume, DEFAULT_IMAGE, DEFAULT_PERSISTENT_PATHS, DEFAULT_PROFILE,
 };
 
 #[cfg(test)]

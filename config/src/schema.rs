@@ -68,6 +68,8 @@ pub struct Profile {
     pub volumes: Vec<Volume>,
     pub network: Network,
     pub escalation: Escalation,
+    /// Who Git inside commits as.
+    pub git_identity: GitIdentity,
 }
 
 impl Default for Profile {
@@ -84,6 +86,30 @@ impl Default for Profile {
             volumes: Vec::new(),
             network: Network::default(),
             escalation: Escalation::default(),
+            git_identity: GitIdentity::default(),
+        }
+    }
+}
+
+/// `[profiles.NAME.git_identity]`: the `user.name` and `user.email` Git
+/// inside uses unless the repository's or the sandbox's own configuration
+/// sets them. By default the host's (read from its Git configuration
+/// files, never by running Git); `name`/`email` replace them, and
+/// `from_host = false` leaves Git inside without one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GitIdentity {
+    pub from_host: bool,
+    pub name: Option<String>,
+    pub email: Option<String>,
+}
+
+impl Default for GitIdentity {
+    fn default() -> Self {
+        Self {
+            from_host: true,
+            name: None,
+            email: None,
         }
     }
 }

@@ -918,3 +918,29 @@ fn protected_paths_are_workspace_relative() {
         [".husky", "tools/hooks"]
     );
 }
+
+#[test]
+fn git_identity_is_one_bounded_line() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "c.toml",
+        "[profiles.p.git_identity]\nname = \"Agent\"\nemail = \"a\\nb\"\n",
+    );
+    let reason = assert_invalid(
+        &fx.load_err(&file),
+        &fx.canonical(&file),
+        3,
+        "profiles.p.git_identity.email",
+    );
+    assert_eq!(reason, Invalid::GitIdentity);
+    let file = fx.write(
+        "d.toml",
+        "[profiles.p.git_identity]\nfrom_host = false\nname = \"Agent\"\n",
+    );
+    let loaded = fx.load(&file).unwrap();
+    let id = &loaded.config.profiles["p"].git_identity;
+    assert!(!id.from_host);
+    assert_eq!(id.name.as_deref(), Some("Agent"));
+    assert_eq!(id.email, None);
+    assert!(loaded.config.profiles["default"].git_identity.from_host);
+}

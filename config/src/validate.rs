@@ -52,6 +52,15 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         workspace_path(rel).map_err(|e| (at.key("protected_paths").index(i), e))?;
     }
 
+    for (key, value) in [
+        ("name", &profile.git_identity.name),
+        ("email", &profile.git_identity.email),
+    ] {
+        if let Some(v) = value {
+            git_identity_value(v).map_err(|e| (at.key("git_identity").key(key), e))?;
+        }
+    }
+
     for (key, value) in &profile.env {
         let key_at = at.key("env").key(key);
         env_name(key).map_err(|e| (key_at.clone(), e))?;
@@ -191,6 +200,15 @@ fn env_name(name: &str) -> Result<(), Invalid> {
 }
 
 /// NUL would silently truncate the string once it reaches a C API.
+/// One line Git can store and show: no control characters, bounded.
+pub fn git_identity_value(value: &str) -> Result<(), Invalid> {
+    if value.len() > 256 || value.chars().any(char::is_control) {
+        Err(Invalid::GitIdentity)
+    } else {
+        Ok(())
+    }
+}
+
 fn no_nul(value: &str) -> Result<(), Invalid> {
     if value.contains('\0') {
         Err(Invalid::Nul)

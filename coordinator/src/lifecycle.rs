@@ -326,6 +326,7 @@ fn control_dir(layout: &Layout) -> std::path::PathBuf {
 }
 
 fn prepare_control(
+    input: &CoordinatorInput,
     layout: &Layout,
     gen: &Generation,
     key: &ed25519_compact::SecretKey,
@@ -349,6 +350,9 @@ fn prepare_control(
     };
     write("request-key", key.as_ref(), 0o600)?;
     write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
+    if let Some(text) = git_identity_config(&input.git_identity) {
+        write("gitconfig", text.as_bytes(), 0o644)?;
+    }
     // The static build embedded at compile time (see build.rs): it runs in
     // any image, with or without a C library.
     write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
@@ -408,7 +412,7 @@ fn start_sandbox(
     mkdir_private(&run)?;
     // Nothing here reads the Git directory: the sandbox can write it, and
     // the mount router enforces Git Sentry on every operation instead.
-    let mut mounts = prepare_control(layout, gen, key)?;
+    let mut mounts = prepare_control(input, layout, gen, key)?;
     let network = match policy {
         Some(p) => {
             let (net, mount) = crate::network::prepare(input, layout, p)?;
@@ -702,5 +706,45 @@ mod static_client_tests {
                 "lazaret-escalate has a PT_INTERP: it is dynamically linked"
             );
         }
+    }
+}
+
+/// Where Git inside finds the identity (`GIT_CONFIG_SYSTEM`, so the
+/// repository's and the sandbox's own configuration still win).
+pub const GIT_IDENTITY_CONFIG: &str = "/.lazaret/gitconfig";
+
+/// Git's system-level configuration for the sandbox: the identity, then
+/// the image's own `/etc/gitconfig` (included after, so it wins over ours
+/// as it would at the same level).
+pub fn git_identity_config(id: &(Option<String>, Option<String>)) -> Option<String> {
+    if id.0.is_none() && id.1.is_none() {
+        return None;
+    }
+    // Quoted, with Git's escapes; the values are one line (checked by the
+    // CLI), so this is all a value needs.
+    let quote = |v: &str| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""));
+    let mut text =
+        String::from("# Written by Lazaret: Git's identity inside this sandbox.\n[user]\n");
+    if let Some(n) = &id.0 {
+        text.push_str(&format!("\tname = {}\n", quote(n)));
+    }
+    if let Some(e) = &id.1 {
+        text.push_str(&format!("\temail = {}\n", quote(e)));
+    }
+    text.push_str("[include]\n\tpath = /etc/gitconfig\n");
+    Some(text)
+}
+
+#[cfg(test)]
+mod git_identity_tests {
+    use super::git_identity_config;
+
+    #[test]
+    fn values_are_quoted_and_the_image_config_still_wins() {
+        assert_eq!(git_identity_config(&(None, None)), None);
+        let t = git_identity_config(&(Some(r#"A "B" \C"#.into()), None)).unwrap();
+        assert!(t.contains("\tname = \"A \\\"B\\\" \\\\C\"\n"), "{t}");
+        assert!(!t.contains("email"));
+        assert!(t.ends_with("[include]\n\tpath = /etc/gitconfig\n"));
     }
 }

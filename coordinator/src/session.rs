@@ -89,6 +89,12 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
         ("LAZARET_PROFILE".into(), input.profile_name.clone()),
         ("LAZARET_DOMAIN".into(), input.domain_id.clone()),
     ];
+    if input.git_identity.0.is_some() || input.git_identity.1.is_some() {
+        env.push((
+            "GIT_CONFIG_SYSTEM".into(),
+            crate::lifecycle::GIT_IDENTITY_CONFIG.into(),
+        ));
+    }
     for (k, v) in &input.env {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));

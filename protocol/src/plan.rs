@@ -186,6 +186,9 @@ pub struct CoordinatorInput {
     pub isolate_ignored: bool,
     /// Workspace-relative paths the profile makes read-only inside.
     pub protected_paths: Vec<String>,
+    /// `user.name` and `user.email` for Git inside (the host's, or the
+    /// profile's `git_identity`), each already checked to be one line.
+    pub git_identity: (Option<String>, Option<String>),
     pub volumes: Vec<VolumeSpec>,
     /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
     pub auto_approve: Vec<(Vec<String>, bool)>,

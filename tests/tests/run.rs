@@ -535,3 +535,64 @@ fn doctor_passes_on_a_prepared_machine() {
         );
     }
 }
+
+/// Git inside commits as the host's identity (its `user.name` and
+/// `user.email`, read from the host's Git configuration), the repository's
+/// own setting still wins, and the profile's `git_identity` replaces the
+/// host's or turns it off.
+#[test]
+fn git_inside_commits_as_the_host_identity_unless_told_otherwise() {
+    let env = require_env!();
+    let ws = env.workspace("git-identity");
+    let global = ws.base.join("host-gitconfig");
+    let out = env.sh(&format!(
+        "printf '[user]\\n\\tname = Host Dev\\n\\temail = dev@host.example\\n' > '{}'",
+        global.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let commit = || {
+        let a = [
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && git -c user.useConfigOnly=true commit -q --allow-empty -m x \
+             && git log -1 --format=%an/%ae",
+        ];
+        let out = ws
+            .lazaret(&a)
+            .env("GIT_CONFIG_GLOBAL", &global)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            text(&out.stdout).trim().to_string(),
+            text(&out.stderr),
+        )
+    };
+    let (code, who, err) = commit();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(who, "Host Dev/dev@host.example");
+
+    ws.write_config("[profiles.default.git_identity]\nname = \"Agent\"\n");
+    let (code, who, err) = commit();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        who, "Agent/dev@host.example",
+        "the profile's name replaces the host's"
+    );
+
+    ws.write_config("[profiles.default.git_identity]\nfrom_host = false\n");
+    let (code, _, err) = commit();
+    assert_ne!(code, Some(0), "Git inside still had an identity: {err}");
+
+    // The repository's own configuration wins over the host's.
+    ws.write_config("");
+    assert!(ws
+        .host_sh("git config user.name Repo && git config user.email repo@example.org")
+        .status
+        .success());
+    let (code, who, err) = commit();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(who, "Repo/repo@example.org");
+}
