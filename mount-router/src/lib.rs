@@ -409,6 +409,18 @@ pub fn run(args: Args) -> Result<(), Error> {
         &plan.workspace,
         &shield::candidates(host_fd.as_fd(), &shields),
     )?;
+    // The same directory, reached again by its path in this namespace.
+    let same = |a: &OwnedFd, b: &OwnedFd| {
+        matches!((rustix::fs::fstat(a), rustix::fs::fstat(b)),
+            (Ok(x), Ok(y)) if (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino))
+    };
+    if !same(&host_fd, &shielded.host) {
+        return Err(Error::Open {
+            what: "workspace",
+            path: plan.workspace.clone(),
+            source: std::io::Error::other("it was replaced while the router started"),
+        });
+    }
     drop(host_fd);
     for s in &shielded.skipped {
         eprintln!("lazaret-mount-router: not bound read-only (the name policy still applies): {s}");
