@@ -41,7 +41,7 @@ use lazaret_protocol::escalation::{self as esc, bounds, Body, Kind, Outcome, Res
 use lazaret_protocol::frame::write_frame;
 use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
 use rustix::fs::{Mode, OFlags};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -104,7 +104,14 @@ pub struct Escalations {
     results_kept: Mutex<VecDeque<(String, u64)>>,
     /// One writer of `escalations.log` at a time (rotation included).
     log_lock: Mutex<()>,
+    /// Entries refused once that could not be removed (a non-empty
+    /// directory): skipped, so they are not refused (and logged) again at
+    /// every pass. At most [`MAX_STUCK`].
+    stuck: Mutex<HashSet<OsString>>,
 }
+
+/// Unremovable mailbox entries remembered (names are at most 255 bytes).
+pub const MAX_STUCK: usize = 1_024;
 
 /// Why a request was refused before anyone was asked.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -275,6 +282,7 @@ impl Escalations {
             pending: Mutex::new(Pending::default()),
             results_kept: Mutex::new(VecDeque::new()),
             log_lock: Mutex::new(()),
+            stuck: Mutex::new(HashSet::new()),
         }
     }
 
@@ -312,9 +320,10 @@ impl Escalations {
         let Ok(rd) = std::fs::read_dir(&self.requests) else {
             return Vec::new();
         };
+        let stuck = lock(&self.stuck);
         rd.flatten()
             .map(|e| e.file_name())
-            .filter(|n| !n.as_bytes().starts_with(b"."))
+            .filter(|n| !n.as_bytes().starts_with(b".") && !stuck.contains(n))
             .take(bounds::MAX_ENTRIES_PER_POLL)
             .collect()
     }
@@ -358,7 +367,14 @@ impl Escalations {
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
             Mode::empty(),
         );
-        let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+        if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_err()
+            && rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::REMOVEDIR).is_err()
+        {
+            let mut stuck = lock(&self.stuck);
+            if stuck.len() < MAX_STUCK {
+                stuck.insert(name.to_owned());
+            }
+        }
         let fd = match opened {
             Ok(fd) => fd,
             Err(rustix::io::Errno::LOOP) => return self.refuse(name, "a symbolic link"),
@@ -1117,6 +1133,31 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(d.path().join("target")).unwrap(),
             "x"
+        );
+    }
+
+    #[test]
+    fn directories_are_removed_or_refused_once() {
+        let (d, e, dir) = mailbox();
+        let r = d.path().join("mailbox/requests");
+        std::fs::create_dir(r.join("empty")).unwrap();
+        std::fs::create_dir_all(r.join("full/x")).unwrap();
+        for _ in 0..3 {
+            for n in e.entries() {
+                e.take(&dir, &n);
+            }
+        }
+        assert!(!r.join("empty").exists());
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert_eq!(
+            log.lines().filter(|l| l.contains("\"full\"")).count(),
+            1,
+            "{log}"
+        );
+        assert_eq!(
+            log.lines().filter(|l| l.contains("\"empty\"")).count(),
+            1,
+            "{log}"
         );
     }
 

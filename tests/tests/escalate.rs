@@ -545,12 +545,16 @@ fn a_flood_from_inside_stays_within_the_bounds_and_others_keep_working() {
             mkdir -p /workspace/r$i && seq 1 19000 | sed 's/^/y/' > /workspace/r$i/.gitignore
             ls /workspace/r$i/ > /dev/null
         done
-        # Thousands of signed requests, published at once.
+        # Thousands of signed requests, each published by rename, from
+        # four writers at once.
         R=/.lazaret/mailbox/requests
-        for i in $(seq 2000); do
-            lazaret-escalate --write-request-to $R/.f$i -- /bin/sleep 29.123 || echo write-failed
+        for j in 1 2 3 4; do
+            for i in $(seq $j 4 2000); do
+                lazaret-escalate --write-request-to $R/.f$i -- /bin/sleep 29.123 \
+                    && mv $R/.f$i $R/f$i || echo write-failed
+            done &
         done
-        for i in $(seq 2000); do mv $R/.f$i $R/f$i; done
+        wait
         # Hundreds of concurrent clients.
         for i in $(seq 300); do
             (lazaret-escalate -- /bin/sleep 29.123 > /dev/null 2>&1; echo $? >> /tmp/codes) &
