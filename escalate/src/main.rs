@@ -7,10 +7,10 @@
 //! its session's Session Anchor: it is untrusted, and the coordinator
 //! trusts nothing it says beyond what it signed.
 //!
-//! Exit codes: the host command's status; 77 denied by the developer (or
-//! no rule and nobody to ask); 75 refused without asking anyone (a bound
-//! of the Domain was reached, or the requesting Client Session has no
-//! terminal or has ended); 124 timed out; 130 cancelled (Ctrl-C); 125
+//! Exit codes: the host command's status; 77 denied (by the developer,
+//! or because no rule matches and the requesting Client Session has no
+//! terminal or has ended: nobody was asked); 75 refused at once because a
+//! bound of the Domain was reached (try again later); 124 timed out; 130 cancelled (Ctrl-C); 125
 //! failed (no mailbox, bad environment, the host could not run the
 //! command). Each non-command outcome prints one line on stderr.
 //!

@@ -248,9 +248,10 @@ pub enum Outcome {
     Failed {
         reason: String,
     },
-    /// Refused before anyone was asked: a bound of the Domain was reached,
-    /// or the request's Client Session has no terminal to ask at, or has
-    /// ended. Nothing ran.
+    /// Refused before anyone was asked because a bound of the Domain was
+    /// reached ([`bounds`]); it may succeed later. Nothing ran. (A request
+    /// nobody can be asked about, its session having no terminal or having
+    /// ended, is [`Outcome::Denied`].)
     Refused {
         reason: String,
     },
