@@ -4,18 +4,24 @@
 //! output, and this CLI routes keystrokes to the prompt instead of the
 //! sandbox, so nothing of the session mixes in.
 //!
+//! Which process asked is the request's claim, shown as such: every
+//! process inside is root and can read every session's Session Anchor, so
+//! neither the session nor the process is proven (see the README's
+//! security model); the prompt never says "this terminal" asked.
+//!
 //! The layout is fixed ([`render`]) and the request cannot imitate it
-//! (SR-7): every field the sandbox supplied (its directory, the
-//! justification, the argument vector) goes through
+//! (SR-7): every field the sandbox supplied (the process it claims asked,
+//! its directory, the justification, the argument vector) goes through
 //! [`lazaret_protocol::display`], so no control byte reaches the terminal
-//! and no field can span lines; the justification and the sandbox
-//! directory are bounded to one terminal row each, cut with a marker; the
+//! and no field can span lines; the claimed process, the justification
+//! and the sandbox directory are bounded to one terminal row each, cut with a marker; the
 //! host directory the command runs in is shown; the argument vector, every
 //! argument quoted, is the last line, immediately before the question. An
 //! edit is parsed with shell quoting rules (`shlex`), and what is approved
 //! is the exact vector shown last.
 
 use lazaret_protocol::display;
+use lazaret_protocol::escalation::Requester;
 use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -57,14 +63,23 @@ pub const SANE: &str = "\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h";
 /// at once.
 pub fn render(p: &EscalationPrompt) -> String {
     format!(
-        "{SANE}\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (this terminal)\n  justification: {}\n  sandbox cwd:   {}\n  runs on host:  in {}\n  command:       {}\n",
+        "{SANE}\n── lazaret: Host Escalation request ──\n  profile:       {}\n  session:       {} (as the request names it)\n  asked by:      {}\n  justification: {}\n  sandbox cwd:   {}\n  runs on host:  in {}\n  command:       {}\n",
         display::escape(&p.profile),
         display::escape(&p.session_id[..p.session_id.len().min(12)]),
+        claimed(&p.requester),
         display::bounded(&p.justification, FIELD_COLUMNS),
         display::bounded(&p.cwd, FIELD_COLUMNS),
         display::escape(&p.host_dir),
         show_argv(&p.argv),
     )
+}
+
+/// The process the request claims asked: `(claimed) pid N "arg" ...`, in
+/// one bounded row.
+pub fn claimed(r: &Requester) -> String {
+    let head = format!("(claimed) pid {} ", r.pid);
+    let room = FIELD_COLUMNS.saturating_sub(head.len());
+    format!("{head}{}", display::bounded_argv(&r.cmdline, room))
 }
 
 /// The edit line's starting text: the vector in shell quoting, unless an
@@ -233,12 +248,17 @@ mod tests {
             host_dir: "/home/dev/src/proj".into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
             justification: justification.into(),
+            requester: Requester {
+                pid: 42,
+                cmdline: argv.iter().rev().map(|s| s.to_string()).collect(),
+            },
         }
     }
 
-    const LABELS: [&str; 6] = [
+    const LABELS: [&str; 7] = [
         "  profile:       ",
         "  session:       ",
+        "  asked by:      (claimed) pid 42 ",
         "  justification: ",
         "  sandbox cwd:   ",
         "  runs on host:  in ",
@@ -249,19 +269,20 @@ mod tests {
     /// label in this order, the command last.
     fn assert_layout(text: &str, argv: &[String]) {
         let lines: Vec<&str> = text.split('\n').collect();
-        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines.len(), 10, "{text}");
         assert_eq!(lines[0], SANE, "the terminal's state is reset first");
         assert_eq!(lines[1], "── lazaret: Host Escalation request ──");
-        for (line, label) in lines[2..8].iter().zip(LABELS) {
+        for (line, label) in lines[2..9].iter().zip(LABELS) {
             assert!(line.starts_with(label), "{line:?} is not {label:?}");
             assert!(
                 !line.chars().any(|c| c.is_control()),
                 "a control character reached the terminal: {line:?}"
             );
         }
-        assert_eq!(lines[7], format!("  command:       {}", show_argv(argv)));
-        assert_eq!(lines[8], "", "nothing between the command and the question");
-        for l in &lines[2..6] {
+        assert_eq!(lines[8], format!("  command:       {}", show_argv(argv)));
+        assert_eq!(lines[9], "", "nothing between the command and the question");
+        assert!(!text.contains("this terminal"), "{text}");
+        for l in &lines[2..7] {
             assert!(l.chars().count() <= 17 + FIELD_COLUMNS, "{l}");
         }
     }
@@ -307,6 +328,24 @@ mod tests {
         );
         assert_eq!(edit_initial(&["echo".into(), "\x1b[2J".into()]), None);
         assert_eq!(edit_initial(&["echo".into(), "\u{9b}J".into()]), None);
+    }
+
+    #[test]
+    fn the_asking_process_is_shown_as_claimed_escaped_and_bounded() {
+        let r = Requester {
+            pid: 7,
+            cmdline: vec!["bash".into(), "-c".into(), "\x1b[2J".repeat(40)],
+        };
+        let c = claimed(&r);
+        assert!(
+            c.starts_with(r#"(claimed) pid 7 "bash" "-c" "\x1b[2J"#),
+            "{c}"
+        );
+        assert!(c.contains("…[cut "), "{c}");
+        assert!(c.chars().count() <= FIELD_COLUMNS, "{c}");
+        assert!(!c.chars().any(|ch| ch.is_control()), "{c}");
+        let empty = claimed(&Requester::default());
+        assert_eq!(empty, "(claimed) pid 0 ");
     }
 
     #[test]

@@ -667,20 +667,23 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
 
 /// `lazaret escalations [--json]`: the Domain's record of Host Escalation
 /// decisions (who or which rule decided, the requested and the run vector,
-/// the result), and of refused mailbox entries.
+/// the result), and of refused mailbox entries, oldest first across the
+/// record's rotations (`escalations.log.N` .. `.1`, then `escalations.log`).
 pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
     let domain = resolve(which)?;
-    let path = domain.layout.root.join("escalations.log");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => {
-            return Err(CliError::Session(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
+    let mut text = String::new();
+    for path in lazaret_protocol::escalation::log_files(&domain.layout.root) {
+        match std::fs::read(&path) {
+            Ok(t) => text.push_str(&String::from_utf8_lossy(&t)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(CliError::Session(format!(
+                    "cannot read {}: {e}",
+                    display::escape_os(&path)
+                )))
+            }
         }
-    };
+    }
     let records: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())

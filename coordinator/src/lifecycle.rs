@@ -230,7 +230,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         input.profile_name.clone(),
         input.workspace.clone(),
         &control_dir(&layout),
-        layout.root.join("escalations.log"),
+        layout.root.join(lazaret_protocol::escalation::LOG_FILE),
         input.auto_approve.clone(),
     ));
     let mailbox_stop = Arc::new(AtomicBool::new(false));

@@ -7,14 +7,19 @@
 //! its session's Session Anchor: it is untrusted, and the coordinator
 //! trusts nothing it says beyond what it signed.
 //!
-//! Exit codes: the host command's status; 77 denied; 124 timed out;
-//! 130 cancelled (Ctrl-C); 125 failed (no mailbox, bad environment, the
-//! host could not run the command). Each non-command outcome prints one
-//! line on stderr.
+//! Exit codes: the host command's status; 77 denied (by the developer,
+//! or because no rule matches and the requesting Client Session has no
+//! terminal or has ended: nobody was asked); 75 refused at once because a
+//! bound of the Domain was reached (try again later); 124 timed out; 130 cancelled (Ctrl-C); 125
+//! failed (no mailbox, bad environment, the host could not run the
+//! command). Each non-command outcome prints one line on stderr.
+//!
+//! The request names the process that asked (this program's parent, its
+//! PID and command line): a claim, shown as such in the prompt.
 
 use clap::Parser;
 use lazaret_protocol::escalation::{
-    self as esc, exit, paths, Body, Kind, Outcome, Request, ResultRecord,
+    self as esc, exit, paths, Body, Kind, Outcome, Request, Requester, ResultRecord,
 };
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -131,6 +136,17 @@ fn publish(name: &str, bytes: &[u8]) {
         });
 }
 
+/// The process that asked: this program's parent, as /proc shows it.
+fn requester() -> Requester {
+    let pid = std::os::unix::process::parent_id();
+    let mut raw = Vec::new();
+    let _ = std::fs::File::open(format!("/proc/{pid}/cmdline")).and_then(|f| {
+        f.take(Requester::MAX_BYTES as u64 * 2)
+            .read_to_end(&mut raw)
+    });
+    Requester::from_cmdline(pid, &raw)
+}
+
 fn main() {
     let args = Args::parse();
     let session = Session::load();
@@ -146,6 +162,7 @@ fn main() {
             justification: args.justification.clone(),
             cwd,
             timeout_secs: args.timeout,
+            requester: requester(),
         }),
     );
     if let Some(f) = &args.write_request_to {
@@ -229,6 +246,10 @@ fn report(outcome: Outcome) -> i32 {
         Outcome::Failed { reason } => {
             eprintln!("lazaret-escalate: failed: {reason}");
             exit::FAILED
+        }
+        Outcome::Refused { reason } => {
+            eprintln!("lazaret-escalate: refused: {reason}");
+            exit::REFUSED
         }
     }
 }

@@ -29,6 +29,16 @@
 //! the host (what host Git applies); a sandbox copy of it in Ignored
 //! Workspace State does not change the routing.
 //!
+//! Bounded memory: a rules file over [`MAX_RULES_FILE`] bytes or
+//! [`MAX_RULES_PER_FILE`] lines, or one that would take the rules kept in
+//! memory over [`MAX_RULES_TOTAL_BYTES`] or [`MAX_RULES_TOTAL`] lines, is
+//! not parsed: everything beneath its directory (for `info/exclude` and
+//! `core.excludesFile`, beneath the workspace root, `.git` aside) is then
+//! treated as ignored, the safe side (the sandbox sees less, never more),
+//! and the router says why once per file on stderr. At most
+//! [`MAX_CACHED_DIRS`] directories are remembered; beyond, those not used
+//! within [`REVALIDATE`] are forgotten (and read again when next needed).
+//!
 //! Leaves to others: deciding where a path goes (the router), and
 //! confinement (landlock keeps even a bug here within the workspace).
 
@@ -48,9 +58,104 @@ use std::time::{Duration, Instant};
 /// How long a rules file is trusted before it is stat'ed again.
 pub const REVALIDATE: Duration = Duration::from_millis(100);
 
-/// Rules files larger than this are refused (treated as absent, with a
-/// warning): a bound on what one file can make the router allocate.
-pub const MAX_RULES_FILE: u64 = 16 << 20;
+/// A rules file larger than this is not read: its directory is treated
+/// as ignored (see the module documentation).
+pub const MAX_RULES_FILE: u64 = 1 << 20;
+/// A rules file of more lines than this is not parsed (same outcome).
+pub const MAX_RULES_PER_FILE: usize = 20_000;
+/// Bytes of rules files held parsed, over all cached files.
+pub const MAX_RULES_TOTAL_BYTES: usize = 16 << 20;
+/// Lines of rules files held parsed, over all cached files.
+pub const MAX_RULES_TOTAL: usize = 200_000;
+/// Directories whose rules (or their absence) are remembered.
+pub const MAX_CACHED_DIRS: usize = 65_536;
+/// Rules files whose bound is reported by name; beyond, one line says
+/// that further ones are not.
+const MAX_REPORTED: usize = 256;
+
+/// Why a rules file was not applied, and its directory hidden instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OverBound {
+    #[error("{0} bytes, over the {MAX_RULES_FILE}-byte bound per rules file")]
+    FileBytes(u64),
+    #[error("{0} lines, over the {MAX_RULES_PER_FILE}-line bound per rules file")]
+    FileLines(usize),
+    #[error("the rules held would exceed {MAX_RULES_TOTAL_BYTES} bytes or {MAX_RULES_TOTAL} lines in total")]
+    Total,
+}
+
+/// Bytes and lines of parsed rules held by the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub bytes: usize,
+    pub lines: usize,
+}
+
+impl Cost {
+    pub fn of(bytes: &[u8]) -> Cost {
+        Cost {
+            bytes: bytes.len(),
+            lines: bytes.iter().filter(|b| **b == b'\n').count() + 1,
+        }
+    }
+}
+
+/// The rules held in memory, against the total bounds.
+#[derive(Debug, Default)]
+pub struct Budget {
+    held: Cost,
+    reported: std::collections::HashSet<String>,
+}
+
+impl Budget {
+    /// Whether a file of cost `c` may be parsed: its own bounds, then the
+    /// total with what is held already.
+    pub fn check(&self, c: Cost) -> Result<(), OverBound> {
+        if c.bytes as u64 > MAX_RULES_FILE {
+            return Err(OverBound::FileBytes(c.bytes as u64));
+        }
+        if c.lines > MAX_RULES_PER_FILE {
+            return Err(OverBound::FileLines(c.lines));
+        }
+        let bytes = self.held.bytes + c.bytes;
+        let lines = self.held.lines + c.lines;
+        if bytes > MAX_RULES_TOTAL_BYTES || lines > MAX_RULES_TOTAL {
+            return Err(OverBound::Total);
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, c: Cost) {
+        self.held.bytes += c.bytes;
+        self.held.lines += c.lines;
+    }
+
+    fn sub(&mut self, c: Cost) {
+        self.held.bytes = self.held.bytes.saturating_sub(c.bytes);
+        self.held.lines = self.held.lines.saturating_sub(c.lines);
+    }
+
+    /// Says once per rules file why its directory is hidden.
+    fn report(&mut self, src: &Source, why: &OverBound) {
+        let name = match src {
+            // Debug forms: quoted, control bytes escaped.
+            Source::Workspace(rel) => format!("{:?}", rel.as_bstr()),
+            Source::Absolute(p) => format!("{p:?}"),
+        };
+        if self.reported.len() > MAX_REPORTED || self.reported.contains(&name) {
+            return;
+        }
+        if self.reported.len() == MAX_REPORTED {
+            eprintln!(
+                "lazaret-mount-router: further rules files over their bounds are not reported"
+            );
+            self.reported.insert(String::new());
+            return;
+        }
+        eprintln!("lazaret-mount-router: {name}: {why}; its rules are not applied and everything beneath its directory is treated as ignored");
+        self.reported.insert(name);
+    }
+}
 
 const PARSE: Ignore = Ignore {
     support_precious: false,
@@ -80,6 +185,12 @@ struct Stamp {
 
 struct Cached {
     stamp: Option<Stamp>,
+    /// Why the file was not applied: its directory is hidden.
+    over: Option<OverBound>,
+    /// What its lists hold against the [`Budget`] (the host's list
+    /// counts only when it is another than the current one).
+    list_cost: Cost,
+    host_cost: Cost,
     list: Option<Arc<List<Ignore>>>,
     /// The rules as the host last wrote them (see [`crate::baseline`]);
     /// the same as `list` unless the sandbox changed the file.
@@ -93,6 +204,8 @@ struct Cached {
 struct Lists {
     now: Option<Arc<List<Ignore>>>,
     host: Option<Arc<List<Ignore>>>,
+    /// Over a bound: everything beneath the file's directory is ignored.
+    over: bool,
 }
 
 /// The effective ignore rules of one workspace.
@@ -109,6 +222,10 @@ struct Cache {
     epoch: u64,
     files: HashMap<Vec<u8>, Option<Cached>>,
     globals: Vec<Option<Cached>>,
+    budget: Budget,
+    /// When unused directories were last forgotten (at most once per
+    /// [`REVALIDATE`]: it walks the whole cache).
+    forgot: Option<Instant>,
 }
 
 impl Rules {
@@ -136,6 +253,8 @@ impl Rules {
                 epoch: 0,
                 files: HashMap::new(),
                 globals: (0..n).map(|_| None).collect(),
+                budget: Budget::default(),
+                forgot: None,
             }),
             baseline,
         }
@@ -148,8 +267,10 @@ impl Rules {
         self.baseline.before_change(rel, || {
             let fd = open_rules(host, &Source::Workspace(rel.to_vec())).ok()??;
             let mut buf = Vec::new();
+            // One byte more than the bound, so a host file over it stays
+            // over it (and its directory hidden) once the sandbox edits it.
             std::fs::File::from(fd)
-                .take(MAX_RULES_FILE)
+                .take(MAX_RULES_FILE + 1)
                 .read_to_end(&mut buf)
                 .ok()?;
             Some(buf)
@@ -191,18 +312,31 @@ impl Rules {
         if path.is_empty() {
             return (false, false);
         }
-        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let c = &mut *guard;
         let epoch = c.epoch;
         let now = Instant::now();
         let bl = &self.baseline;
+        forget_unused(c, now);
         let mut globals = Both::default();
         for (i, src) in self.globals.iter().enumerate() {
             let slot = &mut c.globals[i];
-            globals.push(refresh(self.host.as_fd(), src, slot, epoch, now, bl));
+            globals.push(refresh(
+                self.host.as_fd(),
+                src,
+                slot,
+                &mut c.budget,
+                epoch,
+                now,
+                bl,
+            ));
         }
         // Per-directory lists, root first; consulted deepest first.
         let mut stack = Both::default();
-        stack.push(dir_list(self.host.as_fd(), &mut c, b"", epoch, now, bl));
+        stack.push(dir_list(self.host.as_fd(), c, b"", epoch, now, bl));
+        // Over a bound, everything beneath is hidden (the root's `.git`
+        // aside: it stays the host's, under Git Sentry).
+        let mut hide = globals.over || stack.over;
         let mut start = 0;
         loop {
             let next = path[start..]
@@ -213,6 +347,9 @@ impl Rules {
                 Some(p) => &path[..p],
                 None => path,
             };
+            if hide && !(start == 0 && prefix == b".git") {
+                return (true, true);
+            }
             if &prefix[start..] == b".git" {
                 return (false, false);
             }
@@ -225,7 +362,9 @@ impl Rules {
             if stack.matches(&globals, prefix, true, self.case) {
                 return (true, true);
             }
-            stack.push(dir_list(self.host.as_fd(), &mut c, prefix, epoch, now, bl));
+            let l = dir_list(self.host.as_fd(), c, prefix, epoch, now, bl);
+            hide = l.over;
+            stack.push(l);
             start = prefix.len() + 1;
         }
     }
@@ -238,6 +377,8 @@ struct Both {
     host: Vec<Arc<List<Ignore>>>,
     /// Whether any file's host rules differ from its current ones.
     differ: bool,
+    /// Whether the last file pushed is over a bound (for globals: any).
+    over: bool,
 }
 
 impl Both {
@@ -248,6 +389,7 @@ impl Both {
             _ => false,
         };
         self.differ |= !same;
+        self.over |= l.over;
         self.now.extend(l.now);
         self.host.extend(l.host);
     }
@@ -301,14 +443,49 @@ fn dir_list(
         c.files.insert(dir.to_vec(), None);
     }
     let slot = c.files.get_mut(dir).expect("inserted above");
-    refresh(host, &Source::Workspace(rel), slot, epoch, now, bl)
+    refresh(
+        host,
+        &Source::Workspace(rel),
+        slot,
+        &mut c.budget,
+        epoch,
+        now,
+        bl,
+    )
+}
+
+/// Beyond [`MAX_CACHED_DIRS`] directories, or near the total bounds,
+/// forgets the directories not used within [`REVALIDATE`] (and what their
+/// rules held); they are read again when next needed.
+fn forget_unused(c: &mut Cache, now: Instant) {
+    let held = c.budget.held;
+    let near = held.bytes > MAX_RULES_TOTAL_BYTES / 2 || held.lines > MAX_RULES_TOTAL / 2;
+    if c.files.len() <= MAX_CACHED_DIRS && !near {
+        return;
+    }
+    if c.forgot.is_some_and(|t| now.duration_since(t) < REVALIDATE) {
+        return;
+    }
+    c.forgot = Some(now);
+    let budget = &mut c.budget;
+    c.files.retain(|_, slot| match slot {
+        Some(k) if now.duration_since(k.checked) < REVALIDATE => true,
+        Some(k) => {
+            budget.sub(k.list_cost);
+            budget.sub(k.host_cost);
+            false
+        }
+        None => false,
+    });
 }
 
 /// Re-validates one cached rules file, reloading it when it changed.
+#[allow(clippy::too_many_arguments)]
 fn refresh(
     host: BorrowedFd<'_>,
     src: &Source,
     slot: &mut Option<Cached>,
+    budget: &mut Budget,
     epoch: u64,
     now: Instant,
     bl: &crate::baseline::Baseline,
@@ -316,6 +493,7 @@ fn refresh(
     let lists = |c: &Cached| Lists {
         now: c.list.clone(),
         host: c.host_list.clone(),
+        over: c.over.is_some(),
     };
     if let Some(c) = slot {
         if c.epoch == epoch && now.duration_since(c.checked) < REVALIDATE {
@@ -344,34 +522,71 @@ fn refresh(
             return lists(c);
         }
     }
+    // What this slot held is released first: the file's new version is
+    // judged against the rest.
+    let prev_host = slot.take().and_then(|c| {
+        budget.sub(c.list_cost);
+        budget.sub(c.host_cost);
+        let reusable = c.over.is_none() && (c.host_list.is_some() || c.list.is_none());
+        reusable.then_some((c.host_list, c.host_cost))
+    });
+    let mut over = None;
+    let mut list_cost = Cost::default();
     let list = match (fd, stamp) {
-        (Some(fd), Some(st)) if st.size <= MAX_RULES_FILE => {
+        (Some(_), Some(st)) if st.size > MAX_RULES_FILE => {
+            over = Some(OverBound::FileBytes(st.size));
+            None
+        }
+        (Some(fd), Some(st)) => {
             let mut buf = Vec::with_capacity(st.size as usize);
-            let mut f = std::fs::File::from(fd);
-            match f.read_to_end(&mut buf) {
-                Ok(_) => Some(Arc::new(parse_list(&buf, src))),
+            // Bounded even if the file grew since the stat.
+            match std::fs::File::from(fd)
+                .take(MAX_RULES_FILE + 1)
+                .read_to_end(&mut buf)
+            {
+                Ok(_) => match budget.check(Cost::of(&buf)) {
+                    Ok(()) => {
+                        list_cost = Cost::of(&buf);
+                        Some(Arc::new(parse_list(&buf, src)))
+                    }
+                    Err(why) => {
+                        over = Some(why);
+                        None
+                    }
+                },
                 Err(e) => {
                     eprintln!("lazaret-mount-router: warning: cannot read {src:?}: {e}; its rules are not applied");
                     None
                 }
             }
         }
-        (Some(_), Some(st)) => {
-            eprintln!(
-                "lazaret-mount-router: warning: {src:?} is {} bytes, over the {MAX_RULES_FILE}-byte limit; its rules are not applied",
-                st.size
-            );
-            None
-        }
         _ => None,
     };
+    budget.add(list_cost);
     // Who wrote this version: the sandbox (its stamp is the one the
     // router recorded after the sandbox's last change), or the host.
+    let mut host_cost = Cost::default();
     let host_list = match src {
         Source::Workspace(rel) => match bl.get(rel) {
-            Some(rec) if rec.sandbox == stamp.map(Stamp::key) => match slot {
-                Some(c) if c.host_list.is_some() || c.list.is_none() => c.host_list.clone(),
-                _ => rec.host.map(|b| Arc::new(parse_list(&b, src))),
+            Some(rec) if rec.sandbox == stamp.map(Stamp::key) => match prev_host {
+                Some((h, c)) => {
+                    host_cost = c;
+                    h
+                }
+                None => rec.host.and_then(|b| {
+                    // The host's version counts against the bounds too.
+                    let c = Cost::of(&b);
+                    match budget.check(c) {
+                        Ok(()) => {
+                            host_cost = c;
+                            Some(Arc::new(parse_list(&b, src)))
+                        }
+                        Err(why) => {
+                            over = Some(why);
+                            None
+                        }
+                    }
+                }),
             },
             Some(_) => {
                 bl.host_changed(rel);
@@ -381,12 +596,28 @@ fn refresh(
         },
         Source::Absolute(_) => list.clone(),
     };
+    budget.add(host_cost);
+    let (list, host_list) = match &over {
+        Some(why) => {
+            budget.report(src, why);
+            budget.sub(list_cost);
+            budget.sub(host_cost);
+            list_cost = Cost::default();
+            host_cost = Cost::default();
+            (None, None)
+        }
+        None => (list, host_list),
+    };
     let l = Lists {
         now: list.clone(),
         host: host_list.clone(),
+        over: over.is_some(),
     };
     *slot = Some(Cached {
         stamp,
+        over,
+        list_cost,
+        host_cost,
         list,
         host_list,
         checked: now,
@@ -463,4 +694,129 @@ fn stamp(fd: BorrowedFd<'_>) -> Option<Stamp> {
         mtime: (st.st_mtime, st.st_mtime_nsec as i64),
         ctime: (st.st_ctime, st.st_ctime_nsec as i64),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules_in(ws: &Path) -> Rules {
+        let fd = rustix::fs::open(ws, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        Rules::new(
+            fd,
+            None,
+            None,
+            false,
+            crate::baseline::Baseline::in_memory(),
+        )
+    }
+
+    fn held(r: &Rules) -> Cost {
+        r.cache.lock().unwrap().budget.held
+    }
+
+    #[test]
+    fn a_rules_file_over_its_bounds_hides_its_directory() {
+        let d = tempfile::tempdir().unwrap();
+        for dir in ["bytes", "lines", "fine"] {
+            std::fs::create_dir(d.path().join(dir)).unwrap();
+        }
+        // Rules that would ignore nothing here, but too large to read.
+        let mut big = b"nomatch\n".repeat((MAX_RULES_FILE as usize) / 8);
+        big.extend_from_slice(b"nomatch\n");
+        std::fs::write(d.path().join("bytes/.gitignore"), &big).unwrap();
+        std::fs::write(
+            d.path().join("lines/.gitignore"),
+            "\n".repeat(MAX_RULES_PER_FILE),
+        )
+        .unwrap();
+        std::fs::write(d.path().join("fine/.gitignore"), "*.o\n").unwrap();
+        let r = rules_in(d.path());
+        for p in [
+            "bytes/src.rs",
+            "bytes/sub/x",
+            "bytes/.gitignore",
+            "lines/a",
+            "lines/.git/config",
+        ] {
+            assert_eq!(r.is_ignored_both(p.as_bytes()), (true, true), "{p}");
+        }
+        // The directory itself, and its neighbours, keep their rules.
+        assert!(!r.is_ignored(b"bytes", true));
+        assert!(!r.is_ignored(b"fine/a.rs", false));
+        assert!(r.is_ignored(b"fine/a.o", false));
+        assert!(held(&r).bytes < 64, "{:?}", held(&r));
+        // Back under the bound, the rules apply again.
+        std::fs::write(d.path().join("bytes/.gitignore"), "*.tmp\n").unwrap();
+        r.invalidate();
+        assert!(!r.is_ignored(b"bytes/src.rs", false));
+        assert!(r.is_ignored(b"bytes/a.tmp", false));
+    }
+
+    #[test]
+    fn a_root_rules_file_over_its_bound_hides_all_but_the_git_directory() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(".gitignore"),
+            "\n".repeat(MAX_RULES_PER_FILE + 5),
+        )
+        .unwrap();
+        let r = rules_in(d.path());
+        assert!(r.is_ignored(b"README", false));
+        assert!(r.is_ignored(b"src", true));
+        assert!(!r.is_ignored(b".git", true));
+        assert!(!r.is_ignored(b".git/config", false));
+    }
+
+    #[test]
+    fn rules_held_stay_within_the_total_bounds() {
+        let d = tempfile::tempdir().unwrap();
+        // Each file just under the per-file bound, ignoring everything.
+        let mut body = b"*\n".to_vec();
+        body.extend_from_slice(&b"#\n".repeat(MAX_RULES_PER_FILE - 2));
+        let n = MAX_RULES_TOTAL / MAX_RULES_PER_FILE + 5;
+        for i in 0..n {
+            let dir = d.path().join(format!("d{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join(".gitignore"), &body).unwrap();
+        }
+        let r = rules_in(d.path());
+        for i in 0..n {
+            // Ignored by its rules, or hidden over the total: never shown.
+            assert!(r.is_ignored(format!("d{i}/x").as_bytes(), false), "d{i}");
+            let h = held(&r);
+            assert!(
+                h.lines <= MAX_RULES_TOTAL && h.bytes <= MAX_RULES_TOTAL_BYTES,
+                "{h:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_budget_checks_each_file_then_the_total() {
+        let mut b = Budget::default();
+        let file = |lines: usize| Cost {
+            bytes: lines * 2,
+            lines,
+        };
+        assert_eq!(
+            b.check(Cost {
+                bytes: MAX_RULES_FILE as usize + 1,
+                lines: 1
+            }),
+            Err(OverBound::FileBytes(MAX_RULES_FILE + 1))
+        );
+        assert_eq!(
+            b.check(file(MAX_RULES_PER_FILE + 1)),
+            Err(OverBound::FileLines(MAX_RULES_PER_FILE + 1))
+        );
+        for _ in 0..MAX_RULES_TOTAL / MAX_RULES_PER_FILE {
+            b.check(file(MAX_RULES_PER_FILE)).unwrap();
+            b.add(file(MAX_RULES_PER_FILE));
+        }
+        assert_eq!(b.check(file(1)), Err(OverBound::Total));
+        b.sub(file(MAX_RULES_PER_FILE));
+        b.check(file(MAX_RULES_PER_FILE)).unwrap();
+        assert_eq!(Cost::of(b"a\nb\n"), Cost { bytes: 4, lines: 3 });
+    }
 }

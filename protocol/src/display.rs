@@ -142,6 +142,48 @@ pub fn bounded(bytes: impl AsRef<[u8]>, max_columns: usize) -> String {
     out
 }
 
+/// [`argv`] in at most `max_columns` terminal columns: when longer, it is
+/// cut between two escaped characters (never inside an escape) and ends
+/// with `…[cut N bytes]`, N counting the argument bytes not shown.
+pub fn bounded_argv(args: &[String], max_columns: usize) -> String {
+    let full = argv(args);
+    if columns(&full) <= max_columns {
+        return full;
+    }
+    let total: usize = args.iter().map(String::len).sum();
+    let marker_width = columns(&format!("…[cut {total} bytes]"));
+    let budget = max_columns.saturating_sub(marker_width);
+    let mut out = String::new();
+    let (mut used, mut kept) = (0, 0);
+    let mut fits = |p: &str, bytes: usize, out: &mut String| {
+        if used + columns(p) > budget {
+            return false;
+        }
+        used += columns(p);
+        kept += bytes;
+        out.push_str(p);
+        true
+    };
+    'args: for (i, a) in args.iter().enumerate() {
+        let open = if i == 0 { "\"" } else { " \"" };
+        if !fits(open, 0, &mut out) {
+            break;
+        }
+        let mut full = true;
+        pieces(a.as_bytes(), |p| {
+            let shown = if p == "\"" { "\\\"" } else { p };
+            let n = unescape(p).map_or(0, |b| b.len());
+            full = fits(shown, n, &mut out);
+            full
+        });
+        if !full || !fits("\"", 0, &mut out) {
+            break 'args;
+        }
+    }
+    let _ = write!(out, "…[cut {} bytes]", total - kept);
+    out
+}
+
 /// Whether `s` would be printed unchanged by [`escape`], backslashes
 /// aside: it holds no control, C1 or hidden character.
 pub fn is_plain(s: &str) -> bool {
@@ -344,6 +386,27 @@ mod tests {
         let kept = b.split('…').next().unwrap();
         assert!(unescape(kept).is_some(), "{b}");
         assert!(columns(&bounded("日".repeat(100), 40)) <= 40);
+    }
+
+    #[test]
+    fn bounded_argv_cuts_between_escapes_with_a_marker() {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(bounded_argv(&v(&["a", "b c"]), 40), r#""a" "b c""#);
+        let long = v(&["bash", "-c", &"\x1b[2J\"".repeat(30), "tail"]);
+        let b = bounded_argv(&long, 60);
+        assert!(columns(&b) <= 60, "{b}");
+        assert!(terminal_safe(&b), "{b}");
+        assert!(b.starts_with(r#""bash" "-c" "\x1b[2J\""#), "{b}");
+        let total: usize = long.iter().map(String::len).sum();
+        let (kept, cut) = b.split_once('…').unwrap();
+        // Never half an escape: the shown text is whole escaped pieces.
+        assert!(!kept.ends_with("\\x1") && !kept.ends_with("\\"), "{b}");
+        let n: usize = cut
+            .trim_start_matches("[cut ")
+            .trim_end_matches(" bytes]")
+            .parse()
+            .unwrap();
+        assert!(n > 0 && n < total, "{b}");
     }
 
     #[test]

@@ -15,7 +15,8 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-pub const VERSION: u32 = 1;
+/// 2: requests carry the [`Requester`] they claim.
+pub const VERSION: u32 = 2;
 /// The largest request file the coordinator reads.
 pub const MAX_REQUEST: usize = 64 * 1024;
 /// The largest result file the client reads.
@@ -24,6 +25,48 @@ pub const MAX_RESULT: usize = 8 << 20;
 pub const MAX_OUTPUT: usize = 2 << 20;
 /// A request older (or newer) than this is refused.
 pub const MAX_AGE_MS: u64 = 5 * 60 * 1000;
+
+/// Bounds the coordinator keeps per Domain, whatever the sandbox sends
+/// (see the README's security model). Over one, a request is refused with
+/// [`Outcome::Refused`] (exit [`exit::REFUSED`]) at once, by the mailbox
+/// reader itself: no thread is started for it.
+pub mod bounds {
+    /// Accepted requests not yet resolved, in the whole Domain.
+    pub const MAX_PENDING: usize = 64;
+    /// Accepted requests not yet resolved, naming one Client Session.
+    pub const MAX_PENDING_PER_SESSION: usize = 16;
+    /// Escalation Request IDs remembered against replay. An ID is kept
+    /// until its request's creation time leaves the age window
+    /// ([`super::MAX_AGE_MS`]), after which the request would be refused
+    /// as expired anyway.
+    pub const MAX_SEEN: usize = 65_536;
+    /// Cancellations read before their request, remembered (by age too).
+    pub const MAX_EARLY_CANCELS: usize = 1_024;
+    /// Mailbox entries taken in one pass over the request directory.
+    pub const MAX_ENTRIES_PER_POLL: usize = 256;
+    /// Escalation Results kept in the result directory; the oldest go
+    /// first, and none is kept longer than [`RESULT_KEEP_MS`].
+    pub const MAX_RESULTS: usize = 4_096;
+    pub const RESULT_KEEP_MS: u64 = 10 * 60 * 1000;
+    /// `escalations.log` is rotated when it reaches this size ...
+    pub const LOG_MAX_BYTES: u64 = 1 << 20;
+    /// ... into `escalations.log.1` (newest) to `escalations.log.N`.
+    pub const LOG_ROTATIONS: usize = 4;
+}
+
+/// The Domain's escalation record, in the Domain Root.
+pub const LOG_FILE: &str = "escalations.log";
+
+/// The record's files under `root`, oldest first: the rotations from
+/// `escalations.log.N` down to `.1`, then `escalations.log` itself.
+pub fn log_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = (1..=bounds::LOG_ROTATIONS)
+        .rev()
+        .map(|i| root.join(format!("{LOG_FILE}.{i}")))
+        .collect();
+    v.push(root.join(LOG_FILE));
+    v
+}
 
 const SIG: usize = 64;
 const MAC: usize = 32;
@@ -48,6 +91,45 @@ pub struct Request {
     pub cwd: String,
     /// 0: no timeout.
     pub timeout_secs: u32,
+    /// The process that asked, as the requesting client claims it. Every
+    /// process inside is root and can read every other's environment, so
+    /// nothing proves this, nor which Client Session it belongs to: the
+    /// prompt shows it marked as claimed.
+    pub requester: Requester,
+}
+
+/// Who asked, in the sandbox's words: the parent of `lazaret-escalate`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Requester {
+    /// Its PID inside the sandbox.
+    pub pid: u32,
+    /// Its command line (`/proc/<pid>/cmdline`), bounded by the client to
+    /// [`Requester::MAX_ARGS`] arguments and [`Requester::MAX_BYTES`].
+    pub cmdline: Vec<String>,
+}
+
+impl Requester {
+    pub const MAX_ARGS: usize = 32;
+    pub const MAX_BYTES: usize = 2048;
+
+    /// From a raw `/proc/<pid>/cmdline` (NUL-separated), within the bounds.
+    pub fn from_cmdline(pid: u32, raw: &[u8]) -> Self {
+        let mut cmdline = Vec::new();
+        let mut used = 0;
+        for arg in raw.split(|b| *b == 0) {
+            if cmdline.len() == Self::MAX_ARGS || used >= Self::MAX_BYTES {
+                break;
+            }
+            let arg = &arg[..arg.len().min(Self::MAX_BYTES - used)];
+            used += arg.len();
+            cmdline.push(String::from_utf8_lossy(arg).into_owned());
+        }
+        // A trailing NUL ends the last argument; it starts none.
+        if raw.last() == Some(&0) && cmdline.last().is_some_and(String::is_empty) {
+            cmdline.pop();
+        }
+        Self { pid, cmdline }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -166,6 +248,13 @@ pub enum Outcome {
     Failed {
         reason: String,
     },
+    /// Refused before anyone was asked because a bound of the Domain was
+    /// reached ([`bounds`]); it may succeed later. Nothing ran. (A request
+    /// nobody can be asked about, its session having no terminal or having
+    /// ended, is [`Outcome::Denied`].)
+    Refused {
+        reason: String,
+    },
 }
 
 /// The Escalation Result, at `results/<request-id-hex>`.
@@ -182,6 +271,8 @@ pub mod exit {
     pub const TIMED_OUT: i32 = 124;
     pub const FAILED: i32 = 125;
     pub const CANCELLED: i32 = 130;
+    /// Refused without asking anyone ([`super::Outcome::Refused`]).
+    pub const REFUSED: i32 = 75;
 }
 
 #[cfg(test)]
@@ -201,6 +292,10 @@ mod tests {
                 justification: "j".into(),
                 cwd: "/workspace".into(),
                 timeout_secs: 0,
+                requester: Requester {
+                    pid: 42,
+                    cmdline: vec!["bash".into()],
+                },
             }),
         }
     }
@@ -233,5 +328,30 @@ mod tests {
             Err(RecordError::TooLarge(_))
         ));
         assert!(open(b"garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage", &kp.pk).is_err());
+    }
+
+    #[test]
+    fn requester_cmdline_is_bounded_and_split_at_nuls() {
+        let r = Requester::from_cmdline(7, b"bash\0-c\0echo \x1b hi\0");
+        assert_eq!(r.cmdline, ["bash", "-c", "echo \u{1b} hi"]);
+        assert_eq!(r.pid, 7);
+        let many = b"a\0".repeat(1000);
+        assert_eq!(
+            Requester::from_cmdline(1, &many).cmdline.len(),
+            Requester::MAX_ARGS
+        );
+        let long = vec![b'x'; 10_000];
+        let r = Requester::from_cmdline(1, &long);
+        assert_eq!(r.cmdline.concat().len(), Requester::MAX_BYTES);
+        assert!(Requester::from_cmdline(1, b"").cmdline.len() <= 1);
+    }
+
+    #[test]
+    fn log_files_are_listed_oldest_first() {
+        let f = log_files(std::path::Path::new("/r"));
+        assert_eq!(f.len(), bounds::LOG_ROTATIONS + 1);
+        assert_eq!(f[0], std::path::Path::new("/r/escalations.log.4"));
+        assert_eq!(f[3], std::path::Path::new("/r/escalations.log.1"));
+        assert_eq!(f[4], std::path::Path::new("/r/escalations.log"));
     }
 }

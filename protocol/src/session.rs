@@ -53,9 +53,11 @@ pub enum ClientMsg {
     },
 }
 
-/// What the developer is asked to decide (DX-4). `cwd`, `argv` and
-/// `justification` are the sandbox's words; everything else is the
-/// coordinator's.
+/// What the developer is asked to decide (DX-4). `cwd`, `argv`,
+/// `justification` and `requester` are the sandbox's words; everything
+/// else is the coordinator's. The Session ID is the one the request named
+/// and whose Session Anchor it holds: every process inside can read every
+/// session's anchor, so it does not prove which session's process asked.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EscalationPrompt {
     pub request_id: String,
@@ -67,6 +69,8 @@ pub struct EscalationPrompt {
     pub host_dir: String,
     pub argv: Vec<String>,
     pub justification: String,
+    /// The process that asked, as the request claims it.
+    pub requester: crate::escalation::Requester,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

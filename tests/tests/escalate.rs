@@ -19,8 +19,12 @@ trailing_args = true
     ));
 }
 
+/// The Domain's escalation record, across its rotations, oldest first.
 fn log(ws: &Workspace) -> String {
-    std::fs::read_to_string(ws.domain_root("default").join("escalations.log")).unwrap_or_default()
+    lazaret_protocol::escalation::log_files(&ws.domain_root("default"))
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect()
 }
 
 #[test]
@@ -189,12 +193,13 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         "a C1 control reached the terminal: {shown:?}"
     );
     let lines: Vec<&str> = shown.split("\r\n").collect();
-    // Title, five fields, the command, the question: nothing else, in this
+    // Title, six fields, the command, the question: nothing else, in this
     // order, the command right before the question.
     let labels = [
         "Host Escalation request",
         "  profile:       default",
         "  session:       ",
+        "  asked by:      (claimed) pid ",
         "  justification: harmless\\n  command:       \"/bin/true\"\\nRun",
         "  sandbox cwd:   /tmp/\\x1b[31mred\\u{9b}K",
         &format!("  runs on host:  in {}", ws.path.display()),
@@ -209,12 +214,12 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         );
     }
     assert!(
-        lines[3].ends_with(" bytes]") && lines[3].contains("…[cut "),
+        lines[4].ends_with(" bytes]") && lines[4].contains("…[cut "),
         "{}",
-        lines[3]
+        lines[4]
     );
-    assert!(lines[3].chars().count() <= 80, "{}", lines[3]);
-    assert_eq!(lines[6], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
+    assert!(lines[4].chars().count() <= 80, "{}", lines[4]);
+    assert_eq!(lines[7], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
 
     pty.send("d");
     pty.expect(at, "rc=77", short);
@@ -412,4 +417,250 @@ fn lazaret_escalate_runs_in_a_busybox_only_image() {
         text(&out.stderr)
     );
     assert_domain_gone(&ws.domain_id("default"));
+}
+
+#[test]
+fn requests_are_asked_only_at_their_own_sessions_terminal_with_the_claimed_asker() {
+    let env = require_env!();
+    let ws = env.workspace("esc-bind");
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(20);
+    let mut a = Pty::new();
+    let mut ca = a.spawn(&ws, &["run"]);
+    let mut at = a.expect(0, "/workspace#", long);
+    // The limit the README states: from inside, root reads every
+    // session's environment, Session Anchors included (A's and its own).
+    let out = ws.run_sh(
+        "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep '^LAZARET_SESSION_ANCHOR=' | sort -u | wc -l",
+    );
+    assert_eq!(text(&out.stdout).trim(), "2", "{}", text(&out.stderr));
+    // A session that ends, leaving its Session ID and Session Anchor
+    // behind (any process inside could read them from its environment).
+    let out = ws.run_sh("echo \"$LAZARET_SESSION_ID $LAZARET_SESSION_ANCHOR\" > /tmp/ended");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A session without a terminal asks, then asks in the ended session's
+    // name: nobody is asked, each gets a result at once (on a hang,
+    // `timeout` ends it with 124).
+    let out = ws.run_sh(
+        "lazaret-escalate -- /bin/echo from-notty; echo rc=$?; \
+         read id anchor < /tmp/ended; \
+         LAZARET_SESSION_ID=$id LAZARET_SESSION_ANCHOR=$anchor timeout 60 lazaret-escalate -- /bin/echo from-ended; echo rc=$?",
+    );
+    let err = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "rc=77\nrc=77\n", "{err}");
+    assert!(err.contains("has no terminal"), "{err}");
+    assert!(err.contains("no such Client Session"), "{err}");
+    assert!(
+        err.contains("another session's terminal is never asked"),
+        "{err}"
+    );
+    // Session A's terminal never showed either request.
+    a.send("echo marker-$((6*7))\r");
+    at = a.expect(at, "marker-42", short);
+    let seen = text(&a.seen.lock().unwrap());
+    assert!(!seen.contains("Host Escalation request"), "{seen}");
+    assert!(
+        !seen.contains("from-notty") && !seen.contains("from-ended"),
+        "{seen}"
+    );
+    let log = log(&ws);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("no such Client Session") && l.contains("\"event\":\"refused\"")),
+        "{log}"
+    );
+
+    // At A's own terminal: the asking process as the request claims it,
+    // never "this terminal".
+    a.send("printf 'lazaret-escalate -- /bin/echo one\\necho done-$?\\n' > /tmp/ask.sh; sh /tmp/ask.sh claimed-AAA\r");
+    at = a.expect(at, "Host Escalation request", short);
+    at = a.expect(at, " (as the request names it)\r\n", short);
+    at = a.expect(at, "  asked by:      (claimed) pid ", short);
+    at = a.expect(at, " \"sh\" \"/tmp/ask.sh\" \"claimed-AAA\"\r\n", short);
+    at = a.expect(at, "[a]pprove", short);
+    a.send("a");
+    a.expect(at, "\none\r\ndone-0", short);
+    assert!(!text(&a.seen.lock().unwrap()).contains("this terminal"));
+    a.send("exit\r");
+    assert_eq!(wait(&mut ca, short), Some(0));
+    let log = self::log(&ws);
+    assert!(
+        log.contains("\"requester_cmdline\":[\"sh\",\"/tmp/ask.sh\",\"claimed-AAA\"]"),
+        "{log}"
+    );
+}
+
+/// Threads and resident memory (KiB) of a process, from /proc.
+fn threads_and_rss(pid: i32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("Threads:")?, field("VmRSS:")?))
+}
+
+/// The Domain's process whose command line names `binary`.
+fn domain_process(domain_id: &str, binary: &str) -> Option<i32> {
+    lazaret_tests::processes_mentioning(domain_id)
+        .into_iter()
+        .find(|(_, c)| c.split(' ').next().is_some_and(|p| p.ends_with(binary)))
+        .map(|(p, _)| p)
+}
+
+/// The coordinator's threads: a few of its own, a few per Client Session
+/// (two here), and at most three per pending Escalation Request.
+const COORDINATOR_THREADS: u64 = 16 + 6 * 2 + 3 * 64;
+/// The router's threads: its FUSE workers (2) and a few of its own.
+const ROUTER_THREADS: u64 = 8;
+/// Resident memory bounds asserted for each, in KiB.
+const COORDINATOR_RSS_KIB: u64 = 128 * 1024;
+const ROUTER_RSS_KIB: u64 = 128 * 1024;
+/// `lazaret_protocol::escalation::bounds::MAX_PENDING_PER_SESSION`.
+const PENDING_PER_SESSION: usize = 16;
+
+#[test]
+fn a_flood_from_inside_stays_within_the_bounds_and_others_keep_working() {
+    let env = require_env!();
+    let ws = env.workspace("esc-flood");
+    // A tracked directory whose rules the flood makes too large.
+    let out = ws
+        .host_sh("mkdir deep && echo host > deep/kept.txt && git add deep && git commit -qm deep");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A marker no other test's command has.
+    rules(
+        &ws,
+        "[[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/sleep\", \"29.123\"]\n",
+    );
+    let domain = ws.domain_id("default");
+    let flood = r#"
+        set -u
+        # Huge rules files: one over the per-file bound, many near it.
+        seq 1 400000 | sed 's/^/x/' > /workspace/deep/.gitignore
+        test -e /workspace/deep/kept.txt && echo deep-visible || echo deep-hidden
+        for i in $(seq 30); do
+            mkdir -p /workspace/r$i && seq 1 19000 | sed 's/^/y/' > /workspace/r$i/.gitignore
+            ls /workspace/r$i/ > /dev/null
+        done
+        # Thousands of signed requests, each published by rename, from
+        # four writers at once.
+        R=/.lazaret/mailbox/requests
+        for j in 1 2 3 4; do
+            for i in $(seq $j 4 2000); do
+                lazaret-escalate --write-request-to $R/.f$i -- /bin/sleep 29.123 \
+                    && mv $R/.f$i $R/f$i || echo write-failed
+            done &
+        done
+        wait
+        # Hundreds of concurrent clients.
+        for i in $(seq 300); do
+            (lazaret-escalate -- /bin/sleep 29.123 > /dev/null 2>&1; echo $? >> /tmp/codes) &
+        done
+        wait
+        sort /tmp/codes | uniq -c | while read n code; do echo "code $code x $n"; done
+    "#;
+    let mut a = ws
+        .lazaret(&["run", "--", "sh", "-c", flood])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Sample the coordinator, the router and the host commands while the
+    // flood runs.
+    let (mut coord_max, mut router_max) = ((0u64, 0u64), (0u64, 0u64));
+    let mut sleeps_max = 0usize;
+    let mut other_session: Option<std::process::Output> = None;
+    while a.try_wait().unwrap().is_none() {
+        if let Some((t, r)) =
+            domain_process(&domain, "lazaret-coordinator").and_then(threads_and_rss)
+        {
+            coord_max = (coord_max.0.max(t), coord_max.1.max(r));
+        }
+        if let Some((t, r)) =
+            domain_process(&domain, "lazaret-mount-router").and_then(threads_and_rss)
+        {
+            router_max = (router_max.0.max(t), router_max.1.max(r));
+        }
+        let sleeps = lazaret_tests::processes_mentioning("sleep 29.123")
+            .iter()
+            .filter(|(_, c)| c.starts_with("/bin/sleep"))
+            .count();
+        sleeps_max = sleeps_max.max(sleeps);
+        // While requests are pending, another session runs and escalates.
+        if sleeps > 0 && other_session.is_none() {
+            other_session = Some(ws.run_sh("lazaret-escalate -- /bin/echo hi; echo rc=$?"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = a.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    eprintln!(
+        "flood: coordinator max {} threads, {} KiB; router max {} threads, {} KiB; {} host commands at once\n{stdout}",
+        coord_max.0, coord_max.1, router_max.0, router_max.1, sleeps_max
+    );
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        coord_max.0 > 0 && router_max.0 > 0,
+        "the processes were not found"
+    );
+    assert!(
+        coord_max.0 <= COORDINATOR_THREADS,
+        "coordinator threads: {}",
+        coord_max.0
+    );
+    assert!(
+        coord_max.1 <= COORDINATOR_RSS_KIB,
+        "coordinator RSS: {} KiB",
+        coord_max.1
+    );
+    assert!(
+        router_max.0 <= ROUTER_THREADS,
+        "router threads: {}",
+        router_max.0
+    );
+    assert!(
+        router_max.1 <= ROUTER_RSS_KIB,
+        "router RSS: {} KiB",
+        router_max.1
+    );
+    assert!(
+        sleeps_max <= PENDING_PER_SESSION,
+        "{sleeps_max} host commands of one session at once"
+    );
+    // The rules file over its bound hides its directory, and says so once.
+    assert!(stdout.contains("deep-hidden"), "{stdout}");
+    let clog = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log"))
+        .unwrap_or_default();
+    assert_eq!(
+        clog.lines()
+            .filter(|l| l.contains("\"deep/.gitignore\""))
+            .count(),
+        1,
+        "{clog}"
+    );
+    // The excess was refused (75) at once, never run, never hung.
+    assert!(!stdout.contains("write-failed"), "{stdout}");
+    let codes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("code ")).collect();
+    assert!(
+        codes
+            .iter()
+            .all(|l| l.starts_with("code 0 ") || l.starts_with("code 75 ")),
+        "{codes:?}"
+    );
+    assert!(codes.iter().any(|l| l.starts_with("code 75 ")), "{codes:?}");
+    let log = log(&ws);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"event\":\"refused\"") && l.contains("are pending")),
+        "no refusal for the pending bound"
+    );
+    // Another session worked during the flood, and the Domain is alive.
+    let other = other_session.expect("requests were never pending");
+    assert_eq!(text(&other.stdout), "hi\nrc=0\n", "{}", text(&other.stderr));
+    let out = ws.run_sh("lazaret-escalate -- /bin/echo hi; echo rc=$?");
+    assert_eq!(text(&out.stdout), "hi\nrc=0\n", "{}", text(&out.stderr));
 }
