@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::limits::Limits;
 
 /// Name of the Agent Profile used when none is chosen; always present.
 pub const DEFAULT_PROFILE: &str = "default";
@@ -68,6 +69,8 @@ pub struct Profile {
     pub volumes: Vec<Volume>,
     pub network: Network,
     pub escalation: Escalation,
+    /// `[profiles.NAME.limits]`: the Domain's share of the host.
+    pub limits: Limits,
 }
 
 impl Default for Profile {
@@ -84,6 +87,7 @@ impl Default for Profile {
             volumes: Vec::new(),
             network: Network::default(),
             escalation: Escalation::default(),
+            limits: Limits::default(),
         }
     }
 }
