@@ -127,6 +127,12 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .collect(),
         libexec: libexec()?,
         network,
+        limits: lazaret_protocol::plan::SandboxLimits {
+            memory: r.profile.limits.memory_bytes(),
+            processes: Some(r.profile.limits.processes),
+            ignored_state: r.profile.limits.ignored_state_bytes(),
+            anchor: r.profile.limits.anchor_bytes(),
+        },
     };
     spawn_coordinator(r, &input)
 }

@@ -1,0 +1,159 @@
+//! The Domain's resource limits (`[profiles.NAME.limits]`) end to end:
+//! going past one fails the operation inside, never the Domain or the host.
+
+use lazaret_tests::{eventually, require_env, text, Workspace};
+use std::io::Read;
+use std::time::Duration;
+
+/// A session that waits, without forking, until `/tmp/limits-done` exists,
+/// then prints `B-ok`: it must outlive whatever another session does.
+fn bystander(ws: &Workspace<'_>) -> std::process::Child {
+    ws.lazaret(&[
+        "run",
+        "--",
+        "python3",
+        "-c",
+        "import os, time\n\
+         open('/tmp/limits-b-up', 'w').close()\n\
+         while not os.path.exists('/tmp/limits-done'):\n    time.sleep(0.1)\n\
+         print('B-ok')",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+fn wait_ok(mut child: std::process::Child) -> String {
+    let st = child.wait().unwrap();
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(st.success(), "bystander session: {st} {out} {err}");
+    out
+}
+
+/// Starts the bystander and waits until it runs inside the Domain.
+fn with_bystander(ws: &Workspace<'_>) -> std::process::Child {
+    let b = bystander(ws);
+    assert!(
+        eventually(Duration::from_secs(120), || ws
+            .run_sh("test -e /tmp/limits-b-up")
+            .status
+            .success()),
+        "the bystander session did not start"
+    );
+    b
+}
+
+const FORK_BOMB: &str = r#"
+import errno, os, time
+kids = []
+try:
+    while len(kids) < 1000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        kids.append(pid)
+    print("unbounded", len(kids))
+except OSError as e:
+    print("refused", len(kids), errno.errorcode[e.errno])
+for k in kids:
+    os.kill(k, 9)
+for k in kids:
+    os.waitpid(k, 0)
+"#;
+
+#[test]
+fn process_bound_stops_a_fork_bomb_and_the_domain_survives() {
+    let env = require_env!();
+    let ws = env.workspace("lim-procs");
+    ws.write_config("[profiles.default.limits]\nprocesses = 64\n");
+    let b = with_bystander(&ws);
+    let out = ws
+        .lazaret(&["run", "--", "python3", "-c", FORK_BOMB])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let mut words = said.split_whitespace();
+    assert_eq!(words.next(), Some("refused"), "{said}");
+    let n: usize = words.next().unwrap().parse().unwrap();
+    assert!(n < 64, "{said}");
+    assert_eq!(words.next(), Some("EAGAIN"), "{said}");
+    // The bomb is gone: a new session forks again, in the same Domain.
+    let out =
+        ws.run_sh("for i in 1 2 3; do sh -c 'echo forked' & done; wait; touch /tmp/limits-done");
+    assert_eq!(
+        text(&out.stdout),
+        "forked\nforked\nforked\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(wait_ok(b), "B-ok\n");
+    // Root inside cannot lift the bound (no CAP_SYS_RESOURCE).
+    let out = ws.run_sh(
+        "python3 -c \"import resource as r; n = r.RLIMIT_NPROC; print(r.getrlimit(n))\n\
+         try:\n    r.setrlimit(n, (100000, 100000)); print('raised')\n\
+         except (ValueError, OSError) as e:\n    print('refused')\"",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "(64, 64)\nrefused\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn memory_bound_fails_a_big_allocation_and_a_big_tmp_write_and_the_domain_survives() {
+    let env = require_env!();
+    let ws = env.workspace("lim-mem");
+    ws.write_config("[profiles.default.limits]\nmemory = \"2GiB\"\n");
+    let b = with_bystander(&ws);
+    // /tmp is memory inside the bound (half of it): a 3 GiB file does not
+    // fit.
+    let out = ws.run_sh(
+        "dd if=/dev/zero of=/tmp/big bs=1M count=3072 2>&1 | grep -o 'No space left on device' | head -1; \
+         rm -f /tmp/big; echo alive",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "No space left on device\nalive\n",
+        "{}",
+        text(&out.stderr)
+    );
+    // 3 GiB of touched memory: past the bound, the allocating process
+    // fails (MemoryError, or killed by a signal when a page cannot be had).
+    let out = ws
+        .run_sh("python3 -c \"b = b'x' * (3 << 30); print('allocated', len(b))\"; echo status=$?");
+    let said = text(&out.stdout);
+    assert!(!said.contains("allocated"), "{said}");
+    assert!(
+        said.contains("status=") && !said.contains("status=0"),
+        "{said}"
+    );
+    // The Domain goes on: once gVisor has taken back the failed process's
+    // memory, a moderate allocation works again.
+    assert!(
+        eventually(Duration::from_secs(120), || text(
+            &ws.run_sh("python3 -c \"b = b'x' * (256 << 20); print('allocated', len(b))\"")
+                .stdout
+        ) == "allocated 268435456\n"),
+        "the Domain did not recover its memory"
+    );
+    assert!(ws.run_sh("touch /tmp/limits-done").status.success());
+    assert_eq!(wait_ok(b), "B-ok\n");
+}
