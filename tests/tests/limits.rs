@@ -157,3 +157,39 @@ fn memory_bound_fails_a_big_allocation_and_a_big_tmp_write_and_the_domain_surviv
     assert!(ws.run_sh("touch /tmp/limits-done").status.success());
     assert_eq!(wait_ok(b), "B-ok\n");
 }
+
+#[test]
+fn ignored_state_bound_gives_enospc_inside_and_the_domain_goes_on() {
+    let env = require_env!();
+    let ws = env.workspace("lim-ignored");
+    ws.write_config("[profiles.default.limits]\nignored_state_size = \"8MiB\"\n");
+    let out = ws
+        .host_sh("printf 'build/\\n' > .gitignore && git add .gitignore && git commit -qm ignore");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = ws.run_sh(
+        "mkdir -p build && dd if=/dev/zero of=build/big bs=1M count=20 2>&1 | grep -o 'No space left on device' | head -1; \
+         rm -f build/big; dd if=/dev/zero of=build/six bs=1M count=6 2>/dev/null && echo wrote-6; cat README",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "No space left on device\nwrote-6\nhello\n",
+        "{}",
+        text(&out.stderr)
+    );
+    // Nothing of it reached the host workspace.
+    assert!(!ws.path.join("build").exists());
+    // A new generation counts what the state holds already. A truncate
+    // past the bound does not happen (runsc 20221219 reports success to
+    // the process but keeps the size the router refused).
+    let out = ws.run_sh(
+        "dd if=/dev/zero of=build/more bs=1M count=6 2>&1 | grep -o 'No space left on device' | head -1; \
+         truncate -s 100M build/sparse 2>/dev/null; stat -c 'sparse %s' build/sparse; \
+         rm -f build/more build/six; dd if=/dev/zero of=build/more bs=1M count=6 2>/dev/null && echo wrote-6",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "No space left on device\nsparse 0\nwrote-6\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
