@@ -193,3 +193,96 @@ fn ignored_state_bound_gives_enospc_inside_and_the_domain_goes_on() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn state_list_shows_limits_and_usage_and_an_anchor_past_its_bound_stops_the_next_start() {
+    let env = require_env!();
+    let ws = env.workspace("lim-anchor");
+    ws.write_config(
+        "[profiles.default.limits]\nanchor_size = \"1MiB\"\nignored_state_size = \"8MiB\"\n",
+    );
+    let out = ws.run_sh("head -c 2000000 /dev/zero > /root/blob && echo wrote");
+    assert_eq!(text(&out.stdout), "wrote\n", "{}", text(&out.stderr));
+    lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+    let list = ws.lazaret(&["state", "list"]).output().unwrap();
+    let s = text(&list.stdout);
+    assert!(list.status.success(), "{s}{}", text(&list.stderr));
+    assert!(
+        s.contains("limits: memory 4GiB, processes 4096 per user ID inside, Ignored Workspace State 8MiB, each State Anchor 1MiB"),
+        "{s}"
+    );
+    // This Domain's block (the list shows every Domain of the user).
+    let id = ws.domain_id("default");
+    let head = format!("Domain {id}");
+    let s: String = s
+        .lines()
+        .skip_while(|l| !l.starts_with(&head))
+        .take_while(|l| !l.starts_with("Domain ") || l.starts_with(&head))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let root_line = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("/root"))
+        .unwrap_or("");
+    assert!(root_line.contains("of 1MiB: OVER THE BOUND"), "{s}");
+    let usr_line = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("/usr"))
+        .unwrap_or("");
+    assert!(
+        usr_line.contains(" of 1MiB") && !usr_line.contains("OVER"),
+        "{s}"
+    );
+    let json = ws.lazaret(&["state", "list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let mine = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == ws.domain_id("default").as_str())
+        .unwrap();
+    assert_eq!(mine["limits"]["anchor_size"], "1MiB");
+    assert_eq!(mine["limits"]["processes"], 4096);
+    // The next start refuses the Domain, and says how to go on.
+    let out = ws.run_sh("echo started");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("/root") && err.contains("lazaret state reset /root"),
+        "{err}"
+    );
+    assert_eq!(text(&out.stdout), "");
+    let r = ws
+        .lazaret(&["state", "reset", "/root", "--yes"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(text(&ws.run_sh("echo started").stdout), "started\n");
+}
+
+#[test]
+fn doctor_says_what_bounds_the_sandbox_and_what_nothing_bounds() {
+    let env = require_env!();
+    let ws = env.workspace("lim-doctor");
+    let out = ws.lazaret(&["doctor"]).output().unwrap();
+    let s = text(&out.stdout);
+    let line = |what: &str| {
+        s.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let limits = line("sandbox resource limits");
+    assert!(limits.starts_with("ok"), "{s}");
+    for fact in [
+        "RLIMIT_FSIZE",
+        "RLIMIT_NPROC",
+        "ENOSPC",
+        "limits.anchor_size",
+    ] {
+        assert!(limits.contains(fact), "{fact}: {s}");
+    }
+    let cg = line("cgroup delegation");
+    assert!(cg.starts_with("WARN"), "{s}");
+    assert!(cg.contains("CPU time") && cg.contains("not bounded"), "{s}");
+}
