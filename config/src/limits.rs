@@ -133,7 +133,7 @@ pub fn parse_size(value: &str) -> Result<Option<u64>, Invalid> {
 /// reads (`4GiB`, `1536MiB`, `100B`).
 pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+        if bytes != 0 && bytes & ((1u64 << shift) - 1) == 0 {
             return format!("{}{unit}", bytes >> shift);
         }
     }

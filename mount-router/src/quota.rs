@@ -156,7 +156,11 @@ impl Quota {
         }
         {
             let mut last = lock(&self.last_scan);
-            if last.is_none_or(|t| t.elapsed() >= RESCAN_INTERVAL) {
+            let due = match *last {
+                None => true,
+                Some(t) => t.elapsed() >= RESCAN_INTERVAL,
+            };
+            if due {
                 self.used.store(usage(root), Ordering::Release);
                 *last = Some(Instant::now());
             }
