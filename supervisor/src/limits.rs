@@ -16,6 +16,9 @@
 //!   past that one ends the sandbox, not the host. The kernel sends the
 //!   Sentry `SIGXFSZ` with each refused growth and the Sentry forwards it
 //!   to the sandbox's init, which therefore ignores it ([`crate::bundle`]).
+//!   The same limit caps each host file the Sentry writes (gVisor writes
+//!   through descriptors the gofer donates): no file written inside can
+//!   grow past the memory bound (`EFBIG`, or `SIGXFSZ` for the writer).
 //! * **Processes.** `RLIMIT_NPROC` in the OCI `process.rlimits` of init and
 //!   of every `runsc exec`: gVisor enforces it itself (`fork` fails with
 //!   `EAGAIN`), per user ID inside the sandbox, and without
