@@ -6,7 +6,19 @@ use std::io::Read;
 use std::time::Duration;
 
 /// A session that waits, without forking, until `/tmp/limits-done` exists,
-/// then prints `B-ok`: it must outlive whatever another session does.
+/// then prints `B-ok`: it must outlive whatever another session does. A
+/// failing test ends it (and so its Domain) on the way out.
+struct Bystander(Option<std::process::Child>);
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn bystander(ws: &Workspace<'_>) -> std::process::Child {
     ws.lazaret(&[
         "run",
@@ -24,7 +36,8 @@ fn bystander(ws: &Workspace<'_>) -> std::process::Child {
     .unwrap()
 }
 
-fn wait_ok(mut child: std::process::Child) -> String {
+fn wait_ok(mut b: Bystander) -> String {
+    let mut child = b.0.take().unwrap();
     let st = child.wait().unwrap();
     let mut out = String::new();
     let mut err = String::new();
@@ -45,8 +58,8 @@ fn wait_ok(mut child: std::process::Child) -> String {
 }
 
 /// Starts the bystander and waits until it runs inside the Domain.
-fn with_bystander(ws: &Workspace<'_>) -> std::process::Child {
-    let b = bystander(ws);
+fn with_bystander(ws: &Workspace<'_>) -> Bystander {
+    let b = Bystander(Some(bystander(ws)));
     assert!(
         eventually(Duration::from_secs(120), || ws
             .run_sh("test -e /tmp/limits-b-up")
