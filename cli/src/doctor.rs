@@ -119,6 +119,8 @@ pub const CHECKS: &[(&str, CheckFn)] = &[
     ("landlock", check_landlock),
     ("mmdebstrap", check_mmdebstrap),
     ("open files (RLIMIT_NOFILE)", check_nofile),
+    ("sandbox resource limits", check_sandbox_limits),
+    ("cgroup delegation", check_cgroup_delegation),
     ("host git safe.bareRepository", check_git_bare_repository),
 ];
 
@@ -788,6 +790,72 @@ pub fn eval_nofile(what: &str, user: &str, soft: Option<u64>, hard: Option<u64>)
     }
 }
 
+// ------------------------------------------------ sandbox resource limits
+
+/// What enforces each key of `[profiles.NAME.limits]` on this machine,
+/// without root. These hold wherever Lazaret runs at all (a user
+/// namespace and runsc): host rlimits on the gVisor Sentry, gVisor's own
+/// `RLIMIT_NPROC`, the mount router's count.
+fn check_sandbox_limits(_: &Ctx, what: &str) -> Check {
+    eval_sandbox_limits(what)
+}
+
+pub fn eval_sandbox_limits(what: &str) -> Check {
+    Check::pass(
+        what,
+        "limits.memory: RLIMIT_FSIZE and RLIMIT_DATA on the gVisor Sentry bound its memory file (processes, /tmp, /dev/shm, page cache; in whole GiB) and its own heap (RLIMIT_FSIZE also caps each file written inside); \
+         limits.processes: RLIMIT_NPROC, enforced by gVisor per user ID inside the sandbox; \
+         limits.ignored_state_size: ENOSPC from the mount router; \
+         limits.anchor_size: checked before each start and shown by `lazaret state list`",
+    )
+}
+
+/// A cgroup v2 directory the user may write: this process's own cgroup
+/// under a `cgroup2` mount, with a writable `cgroup.procs`.
+fn check_cgroup_delegation(ctx: &Ctx, what: &str) -> Check {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let dir = delegated_cgroup(&own, &mounts).filter(|d| {
+        rustix::fs::access(d.join("cgroup.procs"), rustix::fs::Access::WRITE_OK).is_ok()
+    });
+    eval_cgroup_delegation(what, &ctx.user, dir.as_deref())
+}
+
+/// The directory of this process's cgroup v2 (`0::/PATH` in
+/// `/proc/self/cgroup`) under the first `cgroup2` mount of `mountinfo`.
+pub fn delegated_cgroup(proc_self_cgroup: &str, mountinfo: &str) -> Option<PathBuf> {
+    let rel = proc_self_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim_start_matches('/');
+    let mount = mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2")
+            .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))
+            .flatten()
+    })?;
+    Some(mount.join(rel))
+}
+
+/// Says plainly what nothing bounds on this machine. Lazaret does not use
+/// a delegated cgroup yet, so the same holds with one; the check says so.
+pub fn eval_cgroup_delegation(what: &str, user: &str, delegated: Option<&Path>) -> Check {
+    let unbounded = "not bounded for a sandbox: its CPU time and disk I/O; the total of processes over all user IDs inside (limits.processes is per user ID; limits.memory holds the total); \
+         disk written to a State Anchor upper during a session (limits.anchor_size is checked at start) and to the sandbox root outside the anchors (discarded at stop)";
+    match delegated {
+        Some(d) => Check::warn(
+            what,
+            format!("{user} may write the cgroup {}, which Lazaret does not use yet: {unbounded}", d.display()),
+            "none needed to run; keep the default limits, or lower them in [profiles.NAME.limits]",
+        ),
+        None => Check::warn(
+            what,
+            format!("no cgroup is delegated to {user} (cgroup v1, or cgroup v2 not writable), and runsc needs --ignore-cgroups: {unbounded}"),
+            "none without root (an administrator can delegate a cgroup v2 subtree, e.g. systemd user@.service with Delegate=yes); keep the default limits, or lower them in [profiles.NAME.limits]",
+        ),
+    }
+}
+
 // --------------------------------------------- host Git: bare repositories
 
 /// Host Git's `safe.bareRepository`, from the files where Git honours it
@@ -874,7 +942,7 @@ mod tests {
     fn the_table_has_every_check_once() {
         let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS.len(), 14);
+        assert_eq!(CHECKS.len(), 16);
     }
 
     #[test]
@@ -1162,5 +1230,45 @@ mod tests {
             assert_eq!(c.fix, BARE_REPOSITORY_FIX);
         }
         assert!(!eval_git_bare_repository("g", false, Ok(None)).warn);
+    }
+
+    #[test]
+    fn delegated_cgroup_is_found_under_the_cgroup2_mount() {
+        let mountinfo = "30 25 0:26 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
+                         31 25 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n";
+        assert_eq!(
+            delegated_cgroup("8:pids:/\n0::/user.slice/u.service\n", mountinfo),
+            Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice/u.service"))
+        );
+        assert_eq!(delegated_cgroup("8:pids:/\n", mountinfo), None);
+        assert_eq!(delegated_cgroup("0::/\n", ""), None);
+    }
+
+    #[test]
+    fn cgroup_check_says_what_is_not_bounded() {
+        for c in [
+            eval_cgroup_delegation("cgroup delegation", "dev", None),
+            eval_cgroup_delegation(
+                "cgroup delegation",
+                "dev",
+                Some(Path::new("/sys/fs/cgroup/x")),
+            ),
+        ] {
+            assert!(c.ok && c.warn, "{c}");
+            assert!(
+                c.detail.contains("CPU time") && c.detail.contains("per user ID"),
+                "{c}"
+            );
+        }
+        let c = eval_sandbox_limits("sandbox resource limits");
+        assert!(c.ok && !c.warn);
+        for key in [
+            "limits.memory",
+            "limits.processes",
+            "limits.ignored_state_size",
+            "limits.anchor_size",
+        ] {
+            assert!(c.detail.contains(key), "{key}: {c}");
+        }
     }
 }

@@ -6,6 +6,7 @@ use crate::error::CliError;
 use crate::run::Resolved;
 use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
+use lazaret_protocol::display;
 use lazaret_protocol::plan::{CoordinatorInput, NetworkInput, RunscInvocation, VolumeSpec};
 use std::io::{BufRead, IsTerminal};
 use std::os::fd::AsFd;
@@ -128,7 +129,28 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             .collect(),
         libexec: libexec()?,
         network,
+        limits: lazaret_protocol::plan::SandboxLimits {
+            memory: r.profile.limits.memory_bytes(),
+            processes: Some(r.profile.limits.processes),
+            ignored_state: r.profile.limits.ignored_state_bytes(),
+            anchor: r.profile.limits.anchor_bytes(),
+        },
     };
+    if let Some(max) = input.limits.anchor {
+        let over = crate::state_cmd::anchors_over(&r.domain_root, max);
+        if !over.is_empty() {
+            let list: Vec<String> = over
+                .iter()
+                .map(|(p, b)| format!("{} holds {b} bytes", display::message(p)))
+                .collect();
+            return Err(CliError::Start(format!(
+                "State Anchor {} past its bound of {} (limits.anchor_size): discard it with `lazaret state reset {}`, or raise limits.anchor_size in the profile",
+                list.join(", "),
+                lazaret_config::format_size(max),
+                over.iter().map(|(p, _)| display::message(p)).collect::<Vec<_>>().join(" ")
+            )));
+        }
+    }
     spawn_coordinator(r, &input)
 }
 

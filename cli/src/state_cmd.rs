@@ -86,6 +86,10 @@ pub struct Which {
 }
 
 fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
+    Ok(storage_root_and_config(common)?.0)
+}
+
+fn storage_root_and_config(common: &Common) -> Result<(PathBuf, lazaret_config::Config), CliError> {
     let env = EnvVars::from_process();
     let loaded = lazaret_config::load(
         common.config.as_deref(),
@@ -99,7 +103,7 @@ fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
             lazaret_helpers::hostpath::check_private_dir("Storage Root", &p, uid)?;
         }
     }
-    Ok(root)
+    Ok((root, loaded.config))
 }
 
 struct Domain {
@@ -177,6 +181,34 @@ fn scan(domain: &Domain, path: &str, generation: u64) -> Result<Summary, CliErro
     }
     serde_json::from_slice(&out.stdout)
         .map_err(|e| CliError::Session(format!("bad scan output: {e}")))
+}
+
+/// The State Anchors of the Domain at `domain_root` whose upper holds more
+/// than `max` bytes, with what each holds. Checked before a Domain
+/// starts: the uppers are host directories the sandbox writes through the
+/// gofer, which nothing here can bound while it runs (see
+/// `lazaret doctor`), so a Domain past its bound does not start again
+/// until the anchor is reset or the bound raised. An anchor that cannot be
+/// scanned is left to `lazaret state verify`.
+pub(crate) fn anchors_over(domain_root: &Path, max: u64) -> Vec<(String, u64)> {
+    let layout = DomainLayout::new(domain_root.to_path_buf());
+    let Ok(meta) = lazaret_state::meta::read(&layout.meta()) else {
+        return Vec::new();
+    };
+    let domain = Domain {
+        id: String::new(),
+        layout,
+        meta: Some(meta),
+    };
+    let mut over = Vec::new();
+    for a in domain.meta.iter().flat_map(|m| m.anchors.iter()) {
+        if let Ok(s) = scan(&domain, &a.path, a.generation) {
+            if s.bytes > max {
+                over.push((a.path.clone(), s.bytes));
+            }
+        }
+    }
+    over
 }
 
 /// Whether a coordinator holds the Domain's lock right now.
@@ -301,6 +333,10 @@ struct AnchorView {
     path: String,
     generation: u64,
     bytes: u64,
+    /// Whether `bytes` is past the profile's `limits.anchor_size` (the
+    /// next start refuses the Domain until it is reset or the bound
+    /// raised).
+    over_bound: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     changes: Option<Summary>,
     /// Why the anchor could not be scanned (`lazaret state verify` tells more).
@@ -319,9 +355,43 @@ struct DomainView {
     anchors: Vec<AnchorView>,
     /// Bytes of Ignored Workspace State, when the Domain has some.
     ignored_bytes: Option<u64>,
+    /// The profile's `[limits]` as the config says now (the defaults when
+    /// the profile is gone from the config).
+    limits: LimitsView,
 }
 
-fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
+#[derive(Serialize)]
+struct LimitsView {
+    memory: String,
+    processes: u64,
+    ignored_state_size: String,
+    anchor_size: String,
+}
+
+impl LimitsView {
+    fn of(config: &lazaret_config::Config, profile: Option<&str>) -> LimitsView {
+        let l = profile
+            .and_then(|p| config.profiles.get(p))
+            .map(|p| p.limits.clone())
+            .unwrap_or_default();
+        LimitsView {
+            memory: l.memory,
+            processes: l.processes,
+            ignored_state_size: l.ignored_state_size,
+            anchor_size: l.anchor_size,
+        }
+    }
+}
+
+fn view(
+    domain: &Domain,
+    with_changes: bool,
+    config: &lazaret_config::Config,
+) -> Result<DomainView, CliError> {
+    let limits = LimitsView::of(config, domain.meta.as_ref().map(|m| m.profile.as_str()));
+    let anchor_max = lazaret_config::parse_size(&limits.anchor_size)
+        .ok()
+        .flatten();
     let mut anchors = Vec::new();
     if let Some(m) = &domain.meta {
         for a in &m.anchors {
@@ -334,6 +404,7 @@ fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
                 path: a.path.clone(),
                 generation: a.generation,
                 bytes,
+                over_bound: anchor_max.is_some_and(|m| bytes > m),
                 changes,
                 error,
             });
@@ -348,6 +419,7 @@ fn view(domain: &Domain, with_changes: bool) -> Result<DomainView, CliError> {
         active: is_active(domain),
         anchors,
         ignored_bytes: ignored_bytes(domain),
+        limits,
     })
 }
 
@@ -393,15 +465,24 @@ fn print_header(v: &DomainView) {
         o(&v.image),
         if v.active { "active" } else { "inactive" }
     );
+    let l = &v.limits;
+    println!(
+        "  limits: memory {}, processes {} per user ID inside, Ignored Workspace State {}, each State Anchor {}",
+        l.memory, l.processes, l.ignored_state_size, l.anchor_size
+    );
     if let Some(b) = v.ignored_bytes {
-        println!("  Ignored Workspace State: {}", human_bytes(b));
+        println!(
+            "  Ignored Workspace State: {} of {}",
+            human_bytes(b),
+            l.ignored_state_size
+        );
     }
 }
 
 pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
     match cmd {
         StateCmd::List { json, common } => {
-            let root = storage_root(&common)?;
+            let (root, config) = storage_root_and_config(&common)?;
             let mut views = Vec::new();
             let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
                 .into_iter()
@@ -420,7 +501,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                         config: common.config.clone(),
                     },
                 };
-                views.push(view(&resolve(&which)?, false)?);
+                views.push(view(&resolve(&which)?, false, &config)?);
             }
             if json {
                 println!(
@@ -436,7 +517,13 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                     print_header(v);
                     for a in &v.anchors {
                         let size = match &a.error {
-                            None => human_bytes(a.bytes),
+                            None if a.over_bound => format!(
+                                "{} of {}: OVER THE BOUND (the next start refuses the Domain: `lazaret state reset {}`, or raise limits.anchor_size)",
+                                human_bytes(a.bytes),
+                                v.limits.anchor_size,
+                                a.path
+                            ),
+                            None => format!("{} of {}", human_bytes(a.bytes), v.limits.anchor_size),
                             Some(e) => format!("unreadable: {e}"),
                         };
                         println!("  {:<12} generation {:<4} {size}", a.path, a.generation);
@@ -447,7 +534,8 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
         }
         StateCmd::Inspect { which, json } => {
             let domain = resolve(&which)?;
-            let v = view(&domain, true)?;
+            let (_, config) = storage_root_and_config(&which.common)?;
+            let v = view(&domain, true, &config)?;
             if json {
                 println!(
                     "{}",

@@ -159,6 +159,12 @@ pub enum Invalid {
     EmptyImage,
     #[error("a Git identity must be one line of at most 256 bytes")]
     GitIdentity,
+    #[error("size `{0}` is not a number with a unit (B, KiB, MiB, GiB, TiB; for example \"4GiB\") or \"unlimited\"")]
+    Size(String),
+    #[error("size `{value}` is below the smallest bound Lazaret can keep, {min}")]
+    SizeTooSmall { value: String, min: String },
+    #[error("process count {value} is outside {min}..={max}")]
+    ProcessCount { value: u64, min: u64, max: u64 },
 }
 
 /// `FILE` or `FILE:LINE`, the usual compiler-style location.

@@ -15,6 +15,7 @@
 mod env;
 mod error;
 mod file;
+mod limits;
 mod load;
 mod parse;
 mod placement;
@@ -26,6 +27,7 @@ pub use validate::git_identity_value;
 pub use env::{config_path, storage_root, EnvVars};
 pub use error::{ConfigError, Invalid};
 pub use file::MAX_CONFIG_BYTES;
+pub use limits::{format_size, parse_size, Limits};
 pub use load::{load, Loaded, BUILTIN_FINGERPRINT_MARKER};
 pub use placement::check_not_mounted;
 pub use schema::{

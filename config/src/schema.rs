@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::limits::Limits;
 
 /// Name of the Agent Profile used when none is chosen; always present.
 pub const DEFAULT_PROFILE: &str = "default";
@@ -70,6 +71,8 @@ pub struct Profile {
     pub escalation: Escalation,
     /// Who Git inside commits as.
     pub git_identity: GitIdentity,
+    /// `[profiles.NAME.limits]`: the Domain's share of the host.
+    pub limits: Limits,
 }
 
 impl Default for Profile {
@@ -87,6 +90,7 @@ impl Default for Profile {
             network: Network::default(),
             escalation: Escalation::default(),
             git_identity: GitIdentity::default(),
+            limits: Limits::default(),
         }
     }
 }

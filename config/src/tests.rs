@@ -944,3 +944,62 @@ fn git_identity_is_one_bounded_line() {
     assert_eq!(id.email, None);
     assert!(loaded.config.profiles["default"].git_identity.from_host);
 }
+
+// ---- limits ----
+
+#[test]
+fn limits_parse_and_default() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "c.toml",
+        "[profiles.default.limits]\nmemory = \"2GiB\"\nprocesses = 256\nignored_state_size = \"unlimited\"\n",
+    );
+    let config = fx.load(&file).unwrap().config;
+    let limits = &config.profile("default").unwrap().limits;
+    assert_eq!(limits.memory_bytes(), Some(2 << 30));
+    assert_eq!(limits.processes, 256);
+    assert_eq!(limits.ignored_state_bytes(), None);
+    assert_eq!(
+        limits.anchor_bytes(),
+        crate::parse_size(crate::limits::DEFAULT_ANCHOR_SIZE).unwrap()
+    );
+}
+
+#[test]
+fn malformed_limit_sizes_name_file_line_and_key() {
+    let fx = Fixture::new();
+    for (body, line, key) in [
+        ("memory = \"4 GB\"", 3, "profiles.default.limits.memory"),
+        ("memory = \"512MiB\"", 3, "profiles.default.limits.memory"),
+        ("processes = 2", 3, "profiles.default.limits.processes"),
+        (
+            "ignored_state_size = \"huge\"",
+            3,
+            "profiles.default.limits.ignored_state_size",
+        ),
+        (
+            "anchor_size = \"1.5GiB\"",
+            3,
+            "profiles.default.limits.anchor_size",
+        ),
+    ] {
+        let file = fx.write(
+            "c.toml",
+            format!("[profiles.default]\n[profiles.default.limits]\n{body}\n"),
+        );
+        let err = fx.load_err(&file);
+        assert_invalid(&err, &fx.canonical(&file), line, key);
+    }
+    // A number where a size string belongs is a type error at its line.
+    let file = fx.write("c.toml", "[profiles.default.limits]\n\nmemory = 4\n");
+    let err = fx.load_err(&file);
+    assert_parse_error(
+        &err,
+        &fx.canonical(&file),
+        3,
+        &["profiles.default.limits.memory"],
+    );
+    let file = fx.write("c.toml", "[profiles.default.limits]\nmemroy = \"4GiB\"\n");
+    let err = fx.load_err(&file);
+    assert_parse_error(&err, &fx.canonical(&file), 2, &["memroy"]);
+}

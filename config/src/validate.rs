@@ -85,6 +85,11 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         seen.insert(&volume.sandbox, i);
     }
 
+    profile
+        .limits
+        .check()
+        .map_err(|(key, e)| (at.key("limits").key(key), e))?;
+
     for (i, rule) in profile.escalation.auto_approve.iter().enumerate() {
         let argv_at = at
             .key("escalation")

@@ -531,6 +531,7 @@ pub fn plan(
         id_map: input.id_map.clone(),
         network: None,
         router: None,
+        limits: input.limits.clone(),
     }
 }
 
@@ -585,6 +586,7 @@ fn route_workspace(
         isolate_ignored: input.isolate_ignored,
         protected_paths: input.protected_paths.clone(),
         rules_baseline,
+        state_max_bytes: input.limits.ignored_state,
     })
 }
 

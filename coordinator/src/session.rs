@@ -222,6 +222,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         &env,
         "/workspace",
         tty.is_some(),
+        &ctx.input.limits,
     );
     let sessions = ctx.run_dir.join("sessions");
     std::fs::create_dir_all(&sessions).map_err(|e| e.to_string())?;

@@ -16,6 +16,7 @@
 //! lazaret-mount-router --workspace DIR --state DIR --mountpoint DIR
 //!                      [--ready-fd N] [--excludes-file PATH | --no-excludes-file]
 //!                      [--cache-ms MS] [--threads N] [--max-open N]
+//!                      [--state-max-bytes BYTES]
 //!                      [--allow-other] [--die-with-parent]
 //! lazaret-mount-router --print-confinement [--workspace DIR --state DIR ...]
 //! ```
@@ -36,6 +37,9 @@
 //! - `--cache-ms`: how long the kernel may cache names and attributes
 //!   (default 1000). A name cached when its route changes keeps its old
 //!   route for at most this long; new names are always routed afresh.
+//! - `--state-max-bytes`: the most the state directory may hold; an
+//!   operation that would grow it further fails with `ENOSPC` (see
+//!   [`quota`]). Unbounded when not given.
 //! - `--threads`: FUSE worker threads (default 2).
 //! - `--max-open`: the most files open through the router at once
 //!   (default 4096). See "Descriptors" below.
@@ -104,6 +108,7 @@ pub mod baseline;
 pub mod confine;
 pub mod gitcfg;
 pub mod nodes;
+pub mod quota;
 pub mod router;
 pub mod rules;
 pub mod sentry;
@@ -167,6 +172,10 @@ pub struct Args {
     /// FUSE worker threads.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// The most bytes the state directory may hold; growth past it fails
+    /// with ENOSPC (see the `quota` module). Unbounded when not given.
+    #[arg(long, value_name = "BYTES")]
+    pub state_max_bytes: Option<u64>,
     /// Let processes of other uids use the mount (subject to the kernel's
     /// permission checks); by default only the mounting uid may.
     #[arg(long)]
@@ -504,6 +513,7 @@ pub fn run(args: Args) -> Result<(), Error> {
             ),
             isolate_ignored: !args.sentry_only,
             protected: protected.iter().map(|(p, _)| p.clone()).collect(),
+            state_max_bytes: args.state_max_bytes,
         },
     );
     let filters = confine::seccomp_filters()?;

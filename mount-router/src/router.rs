@@ -130,6 +130,8 @@ pub struct Options {
     /// Workspace-relative paths that are read-only inside, with all
     /// beneath them (hook managers' files, `protected_paths`).
     pub protected: Vec<Vec<u8>>,
+    /// The byte bound of the state store (see [`crate::quota`]).
+    pub state_max_bytes: Option<u64>,
 }
 
 /// The most entries a directory rename looks at for protected entries
@@ -179,6 +181,8 @@ pub struct Router {
     protected: Vec<Vec<u8>>,
     /// Whether the `max_open` bound was reported already.
     bound_logged: AtomicBool,
+    /// The state store's size against its bound.
+    quota: crate::quota::Quota,
     next_fh: AtomicU64,
     ttl: Duration,
     uid: u32,
@@ -273,6 +277,7 @@ impl Router {
     /// A router over the host workspace `host` and the state directory
     /// `state` (both directory descriptors), deciding with `rules`.
     pub fn new(host: OwnedFd, state: OwnedFd, rules: Rules, opts: Options) -> Router {
+        let quota = crate::quota::Quota::new(opts.state_max_bytes, state.as_fd());
         Router {
             host,
             state,
@@ -285,6 +290,7 @@ impl Router {
             isolate_ignored: opts.isolate_ignored,
             protected: opts.protected,
             bound_logged: AtomicBool::new(false),
+            quota,
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
             uid: rustix::process::geteuid().as_raw(),
@@ -814,16 +820,33 @@ impl Router {
             .map_err(fe)?;
         }
         if let Some(sz) = size {
-            match &file {
-                Some(f) => rustix::fs::ftruncate(f.as_fd(), sz),
-                None => open_beneath(
-                    self.root(s),
-                    &path,
-                    OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
-                )
-                .and_then(|fd| rustix::fs::ftruncate(&fd, sz)),
+            let opened = match &file {
+                Some(_) => None,
+                None => Some(
+                    open_beneath(
+                        self.root(s),
+                        &path,
+                        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+                    )
+                    .map_err(fe)?,
+                ),
+            };
+            let fd = match (&file, &opened) {
+                (Some(f), _) => f.as_fd(),
+                (None, Some(o)) => o.as_fd(),
+                (None, None) => return Err(Errno::EBADF),
+            };
+            let counted = s == Store::State;
+            let before = if counted {
+                self.quota.admit(self.root(s), fd, sz)?
+            } else {
+                0
+            };
+            let done = rustix::fs::ftruncate(fd, sz);
+            if counted {
+                self.quota.settle(fd, before);
             }
-            .map_err(fe)?;
+            done.map_err(fe)?;
             if s == Store::Host && is_rules_path(&path) {
                 self.rules.after_sandbox_change(&path);
             }
@@ -1169,6 +1192,9 @@ impl Filesystem for Router {
                 .unwrap_or(false);
             self.own(req, d.as_fd(), name.as_bytes(), setgid);
             let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            if s == Store::State {
+                self.quota.added(&st);
+            }
             Ok((s, path, st))
         })();
         match r {
@@ -1194,6 +1220,9 @@ impl Filesystem for Router {
                 self.may_create(s, &path)?;
             }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            if s == Store::State {
+                self.quota.admit_entry(self.root(s))?;
+            }
             rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
                 .map(|s| s.st_mode & 0o2000 != 0)
@@ -1220,6 +1249,9 @@ impl Filesystem for Router {
             }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
+            if s == Store::State {
+                self.quota.removed(&st);
+            }
             lock(&self.table).removed(s, &path, &st);
             if rules {
                 self.rules.after_sandbox_change(&path);
@@ -1259,6 +1291,9 @@ impl Filesystem for Router {
             }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
             rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR).map_err(fe)?;
+            if s == Store::State {
+                self.quota.removed(&st);
+            }
             lock(&self.table).removed(s, &path, &st);
             self.rules.invalidate();
             Ok(())
@@ -1397,11 +1432,15 @@ impl Filesystem for Router {
             } else {
                 None
             };
-            Ok(self.new_fh(Handle::File {
+            let fh = self.new_fh(Handle::File {
                 file: Arc::new(File::from(fd)),
                 rules,
                 writer,
-            }))
+            });
+            if s == Store::State {
+                self.quota.opened(fh);
+            }
+            Ok(fh)
         });
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -1455,7 +1494,15 @@ impl Filesystem for Router {
     ) {
         let r = (|| {
             let (f, rules) = self.file(fh)?;
-            f.write_all_at(data, offset).map_err(Errno::from)?;
+            if self.quota.counts(fh.0) {
+                let end = offset.saturating_add(data.len() as u64);
+                let before = self.quota.admit(self.state.as_fd(), f.as_fd(), end)?;
+                let done = f.write_all_at(data, offset);
+                self.quota.settle(f.as_fd(), before);
+                done.map_err(Errno::from)?;
+            } else {
+                f.write_all_at(data, offset).map_err(Errno::from)?;
+            }
             if let Some(r) = rules {
                 self.rules.after_sandbox_change(&r);
             }
@@ -1489,6 +1536,7 @@ impl Filesystem for Router {
         reply: ReplyEmpty,
     ) {
         let h = lock(&self.handles).remove(&fh.0);
+        self.quota.closed(fh.0);
         if let Some(Handle::File { rules, writer, .. }) = h {
             self.unreserve_file();
             if let Some(w) = writer {
@@ -1701,6 +1749,9 @@ impl Filesystem for Router {
                 | OFlags::CREATE
                 | OFlags::NOFOLLOW
                 | OFlags::CLOEXEC;
+            if s == Store::State {
+                self.quota.admit_entry(self.root(s))?;
+            }
             let fd =
                 rustix::fs::openat(&d, name, of, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
@@ -1717,6 +1768,10 @@ impl Filesystem for Router {
                 rules,
                 writer,
             });
+            if s == Store::State {
+                self.quota.added(&st);
+                self.quota.opened(fh);
+            }
             let ino = lock(&self.table).intern(s, &path, &st);
             Ok((ino, st, fh, self.ttl_for(&path)))
         });
@@ -1743,13 +1798,23 @@ impl Filesystem for Router {
         reply: ReplyEmpty,
     ) {
         let r = self.file(fh).and_then(|(f, _)| {
-            rustix::fs::fallocate(
+            let counted = self.quota.counts(fh.0);
+            let before = if counted {
+                let end = offset.saturating_add(length);
+                self.quota.admit(self.state.as_fd(), f.as_fd(), end)?
+            } else {
+                0
+            };
+            let done = rustix::fs::fallocate(
                 f.as_fd(),
                 rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
                 offset,
                 length,
-            )
-            .map_err(fe)
+            );
+            if counted {
+                self.quota.settle(f.as_fd(), before);
+            }
+            done.map_err(fe)
         });
         match r {
             Ok(()) => reply.ok(),

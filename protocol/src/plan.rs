@@ -37,6 +37,24 @@ pub struct SandboxPlan {
     /// workspace directly (a workspace that is no Git repository with
     /// Ignored Workspace State off).
     pub router: Option<RouterPlan>,
+    /// The Domain's resource limits (`[profiles.NAME.limits]`).
+    pub limits: SandboxLimits,
+}
+
+/// `[profiles.NAME.limits]` in bytes and counts; `None`: unlimited.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// All memory of the sandbox (its processes, tmpfs mounts and page
+    /// cache): the supervisor bounds the Sentry's memory file with it.
+    pub memory: Option<u64>,
+    /// Processes and threads per user ID inside: `RLIMIT_NPROC` of every
+    /// sandbox process, which gVisor enforces.
+    pub processes: Option<u64>,
+    /// Bytes of file data in the Ignored Workspace State (the router
+    /// refuses more with `ENOSPC`).
+    pub ignored_state: Option<u64>,
+    /// Bytes in each State Anchor's upper (checked at start).
+    pub anchor: Option<u64>,
 }
 
 /// `lazaret-mount-router`, started by the holder before runsc; its mount
@@ -57,6 +75,9 @@ pub struct RouterPlan {
     /// Where the router remembers the host's own ignore rules across the
     /// sandbox's edits (`--rules-baseline`), in the Domain Root.
     pub rules_baseline: PathBuf,
+    /// Bytes of file data the Ignored Workspace State may hold
+    /// (`--state-max-bytes`); `None`: unbounded.
+    pub state_max_bytes: Option<u64>,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar
@@ -195,6 +216,7 @@ pub struct CoordinatorInput {
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
     pub libexec: PathBuf,
     pub network: NetworkInput,
+    pub limits: SandboxLimits,
 }
 
 /// The profile's `[network]` as written (the coordinator derives the

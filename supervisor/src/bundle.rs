@@ -34,10 +34,13 @@ pub fn capabilities() -> Value {
 }
 
 /// The sandbox's init: it only waits, so that sessions can come and go.
+/// It ignores `SIGXFSZ`: the Sentry forwards to init the signal the host
+/// kernel sends it when the memory bound refuses to grow its memory file
+/// ([`crate::limits`]), and init must not die of it.
 pub const INIT_ARGS: &[&str] = &[
     "/bin/sh",
     "-c",
-    "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+    "trap '' XFSZ; trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
 ];
 
 /// `netns`: the sandbox network namespace (`/proc/K/ns/net` of the
@@ -58,6 +61,7 @@ pub fn config_json(plan: &SandboxPlan, netns: Option<&str>) -> Value {
                "options": ["nosuid", "noexec", "nodev", "mode=1777"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
                "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        tmp_mount(&plan.limits),
     ];
     for a in &plan.anchors {
         mounts.push(json!({
@@ -93,6 +97,7 @@ pub fn config_json(plan: &SandboxPlan, netns: Option<&str>) -> Value {
             "cwd": "/",
             "capabilities": capabilities(),
             "noNewPrivileges": true,
+            "rlimits": crate::limits::oci_rlimits(&plan.limits),
         },
         "root": {"path": plan.root.merged, "readonly": false},
         "hostname": plan.hostname,
@@ -110,8 +115,28 @@ pub fn config_json(plan: &SandboxPlan, netns: Option<&str>) -> Value {
     })
 }
 
-/// The process spec for one `runsc exec`.
-pub fn exec_process_json(args: &[String], env: &[String], cwd: &str, terminal: bool) -> Value {
+/// `/tmp`: a gVisor tmpfs, so that what the sandbox writes there is memory
+/// inside the memory bound rather than unbounded host disk. It may fill
+/// half the bound, so a full `/tmp` is a plain `ENOSPC` while processes
+/// still have memory.
+fn tmp_mount(limits: &lazaret_protocol::plan::SandboxLimits) -> Value {
+    let mut options = vec!["nosuid".to_string(), "nodev".into(), "mode=1777".into()];
+    if let Some(bytes) = limits.memory {
+        options.push(format!("size={}k", bytes / 2 / 1024));
+    }
+    json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": options})
+}
+
+/// The process spec for one `runsc exec`; `limits` as in the sandbox's
+/// init (gVisor would otherwise give the process the init's, which is the
+/// same; stating them keeps the bound independent of that).
+pub fn exec_process_json(
+    args: &[String],
+    env: &[String],
+    cwd: &str,
+    terminal: bool,
+    limits: &lazaret_protocol::plan::SandboxLimits,
+) -> Value {
     json!({
         "terminal": terminal,
         "user": {"uid": 0, "gid": 0},
@@ -120,6 +145,7 @@ pub fn exec_process_json(args: &[String], env: &[String], cwd: &str, terminal: b
         "cwd": cwd,
         "capabilities": capabilities(),
         "noNewPrivileges": true,
+        "rlimits": crate::limits::oci_rlimits(limits),
     })
 }
 
@@ -177,7 +203,41 @@ mod tests {
             },
             network: None,
             router: None,
+            limits: SandboxLimits {
+                memory: Some(4 << 30),
+                processes: Some(100),
+                ..Default::default()
+            },
         }
+    }
+
+    #[test]
+    fn limits_reach_init() {
+        let v = config_json(&plan(), None);
+        assert_eq!(
+            v["process"]["rlimits"],
+            json!([{"type": "RLIMIT_NPROC", "hard": 100, "soft": 100}])
+        );
+        assert!(v["process"]["args"][2]
+            .as_str()
+            .unwrap()
+            .starts_with("trap '' XFSZ;"));
+        let tmp = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/tmp")
+            .unwrap();
+        assert_eq!(tmp["type"], "tmpfs");
+        assert!(tmp["options"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("size=2097152k")));
+        let caps = v["process"]["capabilities"]["bounding"].as_array().unwrap();
+        assert!(
+            !caps.iter().any(|c| c == "CAP_SYS_RESOURCE"),
+            "the sandbox could raise its limits"
+        );
     }
 
     #[test]

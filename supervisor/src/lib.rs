@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod fdno;
+pub mod limits;
 pub mod network;
 pub mod router;
 pub mod volumes;

@@ -471,8 +471,18 @@ fn holder_start(
                 "runsc failed to start it ({status}); runsc's own messages are in the coordinator log, and `lazaret doctor` checks what runsc needs"
             ));
         }
-        if runsc_status(plan).as_deref() == Some("running") {
-            return Ok((child, router.as_ref().map(|r| r.id())));
+        if let Some((status, pid)) = runsc_state(plan) {
+            if status == "running" {
+                // Before any session: only our init has run inside.
+                let sentry = pid.ok_or(lazaret_supervisor::limits::LimitsError::NoSentry);
+                if let Err(e) = sentry.and_then(|pid| {
+                    lazaret_supervisor::limits::apply_to_sentry(pid, &plan.sandbox_id, &plan.limits)
+                }) {
+                    let _ = child.kill();
+                    return Err(format!("cannot bound the sandbox's memory: {e}"));
+                }
+                return Ok((child, router.as_ref().map(|r| r.id())));
+            }
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -539,7 +549,8 @@ fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
     Ok(())
 }
 
-fn runsc_status(plan: &SandboxPlan) -> Option<String> {
+/// `runsc state`: the status and the sandbox (Sentry) process.
+fn runsc_state(plan: &SandboxPlan) -> Option<(String, Option<i32>)> {
     let argv = plan
         .runsc
         .command(&plan.state_dir, &["state", &plan.sandbox_id]);
@@ -549,7 +560,13 @@ fn runsc_status(plan: &SandboxPlan) -> Option<String> {
         .output()
         .ok()?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.get("status")?.as_str().map(str::to_string)
+    let status = v.get("status")?.as_str()?.to_string();
+    let pid = v
+        .get("pid")
+        .and_then(serde_json::Value::as_i64)
+        .and_then(|p| i32::try_from(p).ok())
+        .filter(|p| *p > 0);
+    Some((status, pid))
 }
 
 fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, router: Option<u32>) -> isize {

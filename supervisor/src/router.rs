@@ -29,6 +29,11 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         .args(r.protected_paths.iter().flat_map(|p| ["--protect", p]))
         .arg("--rules-baseline")
         .arg(&r.rules_baseline)
+        .args(
+            r.state_max_bytes
+                .iter()
+                .flat_map(|n| ["--state-max-bytes".to_string(), n.to_string()]),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);

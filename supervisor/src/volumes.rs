@@ -146,6 +146,7 @@ mod tests {
             },
             network: None,
             router: None,
+            limits: Default::default(),
         }
     }
 

@@ -110,3 +110,28 @@ fn missing_volume_is_refused() {
     let err = refused(&ws, &[]);
     assert!(err.contains("/nonexistent/lazaret-volume"), "{err}");
 }
+
+#[test]
+fn malformed_limits_name_file_line_and_key() {
+    let env = require_env!();
+    for (i, (body, key)) in [
+        ("memory = \"lots\"", "profiles.default.limits.memory"),
+        ("processes = 1", "profiles.default.limits.processes"),
+        (
+            "ignored_state_size = \"10 GB\"",
+            "profiles.default.limits.ignored_state_size",
+        ),
+        ("anchor_size = 5", "profiles.default.limits.anchor_size"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ws = env.workspace(&format!("cfg-limits-{i}"));
+        let p = ws.write_config(&format!(
+            "[profiles.default]\n\n[profiles.default.limits]\n{body}\n"
+        ));
+        let err = refused(&ws, &[]);
+        assert!(err.contains(&format!("{}:4", p.display())), "{err}");
+        assert!(err.contains(key), "{err}");
+    }
+}
