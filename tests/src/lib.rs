@@ -170,6 +170,20 @@ impl TestEnv {
         }
         // Copies of the binaries in a directory the user can read: the
         // checkout itself may sit in root's private home.
+        // Each test binary leaves its copies behind (no destructor runs
+        // for a process-wide environment): those of test processes that
+        // have exited are removed here, so runs do not fill the disk.
+        if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name.strip_prefix("lazaret-e2e-bin-") else {
+                    continue;
+                };
+                if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let bin = std::env::temp_dir().join(format!("lazaret-e2e-bin-{}", std::process::id()));
         std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
