@@ -574,6 +574,8 @@ fn git_inside_commits_as_the_host_identity_unless_told_otherwise() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(who, "Host Dev/dev@host.example");
 
+    // A Domain still tearing down would refuse the changed config.
+    assert_domain_gone(&ws.domain_id("default"));
     ws.write_config("[profiles.default.git_identity]\nname = \"Agent\"\n");
     let (code, who, err) = commit();
     assert_eq!(code, Some(0), "{err}");
@@ -582,11 +584,14 @@ fn git_inside_commits_as_the_host_identity_unless_told_otherwise() {
         "the profile's name replaces the host's"
     );
 
+    // A Domain still tearing down would refuse the changed config.
+    assert_domain_gone(&ws.domain_id("default"));
     ws.write_config("[profiles.default.git_identity]\nfrom_host = false\n");
     let (code, _, err) = commit();
     assert_ne!(code, Some(0), "Git inside still had an identity: {err}");
 
     // The repository's own configuration wins over the host's.
+    assert_domain_gone(&ws.domain_id("default"));
     ws.write_config("");
     assert!(ws
         .host_sh("git config user.name Repo && git config user.email repo@example.org")
