@@ -147,12 +147,13 @@ impl sentry::Host for HostView<'_> {
     }
 
     fn is_git_dir(&self, path: &[u8]) -> bool {
-        match self.0.stat_in(Store::Host, path) {
-            Ok(Some(st)) if is_dir(&st) => {
-                matches!(self.0.stat_in(Store::Host, &join(path, b"HEAD")), Ok(Some(h)) if !is_dir(&h))
-            }
-            _ => false,
-        }
+        sentry::is_git_dir_by(
+            |p| match self.0.stat_in(Store::Host, p) {
+                Ok(Some(st)) => Some(is_dir(&st)),
+                _ => None,
+            },
+            path,
+        )
     }
 }
 

@@ -78,6 +78,12 @@ pub trait Host {
     fn is_git_dir(&self, path: &[u8]) -> bool;
 }
 
+/// What [`Host::is_git_dir`] means, given whether an entry is a directory
+/// (`None`: absent): a real directory holding a `HEAD` that is not one.
+pub fn is_git_dir_by(is_dir: impl Fn(&[u8]) -> Option<bool>, path: &[u8]) -> bool {
+    is_dir(path) == Some(true) && is_dir(&crate::sys::join(path, b"HEAD")) == Some(false)
+}
+
 /// Top-level files of a Git directory that Git writes in normal
 /// operation (each also as `NAME.lock`, Git's lock-and-rename).
 pub const LIVE: &[&str] = &[

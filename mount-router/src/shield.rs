@@ -73,11 +73,13 @@ impl sentry::Host for FdHost<'_> {
     }
 
     fn is_git_dir(&self, path: &[u8]) -> bool {
-        let is = |p: &[u8], t: FileType| {
-            self.stat(p)
-                .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == t)
-        };
-        is(path, FileType::Directory) && is(&join(path, b"HEAD"), FileType::RegularFile)
+        sentry::is_git_dir_by(
+            |p| {
+                self.stat(p)
+                    .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+            },
+            path,
+        )
     }
 }
 
