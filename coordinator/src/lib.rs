@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod network;
 pub mod procs;
 pub mod session;
+pub mod supervisor_link;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

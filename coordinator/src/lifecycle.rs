@@ -2,18 +2,21 @@
 
 use crate::escalation::Escalations;
 use crate::session::{self, SessionCtx};
+use crate::supervisor_link::Link;
 use crate::{exit, fdno, procs};
+use lazaret_helpers::channel::{self, Channel, ChannelError};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::plan::{
     AnchorMount, CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
 };
+use lazaret_protocol::supervisor::FromSupervisor;
 use lazaret_state::anchors::{AnchorDirs, Anchors};
 use lazaret_state::meta::{AnchorMeta, DomainMeta};
 use lazaret_state::store::{Generation, Phase, Store};
 use lazaret_state::DomainLayout as Layout;
-use std::io::{BufRead, Write};
-use std::os::fd::AsFd;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -192,23 +195,41 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         policy.as_ref(),
         started.as_ref().err(),
     );
-    let (mut supervisor, holder_pid) = match started {
+    let Started {
+        child,
+        channel,
+        holder,
+    } = match started {
         Ok(s) => s,
         Err(e) => {
             teardown(&layout, &store, &mut gen, None, input);
             return Err(e);
         }
     };
-    gen.supervisor = procs::start_time(supervisor.id() as i32).map(|t| (supervisor.id() as i32, t));
-    gen.holder = procs::start_time(holder_pid).map(|t| (holder_pid, t));
+    // For recovery only (by pid and start time, before this coordinator
+    // exists); this coordinator acts on the holder through its pidfd.
+    let holder_pid = lazaret_helpers::pidfd::pid_of(&holder);
+    gen.supervisor = procs::start_time(child.id() as i32).map(|t| (child.id() as i32, t));
+    gen.holder = holder_pid.and_then(|p| procs::start_time(p).map(|t| (p, t)));
     gen.phase = Phase::Running;
     store.set_generation(&gen).map_err(|e| e.to_string())?;
-
-    let holder = match procs::pidfd(holder_pid) {
-        Ok(fd) => fd,
+    let (link, mut supervisor) = match Link::start(channel) {
+        Ok(l) => (
+            l.clone(),
+            Supervisor {
+                child,
+                link: Some(l),
+                _holder: holder,
+            },
+        ),
         Err(e) => {
+            let mut supervisor = Supervisor {
+                child,
+                link: None,
+                _holder: holder,
+            };
             teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(format!("cannot open a pidfd for the sandbox holder: {e}"));
+            return Err(format!("cannot read the Runtime Supervisor's channel: {e}"));
         }
     };
     let listener = match bind(&layout.socket()) {
@@ -238,8 +259,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let ctx = Arc::new(SessionCtx::new(
         input.clone(),
         layout.run(),
-        gen.sandbox_id.clone(),
-        holder,
+        link,
         escalations,
     ));
     serve(&listener, &ctx, &stop, &mut supervisor);
@@ -270,7 +290,7 @@ fn serve(
     listener: &UnixListener,
     ctx: &Arc<SessionCtx>,
     stop: &AtomicBool,
-    supervisor: &mut Child,
+    supervisor: &mut Supervisor,
 ) {
     let since = Instant::now();
     let mut served = false;
@@ -279,7 +299,7 @@ fn serve(
             log("asked to stop");
             return;
         }
-        if let Ok(Some(status)) = supervisor.try_wait() {
+        if let Ok(Some(status)) = supervisor.child.try_wait() {
             log(format!(
                 "the Runtime Supervisor exited ({status}): the sandbox is lost"
             ));
@@ -400,6 +420,23 @@ fn prepare_control(
     ])
 }
 
+/// A started Runtime Supervisor: our child, its channel, and the sandbox
+/// holder's pidfd (from the supervisor's `Ready`).
+struct Started {
+    child: Child,
+    channel: Channel,
+    holder: OwnedFd,
+}
+
+/// The running supervisor, as the coordinator holds it after start-up.
+struct Supervisor {
+    child: Child,
+    link: Option<Arc<Link>>,
+    /// Kept open: the holder's pidfd pins nothing, but names the sandbox
+    /// for as long as this coordinator serves it.
+    _holder: OwnedFd,
+}
+
 fn start_sandbox(
     input: &CoordinatorInput,
     layout: &Layout,
@@ -407,7 +444,7 @@ fn start_sandbox(
     anchors: &[AnchorDirs],
     key: &ed25519_compact::SecretKey,
     policy: Option<&lazaret_netpolicy::Policy>,
-) -> Result<(Child, i32), String> {
+) -> Result<Started, String> {
     let run = layout.run();
     mkdir_private(&run)?;
     // Nothing here reads the Git directory: the sandbox can write it, and
@@ -425,16 +462,24 @@ fn start_sandbox(
     plan.network = network;
     plan.router = Some(route_workspace(input, layout, &mut plan)?);
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
-    let plan_fd = memfd::sealed("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
-    let (status_r, status_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let (plan_fd, digest) =
+        memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
+    let (ours, theirs) = channel::pair().map_err(|e| e.to_string())?;
 
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
     // The Domain ID in argv only names the process for `ps` and tests.
     cmd.arg("--domain")
         .arg(&input.domain_id)
+        .arg("--plan-digest")
+        .arg(&digest)
         .stdin(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(plan_fd, 3), (status_w, 4)]);
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (plan_fd, lazaret_protocol::supervisor::PLAN_FD),
+            (theirs.into_fd(), lazaret_protocol::supervisor::CHANNEL_FD),
+        ],
+    );
     // SAFETY: prctl is async-signal-safe. The supervisor dies with the
     // thread that spawned it, which is this coordinator's main thread.
     unsafe {
@@ -447,11 +492,11 @@ fn start_sandbox(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start lazaret-supervisor: {e}"))?;
+    // Closes our copy of the supervisor's end: its exit reads as `Closed`.
     drop(cmd);
 
-    let status = std::fs::File::from(status_r);
     let mut pfd = [nix::poll::PollFd::new(
-        status.as_fd(),
+        ours.as_fd(),
         nix::poll::PollFlags::POLLIN,
     )];
     let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(60_000u16))
@@ -461,21 +506,45 @@ fn start_sandbox(
         let _ = child.wait();
         return Err("the sandbox did not start within 60 s; see the coordinator log".into());
     }
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(status).read_line(&mut line);
-    let line = line.trim();
-    if let Some(pid) = line.strip_prefix("ready ") {
-        let pid: i32 = pid
-            .parse()
-            .map_err(|_| format!("bad supervisor status {line:?}"))?;
-        return Ok((child, pid));
+    let answer = ours.recv_checked::<FromSupervisor>(
+        lazaret_protocol::supervisor::MAX_RECORD,
+        FromSupervisor::fd_count,
+    );
+    match answer {
+        Ok((FromSupervisor::Ready, mut fds)) => match fds.pop() {
+            Some(holder) => Ok(Started {
+                child,
+                channel: ours,
+                holder,
+            }),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err("the Runtime Supervisor's readiness came without the holder's pidfd".into())
+            }
+        },
+        // The CLI says "the sandbox could not start: " before it.
+        Ok((FromSupervisor::StartFailed { reason }, _)) => {
+            let _ = child.wait();
+            Err(reason)
+        }
+        Ok((other, _)) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!(
+                "the Runtime Supervisor answered {other:?} to its start"
+            ))
+        }
+        Err(ChannelError::Closed) => {
+            let _ = child.wait();
+            Err("the Runtime Supervisor exited".into())
+        }
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("the Runtime Supervisor's answer: {e}"))
+        }
     }
-    let _ = child.wait();
-    // The CLI says "the sandbox could not start: " before it.
-    Err(line
-        .strip_prefix("error ")
-        .unwrap_or("the Runtime Supervisor exited")
-        .to_string())
 }
 
 pub fn plan(
@@ -517,6 +586,8 @@ pub fn plan(
         runsc: input.runsc.clone(),
         state_dir: run.join("runsc"),
         bundle_dir: run.join("bundle"),
+        run_dir: run.to_path_buf(),
+        exec_bridge: input.libexec.join("lazaret-exec-bridge"),
         root: RootLayout {
             lower: input.image_rootfs.clone(),
             upper: run.join("root-upper"),
@@ -590,20 +661,34 @@ fn route_workspace(
     })
 }
 
-/// Stops the sandbox (through the supervisor), removes everything transient
-/// and records the Domain as stopped. Persistent state stays.
+/// Stops the sandbox (through the supervisor, which also removes the run
+/// directory), removes what is left transient and records the Domain as
+/// stopped. Persistent state stays. Nothing here execs once the supervisor
+/// runs: the `--remove-tree` fallback is for a supervisor that never
+/// started or did not finish (and recovery repeats it at the next start).
 fn teardown(
     layout: &Layout,
     store: &Store,
     gen: &mut Generation,
-    supervisor: Option<&mut Child>,
+    supervisor: Option<&mut Supervisor>,
     input: &CoordinatorInput,
 ) {
     gen.phase = Phase::Stopping;
     let _ = store.set_generation(gen);
-    if let Some(child) = supervisor {
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let mut removed = false;
+    if let Some(sup) = supervisor {
+        // Stopping the holder takes up to 20 s before it is killed.
+        let answered = sup
+            .link
+            .as_ref()
+            .and_then(|l| l.stop(Duration::from_secs(45)));
+        removed = answered == Some(true);
+        if answered.is_none() {
+            log("the Runtime Supervisor did not answer the stop request: sending SIGTERM");
+            let pid = nix::unistd::Pid::from_raw(sup.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let child = &mut sup.child;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match child.try_wait() {
@@ -618,7 +703,9 @@ fn teardown(
             }
         }
     }
-    remove_run_dir(layout, &input.libexec);
+    if !removed {
+        remove_run_dir(layout, &input.libexec);
+    }
     // Unmounted: the image may go now.
     crate::lease::release(input, gen.number);
     gen.phase = Phase::Stopped;

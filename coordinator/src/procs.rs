@@ -17,18 +17,15 @@ pub fn alive(pid: i32, start: u64) -> bool {
     start_time(pid) == Some(start)
 }
 
-pub fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
-    let pid = rustix::process::Pid::from_raw(pid)
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    Ok(rustix::process::pidfd_open(
-        pid,
-        rustix::process::PidfdFlags::empty(),
-    )?)
+/// A pidfd of `pid`, a process that is not our child (recovery): check
+/// its start time again after opening, before acting on it.
+pub fn pidfd(pid: i32) -> Result<OwnedFd, lazaret_helpers::pidfd::PidfdError> {
+    lazaret_helpers::pidfd::open(pid)
 }
 
 /// Sends SIGKILL through a pidfd, which cannot hit a recycled pid.
 pub fn kill_pidfd(fd: &OwnedFd) {
-    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+    let _ = lazaret_helpers::pidfd::send_signal(fd, rustix::process::Signal::KILL);
 }
 
 #[cfg(test)]

@@ -1,34 +1,38 @@
 //! Client Sessions: one thread per session relays between the client's
-//! socket and a non-detached `runsc exec` started through the exec bridge,
-//! on a coordinator-owned PTY (FR-14) or on pipes that keep stdout and
-//! stderr apart.
+//! socket and a non-detached `runsc exec` run by an exec bridge, on a
+//! coordinator-owned PTY (FR-14) or on pipes that keep stdout and stderr
+//! apart. The Runtime Supervisor starts each bridge on our request (the
+//! coordinator is never `runsc`'s parent, so that it can be confined): we
+//! hand it the PTY slave or the pipes' far ends and get the bridge's pidfd
+//! back, for signals.
 
 use crate::escalation::{Decisions, Escalations, SessionEntry, Terminal};
 use crate::gate::Gate;
 use crate::lifecycle::log;
-use lazaret_helpers::fds;
+use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, PROTOCOL_VERSION};
+use lazaret_protocol::supervisor::SessionProcess;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct SessionCtx {
     input: CoordinatorInput,
     run_dir: PathBuf,
-    sandbox_id: String,
-    holder: OwnedFd,
+    link: Arc<Link>,
     active: AtomicUsize,
-    /// Exec bridges of live sessions, by Session ID, to end them at teardown.
-    bridges: Mutex<HashMap<String, u32>>,
+    /// Exec bridges' pidfds of live sessions, by Session ID, to end them at
+    /// teardown.
+    bridges: Mutex<HashMap<String, Arc<OwnedFd>>>,
     pub escalations: Arc<Escalations>,
 }
 
@@ -36,15 +40,13 @@ impl SessionCtx {
     pub fn new(
         input: CoordinatorInput,
         run_dir: PathBuf,
-        sandbox_id: String,
-        holder: OwnedFd,
+        link: Arc<Link>,
         escalations: Arc<Escalations>,
     ) -> Self {
         Self {
             input,
             run_dir,
-            sandbox_id,
-            holder,
+            link,
             active: AtomicUsize::new(0),
             bridges: Mutex::new(HashMap::new()),
             escalations,
@@ -57,11 +59,9 @@ impl SessionCtx {
 
     /// Ends every live session (teardown).
     pub fn end_all(&self) {
-        for pid in self.bridges.lock().unwrap().values() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        for pidfd in self.bridges.lock().unwrap().values() {
+            let _ =
+                lazaret_helpers::pidfd::send_signal(pidfd.as_ref(), rustix::process::Signal::KILL);
         }
     }
 }
@@ -132,12 +132,7 @@ struct Guard<'a> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.ctx.bridges.lock().unwrap().remove(&self.id);
-        let _ = std::fs::remove_file(
-            self.ctx
-                .run_dir
-                .join("sessions")
-                .join(format!("{}.json", self.id)),
-        );
+        self.ctx.link.forget(&self.id);
         self.ctx.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -217,41 +212,17 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
     );
-    let process = lazaret_supervisor::bundle::exec_process_json(
-        &sandbox_argv(hello.argv.as_deref()),
-        &env,
-        "/workspace",
-        tty.is_some(),
-        &ctx.input.limits,
-    );
-    let sessions = ctx.run_dir.join("sessions");
-    std::fs::create_dir_all(&sessions).map_err(|e| e.to_string())?;
-    let process_file = sessions.join(format!("{sid}.json"));
-    std::fs::write(&process_file, serde_json::to_vec(&process).expect("json"))
-        .map_err(|e| e.to_string())?;
-
-    // runsc writes the pid file once the command's process exists: until
-    // then, whatever comes out is runsc's own (see `StartLatch`).
-    let pid_file = sessions.join(format!("{sid}.pid"));
-    let runsc = ctx.input.runsc.command(
-        &ctx.run_dir.join("runsc"),
-        &[
-            "exec",
-            "--pid-file",
-            &pid_file.to_string_lossy(),
-            "--process",
-            &process_file.to_string_lossy(),
-            &ctx.sandbox_id,
-        ],
-    );
+    let process = SessionProcess {
+        argv: sandbox_argv(hello.argv.as_deref()),
+        env,
+        cwd: "/workspace".into(),
+    };
+    // The supervisor has runsc write the pid file once the command's
+    // process exists: until then, whatever comes out is runsc's own (see
+    // `StartLatch`).
+    let pid_file = ctx.run_dir.join("sessions").join(format!("{sid}.pid"));
     let latch = Arc::new(StartLatch::new(pid_file));
-    let mut cmd = Command::new(ctx.input.libexec.join("lazaret-exec-bridge"));
-    if tty.is_some() {
-        cmd.arg("--tty");
-    }
-    cmd.arg("--").args(&runsc);
-    let holder = ctx.holder.try_clone().map_err(|e| e.to_string())?;
-    fds::pass_fds(&mut cmd, vec![(holder, 3)]);
+    let bridge = Bridge { sid, process };
 
     let accepted = ServerMsg::Accepted {
         session_id: sid.to_string(),
@@ -259,8 +230,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     match tty {
         Some(t) => run_pty(
             ctx,
-            sid,
-            cmd,
+            bridge,
             (t.rows, t.cols),
             reader,
             writer,
@@ -268,7 +238,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             (gate, decisions),
             latch,
         ),
-        None => run_pipes(ctx, sid, cmd, reader, writer, accepted, latch),
+        None => run_pipes(ctx, bridge, reader, writer, accepted, latch),
     }
 }
 
@@ -427,6 +397,49 @@ fn finish_session(ctx: &SessionCtx, sid: &str, writer: &Writer, latch: &StartLat
 
 type Writer = Arc<Mutex<UnixStream>>;
 
+/// What the supervisor needs to start a session's exec bridge.
+struct Bridge<'a> {
+    sid: &'a str,
+    process: SessionProcess,
+}
+
+impl Bridge<'_> {
+    /// Has the supervisor start the bridge on `stdio`, then registers its
+    /// pidfd for teardown.
+    fn start(
+        &self,
+        ctx: &SessionCtx,
+        tty: bool,
+        stdio: &[OwnedFd],
+    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), String> {
+        let (pidfd, events) = ctx
+            .link
+            .start_bridge(self.sid, tty, &self.process, stdio)
+            .map_err(|e| e.to_string())?;
+        let pidfd = Arc::new(pidfd);
+        ctx.bridges
+            .lock()
+            .unwrap()
+            .insert(self.sid.to_string(), pidfd.clone());
+        Ok((pidfd, events))
+    }
+}
+
+/// The bridge's status; 125 with a log line when the supervisor (and the
+/// sandbox with it) went away first.
+fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> i32 {
+    wait_exit(events).unwrap_or_else(|| {
+        log(format!(
+            "session {sid}: the Runtime Supervisor is gone: the sandbox stopped"
+        ));
+        125
+    })
+}
+
+fn signal_bridge(pidfd: &OwnedFd, sig: rustix::process::Signal) {
+    let _ = lazaret_helpers::pidfd::send_signal(pidfd, sig);
+}
+
 /// The session in the Escalation Mailbox's registry while it lives; when it
 /// ends, its pending requests end and their host commands stop (OR-3).
 struct Registration<'a> {
@@ -524,18 +537,10 @@ fn pump<R: Read + Send + 'static>(
     })
 }
 
-fn exit_status(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
-
 #[allow(clippy::too_many_arguments)]
 fn run_pty(
     ctx: &SessionCtx,
-    sid: &str,
-    mut cmd: Command,
+    bridge: Bridge<'_>,
     (rows, cols): (u16, u16),
     mut reader: UnixStream,
     writer: Writer,
@@ -552,18 +557,12 @@ fn run_pty(
     let pty = nix::pty::openpty(Some(&ws), None).map_err(|e| format!("openpty: {e}"))?;
     // runsc chowns the slave it is given; it is ours alone, never the
     // developer's own terminal.
-    let slave = pty.slave;
-    cmd.stdin(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
-        .stdout(Stdio::from(slave.try_clone().map_err(|e| e.to_string())?))
-        .stderr(Stdio::from(slave));
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the exec bridge: {e}"))?;
-    drop(cmd);
-    ctx.bridges
-        .lock()
-        .unwrap()
-        .insert(sid.to_string(), child.id());
+    let slave = [pty.slave];
+    let (bridge_fd, events) = bridge.start(ctx, true, &slave)?;
+    // Only the bridge holds the slave now: the reader ends with EIO once
+    // the session's processes have closed it.
+    drop(slave);
+    let sid = bridge.sid;
     send(&writer, &accepted);
     let watching = latch.watch(&writer);
 
@@ -575,7 +574,7 @@ fn run_pty(
         latch.clone(),
     );
     let input_master = master.try_clone().map_err(|e| e.to_string())?;
-    let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let hangup = bridge_fd.clone();
     std::thread::spawn(move || {
         let mut m = input_master;
         loop {
@@ -606,63 +605,59 @@ fn run_pty(
                 }
                 Err(FrameError::Closed) | Err(_) => {
                     // The client is gone: hang up the session.
-                    let _ = nix::sys::signal::kill(bridge_pid, nix::sys::signal::Signal::SIGHUP);
+                    signal_bridge(&hangup, rustix::process::Signal::HUP);
                     return;
                 }
             }
         }
     });
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let status = bridge_status(sid, &events);
     // Output written just before exit is still in the PTY; the reader ends
     // with EIO once every slave is closed.
     watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(2));
     drop(master);
-    finish_session(ctx, sid, &writer, &latch, exit_status(status));
+    finish_session(ctx, sid, &writer, &latch, status);
     Ok(())
 }
 
 fn run_pipes(
     ctx: &SessionCtx,
-    sid: &str,
-    mut cmd: Command,
+    bridge: Bridge<'_>,
     mut reader: UnixStream,
     writer: Writer,
     accepted: ServerMsg,
     latch: Arc<StartLatch>,
 ) -> Result<(), String> {
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the exec bridge: {e}"))?;
-    drop(cmd);
-    ctx.bridges
-        .lock()
-        .unwrap()
-        .insert(sid.to_string(), child.id());
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let err = |e: rustix::io::Errno| format!("cannot create the session's pipes: {e}");
+    let (in_r, in_w) = pipe().map_err(err)?;
+    let (out_r, out_w) = pipe().map_err(err)?;
+    let (err_r, err_w) = pipe().map_err(err)?;
+    let far_ends = [in_r, out_w, err_w];
+    let (bridge_fd, events) = bridge.start(ctx, false, &far_ends)?;
+    // Only the bridge holds them now: the readers see EOF when it ends.
+    drop(far_ends);
+    let sid = bridge.sid;
     send(&writer, &accepted);
     let watching = latch.watch(&writer);
     let out = pump(
-        child.stdout.take().expect("piped"),
+        std::fs::File::from(out_r),
         writer.clone(),
         ServerMsg::Stdout,
         latch.clone(),
     );
     let err = pump(
-        child.stderr.take().expect("piped"),
+        std::fs::File::from(err_r),
         writer.clone(),
         ServerMsg::Stderr,
         latch.clone(),
     );
-    let mut stdin = child.stdin.take();
-    let bridge_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut stdin = Some(std::fs::File::from(in_w));
+    let signals = bridge_fd.clone();
     std::thread::spawn(move || loop {
-        use nix::sys::signal::Signal as S;
-        let forward = |s: S| {
-            let _ = nix::sys::signal::kill(bridge_pid, s);
-        };
+        use rustix::process::Signal as S;
+        let forward = |s: S| signal_bridge(&signals, s);
         match read_frame::<_, ClientMsg>(&mut reader) {
             Ok(ClientMsg::Stdin(data)) => {
                 if let Some(i) = stdin.as_mut() {
@@ -674,22 +669,22 @@ fn run_pipes(
             Ok(ClientMsg::StdinEof) => stdin = None,
             Ok(ClientMsg::Resize { .. }) | Ok(ClientMsg::Decision { .. }) => {}
             Ok(ClientMsg::Signal(sig)) => forward(match sig {
-                Signal::Interrupt => S::SIGINT,
-                Signal::Quit => S::SIGQUIT,
-                Signal::Terminate => S::SIGTERM,
-                Signal::Hangup => S::SIGHUP,
+                Signal::Interrupt => S::INT,
+                Signal::Quit => S::QUIT,
+                Signal::Terminate => S::TERM,
+                Signal::Hangup => S::HUP,
             }),
             Err(_) => {
-                forward(S::SIGHUP);
+                forward(S::HUP);
                 return;
             }
         }
     });
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let status = bridge_status(sid, &events);
     watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(5));
     join_with_timeout(err, Duration::from_secs(5));
-    finish_session(ctx, sid, &writer, &latch, exit_status(status));
+    finish_session(ctx, sid, &writer, &latch, status);
     Ok(())
 }
 

@@ -2,8 +2,10 @@
 //!
 //! The parent writes the bytes and adds every seal, so the child can trust
 //! that what it reads is exactly what the parent decided, and that nobody,
-//! the parent included, can change it afterwards. The child checks the
-//! seals and a size bound before it reads.
+//! the parent included, can change it afterwards (nor execute it, where the
+//! kernel has `F_SEAL_EXEC`). The child checks the seals and a size bound
+//! before it reads, and, with [`read_checked`], the SHA-256 digest the
+//! parent passed out of band (argv or a record), before it parses.
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -19,6 +21,12 @@ pub enum MemfdError {
     },
     #[error("memfd {name}: {size} bytes exceed the limit of {limit}")]
     TooLarge { name: String, size: u64, limit: u64 },
+    #[error("memfd {name}: its SHA-256 digest {got} differs from the expected {expected}; refusing it (it is not what the sender decided)")]
+    DigestMismatch {
+        name: String,
+        got: String,
+        expected: String,
+    },
     #[error("memfd {name}: {source}")]
     Io {
         name: String,
@@ -38,16 +46,54 @@ fn io(name: &str) -> impl FnOnce(std::io::Error) -> MemfdError + '_ {
     }
 }
 
-/// Creates a memfd holding `bytes`, with every seal applied. The fd is
-/// close-on-exec; pass it to a child with [`crate::fds`].
+/// The SHA-256 of `bytes`, lowercase hex: what [`read_checked`] expects.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Creates a memfd holding `bytes`, with every seal applied, `F_SEAL_EXEC`
+/// too where the kernel has it (6.3 and later). The fd is close-on-exec;
+/// pass it to a child with [`crate::fds`].
 pub fn sealed(name: &str, bytes: &[u8]) -> Result<OwnedFd, MemfdError> {
     let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
         .map_err(|e| io(name)(e.into()))?;
     let mut f = std::fs::File::from(fd);
     f.write_all(bytes).map_err(io(name))?;
     f.seek(SeekFrom::Start(0)).map_err(io(name))?;
+    // Before the other seals: F_SEAL_SEAL forbids adding any later. An
+    // older kernel answers EINVAL to a seal it does not know.
+    match rustix::fs::fcntl_add_seals(&f, SealFlags::EXEC) {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(io(name)(e.into())),
+    }
     rustix::fs::fcntl_add_seals(&f, REQUIRED).map_err(|e| io(name)(e.into()))?;
     Ok(f.into())
+}
+
+/// [`sealed`], and the digest to pass to the receiver out of band.
+pub fn sealed_with_digest(name: &str, bytes: &[u8]) -> Result<(OwnedFd, String), MemfdError> {
+    Ok((sealed(name, bytes)?, digest(bytes)))
+}
+
+/// [`read_sealed`], then the SHA-256 digest compared with `expected`
+/// (hex, either case) before the bytes are handed to any parser.
+pub fn read_checked(
+    name: &str,
+    fd: impl AsFd,
+    limit: u64,
+    expected: &str,
+) -> Result<Vec<u8>, MemfdError> {
+    let bytes = read_sealed(name, fd, limit)?;
+    let got = digest(&bytes);
+    if !got.eq_ignore_ascii_case(expected) {
+        return Err(MemfdError::DigestMismatch {
+            name: name.to_string(),
+            got,
+            expected: expected.to_string(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// Reads a sealed memfd after checking its seals and size.
@@ -90,6 +136,32 @@ mod tests {
         // Writing is refused by the seal.
         let mut f = std::fs::File::from(fd.try_clone().unwrap());
         assert!(f.write_all(b"x").is_err());
+    }
+
+    #[test]
+    fn the_digest_is_checked_before_the_bytes_are_returned() {
+        let (fd, d) = sealed_with_digest("t", b"plan").unwrap();
+        assert_eq!(read_checked("t", &fd, 16, &d).unwrap(), b"plan");
+        assert_eq!(
+            read_checked("t", &fd, 16, &d.to_ascii_uppercase()).unwrap(),
+            b"plan"
+        );
+        let other = digest(b"other");
+        let e = read_checked("t", &fd, 16, &other).unwrap_err();
+        assert!(matches!(e, MemfdError::DigestMismatch { .. }), "{e}");
+        assert!(e.to_string().contains(&other), "{e}");
+    }
+
+    #[test]
+    fn exec_is_sealed_where_the_kernel_knows_the_seal() {
+        let fd = sealed("t", b"#!/bin/sh\n").unwrap();
+        let has = rustix::fs::fcntl_get_seals(&fd).unwrap();
+        assert!(has.contains(REQUIRED));
+        // Kernels before 6.3 refuse the seal: there is nothing to check.
+        let probe = rustix::fs::memfd_create("p", MemfdFlags::ALLOW_SEALING).unwrap();
+        if rustix::fs::fcntl_add_seals(&probe, SealFlags::EXEC).is_ok() {
+            assert!(has.contains(SealFlags::EXEC), "{has:?}");
+        }
     }
 
     #[test]

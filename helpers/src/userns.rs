@@ -141,6 +141,19 @@ pub fn clone_mapped<F>(map: &IdMap, extra: CloneFlags, child: F) -> Result<Pid, 
 where
     F: FnOnce() -> isize,
 {
+    clone_mapped_pidfd(map, extra, child).map(|(pid, _)| pid)
+}
+
+/// [`clone_mapped`], with a pidfd of the child taken right after the
+/// clone, before its PID is used for anything (even for its maps).
+pub fn clone_mapped_pidfd<F>(
+    map: &IdMap,
+    extra: CloneFlags,
+    child: F,
+) -> Result<(Pid, std::os::fd::OwnedFd), UsernsError>
+where
+    F: FnOnce() -> isize,
+{
     let (go_r, go_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)?;
     let mut child = Some(child);
@@ -192,12 +205,22 @@ where
     }
     .map_err(UsernsError::Clone)?;
     drop(go_r);
+    // Our unreaped child: its PID cannot be reused before we wait for it.
+    let pidfd = match crate::pidfd::open(pid.as_raw()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // The child sees EOF and exits; reap it.
+            drop(go_w);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            return Err(std::io::Error::other(e.to_string()).into());
+        }
+    };
     let result = write_maps(pid.as_raw(), map);
     let mut go_w = std::fs::File::from(go_w);
     match result {
         Ok(()) => {
             go_w.write_all(b"g")?;
-            Ok(pid)
+            Ok((pid, pidfd))
         }
         Err(e) => {
             // The child sees EOF and exits; reap it.

@@ -10,5 +10,6 @@ pub mod escalation;
 pub mod frame;
 pub mod plan;
 pub mod session;
+pub mod supervisor;
 
 pub use domain::DomainIdV1;

@@ -15,6 +15,13 @@ pub struct SandboxPlan {
     pub state_dir: PathBuf,
     /// Where config.json is written.
     pub bundle_dir: PathBuf,
+    /// The Domain's transient run directory (the sessions' runsc process
+    /// and pid files live in its `sessions/`); the supervisor removes it
+    /// when it stops the sandbox.
+    pub run_dir: PathBuf,
+    /// `lazaret-exec-bridge`, which the supervisor starts for each Client
+    /// Session.
+    pub exec_bridge: PathBuf,
     pub root: RootLayout,
     /// State Anchors, overlaid on their sandbox paths, parents first.
     pub anchors: Vec<AnchorMount>,

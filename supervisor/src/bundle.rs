@@ -164,6 +164,8 @@ mod tests {
             },
             state_dir: "/r/state".into(),
             bundle_dir: "/r/bundle".into(),
+            run_dir: "/r".into(),
+            exec_bridge: "/usr/libexec/lazaret/lazaret-exec-bridge".into(),
             root: RootLayout {
                 lower: "/l".into(),
                 upper: "/r/u".into(),

@@ -1,10 +1,13 @@
 //! The Runtime Supervisor applies a [`SandboxPlan`] decided by the Session
 //! Coordinator. It holds the authority to create the Domain's user, mount,
-//! network, PID, IPC and UTS namespaces and to start `runsc` in them; it
-//! never reads host configuration and holds no Trust Anchor keys.
+//! network, PID, IPC and UTS namespaces and to start `runsc` in them, and
+//! starts each Client Session's exec bridge on the coordinator's request
+//! (so that the coordinator can confine itself after start-up); it never
+//! reads host configuration and holds no Trust Anchor keys.
 //!
 //! [`SandboxPlan`]: lazaret_protocol::plan::SandboxPlan
 
+pub mod bridge;
 pub mod bundle;
 pub mod fdno;
 pub mod limits;

@@ -1,5 +1,7 @@
-//! `lazaret-supervisor`: started by the Session Coordinator with the plan on
-//! fd 3 and a status pipe on fd 4. See the crate documentation.
+//! `lazaret-supervisor`: started by the Session Coordinator with the plan
+//! (a sealed memfd) on fd 3, its SHA-256 digest in argv (`--plan-digest`),
+//! and its end of the control channel on fd 4
+//! ([`lazaret_protocol::supervisor`]). See the crate documentation.
 //!
 //! Process layout:
 //! ```text
@@ -13,6 +15,10 @@
 //!      ├─ slirp4netns B         (in N1 -> tap0 of N2)
 //!      └─ runsc run             (terminal-neutral, --network=sandbox in N2,
 //!                                or --network=none)
+//! lazaret-supervisor
+//!  └─ lazaret-exec-bridge       (one per Client Session, on the
+//!                                coordinator's request; joins the holder's
+//!                                namespaces and runs `runsc exec`)
 //! ```
 //! See [`lazaret_supervisor::network`] for the network's order.
 //! Every process of the sandbox lives in the holder's PID namespace, so when
@@ -20,20 +26,24 @@
 //! runsc, gofer or sandbox process can outlive the Domain. The holder dies
 //! with the supervisor (`PR_SET_PDEATHSIG`), which dies with the coordinator.
 
-use lazaret_helpers::{fds, memfd, userns};
+use lazaret_helpers::channel::{Channel, ChannelError};
+use lazaret_helpers::{fds, memfd, pidfd, userns};
 use lazaret_protocol::plan::SandboxPlan;
+use lazaret_protocol::supervisor::{FromSupervisor, ToSupervisor, MAX_RECORD};
+use lazaret_supervisor::bridge::{self, Bridge};
 use lazaret_supervisor::network::{self, Uplink};
 use lazaret_supervisor::{bundle, exit, fdno};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{self, SigHandler, SigSet, Signal};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() {
-    // Inherited by the holder, runsc, slirp4netns and the mount router.
+    // Inherited by the holder, runsc, slirp4netns, the mount router and the
+    // exec bridges.
     lazaret_helpers::limits::raise_nofile();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -41,25 +51,442 @@ fn main() {
         Some("--scan-anchor") => std::process::exit(scan_anchor(&args[2..])),
         _ => {}
     }
-    let code = match run() {
-        Ok(code) => code,
-        Err((code, msg)) => {
-            eprintln!("lazaret-supervisor: error: {msg}");
-            report_status(&format!("error {msg}"));
+    let channel = match fds::inherited(fdno::CHANNEL) {
+        Ok(fd) => Channel::from_fd(fd),
+        Err(e) => {
+            eprintln!(
+                "lazaret-supervisor: error: no control channel on fd {}: {e}",
+                fdno::CHANNEL
+            );
+            std::process::exit(exit::BAD_PLAN);
+        }
+    };
+    let code = match start(&args, &channel) {
+        Ok(mut sup) => {
+            let code = sup.serve(&channel);
+            sup.finish();
+            code
+        }
+        Err((code, reason)) => {
+            eprintln!("lazaret-supervisor: error: {reason}");
+            let _ = channel.send(&FromSupervisor::StartFailed { reason }, &[], MAX_RECORD);
             code
         }
     };
     std::process::exit(code);
 }
 
-fn report_status(line: &str) {
-    // SAFETY: fd 4 was handed to us as the status pipe; wrapping it in a
-    // ManuallyDrop'd File only borrows it for this write.
-    let mut f = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fdno::STATUS) });
-    let _ = writeln!(*f, "{line}");
+type Failure = (i32, String);
+
+/// `--plan-digest HEX` (and `--domain ID`, which only names the process).
+fn plan_digest(args: &[String]) -> Result<&str, Failure> {
+    let mut it = args.iter().skip(1);
+    let mut digest = None;
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--domain" => {
+                it.next();
+            }
+            "--plan-digest" => digest = it.next(),
+            other => return Err((exit::BAD_PLAN, format!("unknown argument {other:?}"))),
+        }
+    }
+    digest.map(String::as_str).ok_or((
+        exit::BAD_PLAN,
+        "no --plan-digest: the plan's SHA-256 digest is required".into(),
+    ))
 }
 
-type Failure = (i32, String);
+/// Reads and checks the plan: seals, size, digest, then postcard; the
+/// network policy's digest too, before anything is created.
+fn read_plan(args: &[String]) -> Result<SandboxPlan, Failure> {
+    let digest = plan_digest(args)?;
+    let plan_fd = fds::inherited(fdno::PLAN)
+        .map_err(|e| (exit::BAD_PLAN, format!("no plan on fd {}: {e}", fdno::PLAN)))?;
+    let bytes = memfd::read_checked("sandbox-plan", &plan_fd, 1 << 20, digest)
+        .map_err(|e| (exit::BAD_PLAN, e.to_string()))?;
+    drop(plan_fd);
+    let plan: SandboxPlan =
+        postcard::from_bytes(&bytes).map_err(|e| (exit::BAD_PLAN, format!("plan: {e}")))?;
+    if let Some(net) = &plan.network {
+        let got = memfd::digest(&net.policy);
+        if !got.eq_ignore_ascii_case(&net.digest) {
+            return Err((
+                exit::BAD_PLAN,
+                format!(
+                    "network: the policy's SHA-256 digest {got} differs from the plan's {}; refusing it",
+                    net.digest
+                ),
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+/// A running sandbox and what the supervisor tracks of it.
+struct Supervisor {
+    plan: SandboxPlan,
+    holder: nix::unistd::Pid,
+    holder_fd: OwnedFd,
+    uplink: Option<Uplink>,
+    uplink_lost: bool,
+    bridges: Vec<Bridge>,
+    signals: nix::sys::signalfd::SignalFd,
+}
+
+/// Everything up to a running sandbox, then [`FromSupervisor::Ready`] with
+/// the holder's pidfd.
+fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
+    let plan = read_plan(args)?;
+    std::fs::create_dir_all(&plan.bundle_dir).map_err(|e| {
+        (
+            exit::START_FAILED,
+            format!("cannot create {}: {e}", plan.bundle_dir.display()),
+        )
+    })?;
+
+    // Taken through a signalfd; blocked before any child exists, and
+    // unblocked again in every child before it execs.
+    let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
+    term.thread_block()
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let signals = nix::sys::signalfd::SignalFd::with_flags(
+        &term,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| (exit::START_FAILED, format!("signalfd: {e}")))?;
+
+    // The holder tells us over this pipe when runsc's sandbox is running.
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    // We tell the holder over this one when slirp4netns A is up.
+    let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let ready_w_raw = ready_w.as_raw_fd();
+    let uplink_r_raw = uplink_r.as_raw_fd();
+    let flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    // The channel must not outlive us in the holder and what it starts.
+    let (holder, holder_fd) = userns::clone_mapped_pidfd(&plan.id_map, flags, || {
+        // SAFETY: closing the clone's copy of the channel, which it never uses.
+        unsafe { libc::close(channel.as_fd().as_raw_fd()) };
+        holder_main(&plan, ready_w_raw, uplink_r_raw)
+    })
+    .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    drop(ready_w);
+    drop(uplink_r);
+    let mut ready = std::io::BufReader::new(std::fs::File::from(ready_r));
+    let holder_line = |ready: &mut std::io::BufReader<std::fs::File>| {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = ready.read_line(&mut line);
+        line.trim().to_string()
+    };
+    let kill_holder = || {
+        let _ = pidfd::send_signal(&holder_fd, rustix::process::Signal::KILL);
+        let _ = nix::sys::wait::waitpid(holder, None);
+    };
+
+    let mut uplink = None;
+    if let Some(net) = &plan.network {
+        match Uplink::start(net, holder.as_raw()) {
+            Ok(u) => {
+                let _ = std::fs::File::from(uplink_w).write_all(b"u");
+                uplink = Some(u);
+            }
+            Err(e) => {
+                // The holder's own error, if it failed first, says more.
+                drop(uplink_w);
+                kill_holder();
+                let line = holder_line(&mut ready);
+                let detail = line
+                    .strip_prefix("error ")
+                    .map(str::to_string)
+                    .unwrap_or(format!("network: uplink: {e}"));
+                return Err((exit::START_FAILED, detail));
+            }
+        }
+    } else {
+        drop(uplink_w);
+    }
+
+    let line = holder_line(&mut ready);
+    if line != "running" {
+        let _ = nix::sys::wait::waitpid(holder, None);
+        if let Some(u) = uplink {
+            u.stop();
+        }
+        let detail = line
+            .strip_prefix("error ")
+            .unwrap_or("the sandbox holder exited");
+        return Err((exit::START_FAILED, detail.to_string()));
+    }
+    if let Err(e) = channel.send(&FromSupervisor::Ready, &[holder_fd.as_fd()], MAX_RECORD) {
+        kill_holder();
+        if let Some(u) = uplink {
+            u.stop();
+        }
+        return Err((
+            exit::START_FAILED,
+            format!("cannot tell the coordinator the sandbox is ready: {e}"),
+        ));
+    }
+    Ok(Supervisor {
+        plan,
+        holder,
+        holder_fd,
+        uplink,
+        uplink_lost: false,
+        bridges: Vec::new(),
+        signals,
+    })
+}
+
+/// Why the control loop ended.
+enum End {
+    /// The holder ended by itself (exit code of the supervisor).
+    HolderGone(i32),
+    /// Stop requested (record, SIGTERM/SIGINT, or the coordinator is gone);
+    /// answer `Stopped` when `reply`.
+    Stop { reply: bool },
+}
+
+impl Supervisor {
+    /// Until the sandbox ends or the coordinator asks to stop: starts and
+    /// reaps exec bridges, watches the holder and slirp4netns A by pidfd.
+    fn serve(&mut self, channel: &Channel) -> i32 {
+        let end = loop {
+            match self.step(channel) {
+                Ok(None) => {}
+                Ok(Some(end)) => break end,
+                Err(e) => {
+                    eprintln!("lazaret-supervisor: {e}: stopping the sandbox");
+                    break End::Stop { reply: false };
+                }
+            }
+        };
+        match end {
+            End::HolderGone(code) => {
+                self.reap_bridges(channel, Duration::from_secs(5));
+                code
+            }
+            End::Stop { reply } => {
+                self.stop_holder();
+                self.reap_bridges(channel, Duration::from_secs(5));
+                let removed = remove_run_dir(&self.plan);
+                if reply {
+                    let _ = channel.send(
+                        &FromSupervisor::Stopped {
+                            run_dir_removed: removed,
+                        },
+                        &[],
+                        MAX_RECORD,
+                    );
+                }
+                exit::STOPPED
+            }
+        }
+    }
+
+    /// One wait for whatever happens next.
+    fn step(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+        use rustix::event::{PollFd, PollFlags};
+        let watch_uplink = !self.uplink_lost && self.uplink.is_some();
+        let mut pfds = vec![
+            PollFd::new(channel, PollFlags::IN),
+            PollFd::new(&self.signals, PollFlags::IN),
+            PollFd::new(&self.holder_fd, PollFlags::IN),
+        ];
+        if let (true, Some(u)) = (watch_uplink, &self.uplink) {
+            pfds.push(PollFd::new(u.pidfd(), PollFlags::IN));
+        }
+        let first_bridge = pfds.len();
+        for b in &self.bridges {
+            pfds.push(PollFd::new(&b.tracked.pidfd, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut pfds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(None),
+            Err(e) => return Err(format!("poll: {e}")),
+        }
+        let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
+        drop(pfds);
+
+        if ready[1] {
+            while let Ok(Some(_)) = self.signals.read_signal() {}
+            return Ok(Some(End::Stop { reply: false }));
+        }
+        if ready[2] {
+            return Ok(Some(End::HolderGone(self.reap_holder())));
+        }
+        if watch_uplink && ready[3] {
+            self.uplink_lost = true;
+            eprintln!("lazaret-supervisor: slirp4netns A exited: the sandbox has lost its network");
+        }
+        let exited: Vec<usize> = (0..self.bridges.len())
+            .filter(|i| ready[first_bridge + i])
+            .collect();
+        for i in exited.into_iter().rev() {
+            self.report_exit(channel, i);
+        }
+        if ready[0] {
+            return self.handle(channel);
+        }
+        Ok(None)
+    }
+
+    /// One record from the coordinator.
+    fn handle(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+        let (msg, fds) =
+            match channel.recv_checked::<ToSupervisor>(MAX_RECORD, ToSupervisor::fd_count) {
+                Ok(m) => m,
+                Err(ChannelError::Closed) => {
+                    eprintln!("lazaret-supervisor: the coordinator is gone: stopping the sandbox");
+                    return Ok(Some(End::Stop { reply: false }));
+                }
+                // A bad record is refused; its descriptors are closed.
+                Err(e) => {
+                    eprintln!("lazaret-supervisor: refused a record from the coordinator: {e}");
+                    return Ok(None);
+                }
+            };
+        match msg {
+            ToSupervisor::Stop => Ok(Some(End::Stop { reply: true })),
+            ToSupervisor::StartBridge(req) => {
+                match bridge::start(&self.plan, &self.holder_fd, &req, fds, &self.bridges) {
+                    Ok(b) => {
+                        let sent = channel.send(
+                            &FromSupervisor::BridgeStarted {
+                                session: req.session.clone(),
+                            },
+                            &[b.tracked.pidfd.as_fd()],
+                            MAX_RECORD,
+                        );
+                        self.bridges.push(b);
+                        sent.map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                    }
+                    Err(e) => {
+                        eprintln!("lazaret-supervisor: session {}: {e}", req.session);
+                        channel
+                            .send(
+                                &FromSupervisor::BridgeFailed {
+                                    session: req.session,
+                                    reason: e.to_string(),
+                                },
+                                &[],
+                                MAX_RECORD,
+                            )
+                            .map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reaps bridge `i` when it has exited and tells the coordinator.
+    fn report_exit(&mut self, channel: &Channel, i: usize) {
+        let Some(status) = self.bridges[i].try_status() else {
+            return;
+        };
+        let b = self.bridges.swap_remove(i);
+        let _ = channel.send(
+            &FromSupervisor::BridgeExited {
+                session: b.session.clone(),
+                status,
+            },
+            &[],
+            MAX_RECORD,
+        );
+        b.forget();
+    }
+
+    /// After the sandbox is gone, its bridges end (their `runsc exec` dies
+    /// with the holder's PID namespace): reap and report them, killing
+    /// those that linger.
+    fn reap_bridges(&mut self, channel: &Channel, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while !self.bridges.is_empty() {
+            for i in (0..self.bridges.len()).rev() {
+                if self.bridges[i].tracked.exited() {
+                    self.report_exit(channel, i);
+                }
+            }
+            if Instant::now() > deadline {
+                for b in &self.bridges {
+                    let _ = b.tracked.signal(rustix::process::Signal::KILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The holder's exit, as the supervisor's exit code.
+    fn reap_holder(&mut self) -> i32 {
+        match nix::sys::wait::waitpid(self.holder, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => exit::STOPPED,
+            _ => exit::SANDBOX_LOST,
+        }
+    }
+
+    /// SIGTERM to the holder, which stops runsc; SIGKILL after 20 s (killing
+    /// PID 1 of the namespace kills everything in it).
+    fn stop_holder(&mut self) {
+        if pidfd::exited(&self.holder_fd) {
+            let _ = nix::sys::wait::waitpid(self.holder, None);
+            return;
+        }
+        let _ = pidfd::send_signal(&self.holder_fd, rustix::process::Signal::TERM);
+        let mut pfd = [rustix::event::PollFd::new(
+            &self.holder_fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let timeout = rustix::event::Timespec {
+            tv_sec: 20,
+            tv_nsec: 0,
+        };
+        if !matches!(rustix::event::poll(&mut pfd, Some(&timeout)), Ok(n) if n > 0) {
+            let _ = pidfd::send_signal(&self.holder_fd, rustix::process::Signal::KILL);
+        }
+        let _ = nix::sys::wait::waitpid(self.holder, None);
+    }
+
+    /// After the holder: slirp4netns A.
+    fn finish(self) {
+        if let Some(u) = self.uplink {
+            u.stop();
+        }
+    }
+}
+
+/// Removes the Domain's run directory, whose files belong to the
+/// developer's subordinate IDs, from inside the mapped user namespace
+/// (what `--remove-tree` does). True when it is gone.
+fn remove_run_dir(plan: &SandboxPlan) -> bool {
+    let dir = &plan.run_dir;
+    if !dir.is_absolute() {
+        return false;
+    }
+    if !dir.exists() {
+        return true;
+    }
+    match userns::run_mapped(
+        &plan.id_map,
+        Command::new("rm").arg("-rf").arg("--").arg(dir),
+    ) {
+        Ok(s) if s.success() && !dir.exists() => true,
+        other => {
+            eprintln!(
+                "lazaret-supervisor: could not remove {}: {other:?}",
+                dir.display()
+            );
+            false
+        }
+    }
+}
 
 /// `lazaret-supervisor --scan-anchor PATH UPPER LOWER`: prints the JSON
 /// summary of a State Anchor's upper (never file contents), scanned from
@@ -123,7 +550,9 @@ fn scan_anchor(args: &[String]) -> i32 {
 /// `lazaret-supervisor --remove-tree DIR`: removes a Domain's transient
 /// tree, whose files belong to the developer's subordinate IDs, from inside
 /// the mapped user namespace. A separate single-threaded process, because
-/// cloning a multi-threaded coordinator for it would not be safe.
+/// cloning a multi-threaded coordinator for it would not be safe. Used at
+/// start-up (recovery) and by the CLI; a running Domain's run directory is
+/// removed by its supervisor when it stops.
 fn remove_tree(dir: Option<&Path>) -> i32 {
     let Some(dir) = dir.filter(|d| d.is_absolute()) else {
         eprintln!("lazaret-supervisor: --remove-tree takes an absolute directory");
@@ -144,154 +573,6 @@ fn remove_tree(dir: Option<&Path>) -> i32 {
                 dir.display()
             );
             exit::START_FAILED
-        }
-    }
-}
-
-fn run() -> Result<i32, Failure> {
-    let plan_fd = fds::inherited(fdno::PLAN)
-        .map_err(|e| (exit::BAD_PLAN, format!("no plan on fd {}: {e}", fdno::PLAN)))?;
-    let bytes = memfd::read_sealed("sandbox-plan", &plan_fd, 1 << 20)
-        .map_err(|e| (exit::BAD_PLAN, e.to_string()))?;
-    let plan: SandboxPlan =
-        postcard::from_bytes(&bytes).map_err(|e| (exit::BAD_PLAN, format!("plan: {e}")))?;
-    drop(plan_fd);
-    std::fs::create_dir_all(&plan.bundle_dir).map_err(|e| {
-        (
-            exit::START_FAILED,
-            format!("cannot create {}: {e}", plan.bundle_dir.display()),
-        )
-    })?;
-
-    // Blocked before the holder exists, so that its SIGCHLD cannot be lost.
-    let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
-    term.thread_block()
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-
-    // The holder tells us over this pipe when runsc's sandbox is running.
-    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-    // We tell the holder over this one when slirp4netns A is up.
-    let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-    let ready_w_raw = ready_w.as_raw_fd();
-    let uplink_r_raw = uplink_r.as_raw_fd();
-    let flags = CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWNET
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS;
-    let holder = userns::clone_mapped(&plan.id_map, flags, || {
-        holder_main(&plan, ready_w_raw, uplink_r_raw)
-    })
-    .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-    drop(ready_w);
-    drop(uplink_r);
-    let mut ready = std::io::BufReader::new(std::fs::File::from(ready_r));
-    let holder_line = |ready: &mut std::io::BufReader<std::fs::File>| {
-        use std::io::BufRead;
-        let mut line = String::new();
-        let _ = ready.read_line(&mut line);
-        line.trim().to_string()
-    };
-
-    let mut uplink = None;
-    if let Some(net) = &plan.network {
-        match Uplink::start(net, holder.as_raw()) {
-            Ok(u) => {
-                let _ = std::fs::File::from(uplink_w).write_all(b"u");
-                uplink = Some(u);
-            }
-            Err(e) => {
-                // The holder's own error, if it failed first, says more.
-                drop(uplink_w);
-                let _ = signal::kill(holder, Signal::SIGKILL);
-                let _ = nix::sys::wait::waitpid(holder, None);
-                let line = holder_line(&mut ready);
-                let detail = line
-                    .strip_prefix("error ")
-                    .map(str::to_string)
-                    .unwrap_or(format!("network: uplink: {e}"));
-                return Err((exit::START_FAILED, detail));
-            }
-        }
-    } else {
-        drop(uplink_w);
-    }
-
-    let line = holder_line(&mut ready);
-    if line != "running" {
-        let _ = nix::sys::wait::waitpid(holder, None);
-        if let Some(u) = uplink {
-            u.stop();
-        }
-        let detail = line
-            .strip_prefix("error ")
-            .unwrap_or("the sandbox holder exited");
-        return Err((exit::START_FAILED, detail.to_string()));
-    }
-    report_status(&format!("ready {}", holder.as_raw()));
-    let code = supervise(holder, &term, &mut uplink);
-    if let Some(u) = uplink {
-        u.stop();
-    }
-    code
-}
-
-/// Until the holder ends: forwards SIGTERM/SIGINT to it, which stops runsc.
-fn supervise(
-    holder: nix::unistd::Pid,
-    term: &SigSet,
-    uplink: &mut Option<Uplink>,
-) -> Result<i32, Failure> {
-    let mut uplink_lost = false;
-    // Stop on SIGTERM: forward it to the holder, which stops runsc.
-    loop {
-        let sig = term
-            .wait()
-            .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-        match sig {
-            Signal::SIGCHLD => {
-                if !uplink_lost && uplink.as_mut().is_some_and(|u| u.exited()) {
-                    uplink_lost = true;
-                    eprintln!("lazaret-supervisor: slirp4netns A exited: the sandbox has lost its network");
-                }
-                if let Ok(nix::sys::wait::WaitStatus::Exited(_, code)) =
-                    nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-                {
-                    return Ok(if code == 0 {
-                        exit::STOPPED
-                    } else {
-                        exit::SANDBOX_LOST
-                    });
-                }
-                if let Ok(nix::sys::wait::WaitStatus::Signaled(..)) =
-                    nix::sys::wait::waitpid(holder, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-                {
-                    return Ok(exit::SANDBOX_LOST);
-                }
-            }
-            _ => {
-                let _ = signal::kill(holder, Signal::SIGTERM);
-                let deadline = Instant::now() + Duration::from_secs(20);
-                loop {
-                    match nix::sys::wait::waitpid(
-                        holder,
-                        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-                    ) {
-                        Ok(nix::sys::wait::WaitStatus::StillAlive) if Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(20))
-                        }
-                        Ok(nix::sys::wait::WaitStatus::StillAlive) => {
-                            // Killing PID 1 of the namespace kills everything in it.
-                            let _ = signal::kill(holder, Signal::SIGKILL);
-                            let _ = nix::sys::wait::waitpid(holder, None);
-                            return Ok(exit::STOPPED);
-                        }
-                        _ => return Ok(exit::STOPPED),
-                    }
-                }
-            }
         }
     }
 }

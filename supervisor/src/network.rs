@@ -19,6 +19,7 @@
 //! (`PR_SET_PDEATHSIG`, and its `--exit-fd` closes with the supervisor),
 //! and the supervisor stops it after the holder.
 
+use lazaret_helpers::pidfd::Tracked;
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::plan::SandboxNetwork;
 use nix::sys::signal::{SigSet, Signal};
@@ -71,9 +72,9 @@ fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
 }
 
 /// slirp4netns A, started by the supervisor from the host's network
-/// namespace into the holder's (N1).
+/// namespace into the holder's (N1), tracked by the pidfd taken at spawn.
 pub struct Uplink {
-    child: Child,
+    child: Tracked,
     /// Closing it (POLLHUP on slirp's `--exit-fd`) stops slirp A.
     exit_w: Option<OwnedFd>,
 }
@@ -111,28 +112,30 @@ impl Uplink {
         drop(cmd);
         wait_ready(ready_r, "slirp4netns A (the uplink)", &mut child)?;
         Ok(Uplink {
-            child,
+            child: Tracked::new(child).map_err(|e| e.to_string())?,
             exit_w: Some(exit_w),
         })
     }
 
-    /// Whether slirp A is still running (reaps it when not).
-    pub fn exited(&mut self) -> bool {
-        !matches!(self.child.try_wait(), Ok(None))
+    /// Polls readable once slirp A has exited.
+    pub fn pidfd(&self) -> &OwnedFd {
+        &self.child.pidfd
     }
 
-    /// Stops slirp A: its exit fd first, SIGKILL after a grace period. The
-    /// child is unreaped until then, so its PID cannot be reused.
+    /// Stops slirp A: its exit fd first, SIGKILL (by pidfd) after a grace
+    /// period, then reaps it.
     pub fn stop(mut self) {
         drop(self.exit_w.take());
         for _ in 0..100 {
-            if self.exited() {
-                return;
+            if self.child.exited() {
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !self.child.exited() {
+            let _ = self.child.signal(rustix::process::Signal::KILL);
+        }
+        let _ = self.child.child.wait();
     }
 }
 

@@ -120,6 +120,8 @@ mod tests {
             },
             state_dir: bundle.join("state"),
             bundle_dir: bundle.into(),
+            run_dir: "/r".into(),
+            exec_bridge: "/usr/libexec/lazaret/lazaret-exec-bridge".into(),
             root: RootLayout {
                 lower: "/l".into(),
                 upper: "/r/u".into(),

@@ -1,0 +1,206 @@
+//! Client Sessions' exec bridges, started by the supervisor on the
+//! coordinator's request ([`StartBridge`]), so that the coordinator, which
+//! confines itself after start-up, is never the parent of `runsc exec`.
+//!
+//! The coordinator names the session and hands the process to run inside
+//! (a sealed memfd, digest checked) and the session's stdio; every runsc
+//! argument (binary, state directory, container, pid and process files) is
+//! the supervisor's own, from its plan. A bridge is tracked by the pidfd
+//! taken at spawn; its pidfd goes back to the coordinator for signals.
+
+use lazaret_helpers::pidfd::{PidfdError, Tracked};
+use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::plan::SandboxPlan;
+use lazaret_protocol::supervisor::{
+    valid_session_id, ExitStatus, SessionProcess, StartBridge, MAX_PROCESS,
+};
+use nix::sys::signal::{SigSet, Signal};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The exec bridge finds the holder's pidfd here.
+const HOLDER_PIDFD: i32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error("session id {0:?} is not 32 lowercase hex digits")]
+    BadSession(String),
+    #[error("session {0} already has an exec bridge")]
+    Duplicate(String),
+    #[error("the session's descriptors are missing")]
+    MissingFds,
+    #[error("the session's process: {0}")]
+    Process(#[from] memfd::MemfdError),
+    #[error("the session's process is malformed: {0}")]
+    Decode(#[from] postcard::Error),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the exec bridge {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("exec bridge: {0}")]
+    Pidfd(#[from] PidfdError),
+}
+
+pub struct Bridge {
+    pub session: String,
+    pub tracked: Tracked,
+    process_file: PathBuf,
+}
+
+impl Bridge {
+    /// The status once the bridge has exited (it is reaped then).
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        let s = self.tracked.child.try_wait().ok()??;
+        Some(match (s.code(), s.signal()) {
+            (Some(c), _) => ExitStatus::Exited(c),
+            (None, Some(sig)) => ExitStatus::Signaled(sig),
+            (None, None) => ExitStatus::Exited(125),
+        })
+    }
+
+    /// Removes the session's process file (the pid file stays: the
+    /// coordinator reads it to tell runsc's diagnostics from the command's
+    /// output).
+    pub fn forget(self) {
+        let _ = std::fs::remove_file(&self.process_file);
+    }
+}
+
+/// The runsc `--process` and `--pid-file` of a session.
+fn session_files(plan: &SandboxPlan, session: &str) -> (PathBuf, PathBuf) {
+    let dir = plan.run_dir.join("sessions");
+    (
+        dir.join(format!("{session}.json")),
+        dir.join(format!("{session}.pid")),
+    )
+}
+
+/// Starts the exec bridge of `req.session`. `fds`: the sealed process
+/// memfd, then the PTY slave or stdin, stdout and stderr (the count was
+/// checked with the record).
+pub fn start(
+    plan: &SandboxPlan,
+    holder: &OwnedFd,
+    req: &StartBridge,
+    fds: Vec<OwnedFd>,
+    running: &[Bridge],
+) -> Result<Bridge, BridgeError> {
+    if !valid_session_id(&req.session) {
+        return Err(BridgeError::BadSession(req.session.clone()));
+    }
+    if running.iter().any(|b| b.session == req.session) {
+        return Err(BridgeError::Duplicate(req.session.clone()));
+    }
+    let mut fds = fds.into_iter();
+    let process_fd = fds.next().ok_or(BridgeError::MissingFds)?;
+    let bytes = memfd::read_checked(
+        "session-process",
+        &process_fd,
+        MAX_PROCESS,
+        &req.process_digest,
+    )?;
+    drop(process_fd);
+    let process: SessionProcess = postcard::from_bytes(&bytes)?;
+    let json = crate::bundle::exec_process_json(
+        &process.argv,
+        &process.env,
+        &process.cwd,
+        req.tty,
+        &plan.limits,
+    );
+    let (process_file, pid_file) = session_files(plan, &req.session);
+    let write_err = |path: &PathBuf| {
+        let path = path.clone();
+        move |source| BridgeError::Write { path, source }
+    };
+    if let Some(dir) = process_file.parent() {
+        std::fs::create_dir_all(dir).map_err(write_err(&dir.to_path_buf()))?;
+    }
+    std::fs::write(&process_file, serde_json::to_vec(&json).unwrap_or_default())
+        .map_err(write_err(&process_file))?;
+
+    // runsc writes the pid file once the command's process exists.
+    let runsc = plan.runsc.command(
+        &plan.state_dir,
+        &[
+            "exec",
+            "--pid-file",
+            &pid_file.to_string_lossy(),
+            "--process",
+            &process_file.to_string_lossy(),
+            &plan.sandbox_id,
+        ],
+    );
+    let mut cmd = Command::new(&plan.exec_bridge);
+    if req.tty {
+        cmd.arg("--tty");
+    }
+    cmd.arg("--").args(&runsc);
+    let stdio: Vec<OwnedFd> = fds.collect();
+    match (req.tty, &stdio[..]) {
+        (true, [slave]) => {
+            let clone = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .map_err(|source| BridgeError::Spawn {
+                        path: plan.exec_bridge.clone(),
+                        source,
+                    })
+                    .map(Stdio::from)
+            };
+            cmd.stdin(clone(slave)?)
+                .stdout(clone(slave)?)
+                .stderr(clone(slave)?);
+        }
+        (false, [i, o, e]) => {
+            let clone = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .map_err(|source| BridgeError::Spawn {
+                        path: plan.exec_bridge.clone(),
+                        source,
+                    })
+                    .map(Stdio::from)
+            };
+            cmd.stdin(clone(i)?).stdout(clone(o)?).stderr(clone(e)?);
+        }
+        _ => return Err(BridgeError::MissingFds),
+    }
+    drop(stdio);
+    let holder = holder.try_clone().map_err(|source| BridgeError::Spawn {
+        path: plan.exec_bridge.clone(),
+        source,
+    })?;
+    fds::pass_fds(&mut cmd, vec![(holder, HOLDER_PIDFD)]);
+    // SAFETY: between fork and exec only async-signal-safe calls
+    // (sigprocmask, prctl). The supervisor blocks the signals it takes
+    // through its signalfd; the bridge must start with none blocked.
+    unsafe {
+        cmd.pre_exec(|| {
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|source| BridgeError::Spawn {
+        path: plan.exec_bridge.clone(),
+        source,
+    })?;
+    // Closes our copies of the session's stdio: the coordinator's PTY
+    // reader sees EIO once the bridge's side is gone.
+    drop(cmd);
+    Ok(Bridge {
+        session: req.session.clone(),
+        tracked: Tracked::new(child)?,
+        process_file,
+    })
+}
