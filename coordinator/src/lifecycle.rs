@@ -683,7 +683,8 @@ fn teardown(
             .as_ref()
             .and_then(|l| l.stop(Duration::from_secs(45)));
         removed = answered == Some(true);
-        if answered.is_none() {
+        // Only while it is unreaped may its PID be signalled.
+        if answered.is_none() && matches!(sup.child.try_wait(), Ok(None)) {
             log("the Runtime Supervisor did not answer the stop request: sending SIGTERM");
             let pid = nix::unistd::Pid::from_raw(sup.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);

@@ -56,8 +56,14 @@ pub fn digest(bytes: &[u8]) -> String {
 /// too where the kernel has it (6.3 and later). The fd is close-on-exec;
 /// pass it to a child with [`crate::fds`].
 pub fn sealed(name: &str, bytes: &[u8]) -> Result<OwnedFd, MemfdError> {
-    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-        .map_err(|e| io(name)(e.into()))?;
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    // Not executable from birth where the kernel can say so (6.3 and
+    // later); older kernels answer EINVAL to the flag.
+    let fd = match rustix::fs::memfd_create(name, flags | MemfdFlags::NOEXEC_SEAL) {
+        Err(rustix::io::Errno::INVAL) => rustix::fs::memfd_create(name, flags),
+        other => other,
+    }
+    .map_err(|e| io(name)(e.into()))?;
     let mut f = std::fs::File::from(fd);
     f.write_all(bytes).map_err(io(name))?;
     f.seek(SeekFrom::Start(0)).map_err(io(name))?;

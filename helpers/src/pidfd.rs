@@ -22,7 +22,11 @@ pub enum PidfdError {
 /// process whose identity was checked otherwise, as recovery does with the
 /// start time).
 pub fn open(pid: i32) -> Result<OwnedFd, PidfdError> {
-    let p = rustix::process::Pid::from_raw(pid).ok_or(PidfdError::BadPid(pid))?;
+    // Zero and negative numbers name groups or nobody, never one process.
+    let p = (pid > 0)
+        .then(|| rustix::process::Pid::from_raw(pid))
+        .flatten()
+        .ok_or(PidfdError::BadPid(pid))?;
     rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
         .map_err(|source| PidfdError::Open { pid, source })
 }

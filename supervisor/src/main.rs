@@ -271,6 +271,9 @@ impl Supervisor {
         match end {
             End::HolderGone(code) => {
                 self.reap_bridges(channel, Duration::from_secs(5));
+                // The coordinator ends too; it must not have to exec
+                // anything to clean up after us.
+                remove_run_dir(&self.plan);
                 code
             }
             End::Stop { reply } => {
