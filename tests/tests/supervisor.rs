@@ -40,9 +40,16 @@ fn exec_bridges_are_children_of_the_supervisor_not_of_the_coordinator() {
     let mut seen = (Vec::new(), Vec::new(), Vec::new());
     let up = eventually(Duration::from_secs(120), || {
         let procs = processes_mentioning(&id);
+        let coordinators = find(&procs, "lazaret-coordinator");
+        // The holder is a clone of the supervisor (same command line):
+        // the supervisor is the coordinator's child.
+        let supervisors: Vec<i32> = find(&procs, "lazaret-supervisor")
+            .into_iter()
+            .filter(|p| coordinators.len() == 1 && ppid(*p) == Some(coordinators[0]))
+            .collect();
         seen = (
-            find(&procs, "lazaret-coordinator"),
-            find(&procs, "lazaret-supervisor"),
+            coordinators,
+            supervisors,
             find(&procs, "lazaret-exec-bridge"),
         );
         seen.0.len() == 1 && seen.1.len() == 1 && seen.2.len() == 1
