@@ -14,7 +14,7 @@ use lazaret_protocol::supervisor::{
 };
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -186,10 +186,7 @@ impl Link {
         self.channel
             .send(&ToSupervisor::Stop, &[], MAX_RECORD)
             .ok()?;
-        match rx.recv_timeout(timeout) {
-            Ok(removed) => Some(removed),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        rx.recv_timeout(timeout).ok()
     }
 }
 
