@@ -37,6 +37,8 @@ pub enum UsernsError {
     Clone(nix::Error),
     #[error("i/o error while creating the user namespace: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the new user namespace's first process: {0}")]
+    Pidfd(#[from] crate::pidfd::PidfdError),
 }
 
 /// Reads the first subordinate range of `user` (or its numeric `uid`) from a
@@ -212,7 +214,7 @@ where
             // The child sees EOF and exits; reap it.
             drop(go_w);
             let _ = nix::sys::wait::waitpid(pid, None);
-            return Err(std::io::Error::other(e.to_string()).into());
+            return Err(e.into());
         }
     };
     let result = write_maps(pid.as_raw(), map);
