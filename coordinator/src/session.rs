@@ -220,7 +220,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     let process = lazaret_supervisor::bundle::exec_process_json(
         &sandbox_argv(hello.argv.as_deref()),
         &env,
-        "/workspace",
+        &lazaret_protocol::session::sandbox_workdir(hello.workdir.as_deref()),
         tty.is_some(),
         &ctx.input.limits,
     );

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Terminal facts of the client, present when the session gets a PTY.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -24,6 +24,25 @@ pub struct Hello {
     pub argv: Option<Vec<String>>,
     /// `Some`: run on a coordinator-owned PTY.
     pub tty: Option<TtyInfo>,
+    /// Where the command starts, relative to `/workspace` (the
+    /// subdirectory of the repository `lazaret run` was started in).
+    pub workdir: Option<String>,
+}
+
+/// The working directory inside for a [`Hello::workdir`]: `/workspace`,
+/// or beneath it when `rel` is a relative path of plain components (no
+/// `.`, `..` or empty component, no NUL); anything else is `/workspace`.
+pub fn sandbox_workdir(rel: Option<&str>) -> String {
+    match rel {
+        Some(r)
+            if !r.is_empty()
+                && !r.contains('\0')
+                && r.split('/').all(|c| !c.is_empty() && c != "." && c != "..") =>
+        {
+            format!("/workspace/{r}")
+        }
+        _ => "/workspace".to_string(),
+    }
 }
 
 /// Signals a client forwards when it has no PTY (with a PTY, Ctrl-C and
