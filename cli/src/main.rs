@@ -11,6 +11,7 @@ mod leader;
 mod net_cmd;
 mod prompt;
 mod run;
+mod session_env;
 mod state_cmd;
 mod terminal;
 

@@ -5,7 +5,9 @@ use crate::error::CliError;
 use crate::{leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
-use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, TtyInfo, PROTOCOL_VERSION};
+use lazaret_protocol::session::{
+    ClientMsg, Hello, ServerMsg, SessionEnv, Signal, TtyInfo, PROTOCOL_VERSION,
+};
 use lazaret_protocol::DomainIdV1;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -23,9 +25,14 @@ pub struct RunArgs {
     /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Agent Workspace (default: the current directory)
+    /// Agent Workspace (default: the top level of the Git repository the
+    /// current directory is in, else the current directory)
     #[arg(long)]
     workspace: Option<PathBuf>,
+    /// Give this session's processes KEY from this environment, or KEY=VALUE
+    /// (repeatable; never stored or shown, not even in `ps`)
+    #[arg(short = 'e', long = "env", value_name = "KEY[=VALUE]")]
+    env: Vec<String>,
     /// Command to run instead of an interactive login shell
     #[arg(last = true)]
     command: Vec<String>,
@@ -41,6 +48,8 @@ pub struct Resolved {
     pub subdir: Option<PathBuf>,
     /// Whether the workspace is a Git work tree's top level.
     pub git: bool,
+    /// The session's own variables (`-e`, `pass_env`).
+    pub env: SessionEnv,
     pub domain_id: DomainIdV1,
     pub storage_root: PathBuf,
     pub domain_root: PathBuf,
@@ -176,6 +185,8 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             Err(e) => return Err(e.into()),
         }
     }
+    let env =
+        crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
     let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
     let uid = rustix::process::getuid().as_raw();
@@ -193,6 +204,7 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         workspace,
         subdir,
         git,
+        env,
         domain_id,
         storage_root,
         domain_root,
@@ -299,6 +311,7 @@ fn session(
             .as_ref()
             .and_then(|p| p.to_str())
             .map(str::to_string),
+        env: r.env.clone(),
     };
     if write_frame(&mut w, &hello).is_err() {
         return Ok(None);

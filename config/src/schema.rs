@@ -66,6 +66,9 @@ pub struct Profile {
     /// beyond those it protects by itself.
     pub protected_paths: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// Names of host environment variables whose values each session gets
+    /// (taken at each `lazaret run`, never stored): API keys and the like.
+    pub pass_env: Vec<String>,
     pub volumes: Vec<Volume>,
     pub network: Network,
     pub escalation: Escalation,
@@ -86,6 +89,7 @@ impl Default for Profile {
             isolate_ignored: true,
             protected_paths: Vec::new(),
             env: BTreeMap::new(),
+            pass_env: Vec::new(),
             volumes: Vec::new(),
             network: Network::default(),
             escalation: Escalation::default(),

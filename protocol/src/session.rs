@@ -27,6 +27,36 @@ pub struct Hello {
     /// Where the command starts, relative to `/workspace` (the
     /// subdirectory of the repository `lazaret run` was started in).
     pub workdir: Option<String>,
+    /// Variables for this session's processes only.
+    pub env: SessionEnv,
+}
+
+/// Environment variables the developer gives one session's processes
+/// (`lazaret run -e`, the profile's `pass_env`): API keys and the like.
+/// The values travel over the session socket and, to runsc, in a sealed
+/// memfd: never in a file, a log or a command line. `Debug` shows the
+/// names only.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SessionEnv(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for SessionEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| format!("{k}=<hidden>")))
+            .finish()
+    }
+}
+
+impl SessionEnv {
+    /// The most variables one session may be given.
+    pub const MAX_VARS: usize = 256;
+    /// The most bytes of names and values together.
+    pub const MAX_BYTES: usize = 256 * 1024;
+
+    /// The names, for messages and logs.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
 }
 
 /// The working directory inside for a [`Hello::workdir`]: `/workspace`,
