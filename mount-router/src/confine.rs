@@ -160,7 +160,7 @@ pub fn apply(
         },
     ];
     places.extend(opened.iter().map(|(place, fd)| Place {
-        place: *place,
+        place,
         fd: fd.as_fd(),
     }));
     binaries::mount_router().apply(&places, &filters)?;

@@ -2,13 +2,12 @@
 //! against the policy, and the readiness fingerprint over both.
 
 use netlink_packet_route::AddressFamily;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
-use lazaret_netpolicy::policy::{Policy, PolicyError};
+use crate::netlink::{route_matches, NetlinkError, ObservedRoute, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
+use lazaret_netpolicy::policy::{Policy, PolicyError};
 
 /// Domain separation of the fingerprint.
 pub const FINGERPRINT_CONTEXT: &[u8] = b"lazaret-netpolicy readiness fingerprint v1\0";

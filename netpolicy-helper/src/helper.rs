@@ -15,15 +15,14 @@
 //!    the probe from the sandbox namespace;
 //! 7. print one JSON document on stdout.
 
-use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 
-use crate::attest::{self, Attestation, Namespaces};
+use crate::attest::{self, Namespaces};
 use crate::confine;
 use crate::netlink::Rtnl;
-use lazaret_netpolicy::policy::{digest_bytes, Policy, MAX_POLICY_BYTES};
-use crate::probe::{self, ProbeReport};
+use crate::probe;
 use crate::sysctl::Ipv6Conf;
+use lazaret_netpolicy::policy::{digest_bytes, Policy, MAX_POLICY_BYTES};
 
 /// Exit codes of `lazaret-netpolicy`.
 pub mod exit {

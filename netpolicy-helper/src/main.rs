@@ -72,20 +72,18 @@ fn main() {
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {
         Ok(c) => c,
-        Err(early) => {
-            match early.status {
-                Ok(()) => {
-                    println!("{}", early.output);
-                    println!("Or: lazaret-netpolicy --print-confinement");
-                    std::process::exit(exit::OK);
-                }
-                Err(()) => {
-                    eprintln!("lazaret-netpolicy: {}", early.output.trim_end());
-                    eprintln!("See lazaret-netpolicy --help.");
-                    std::process::exit(exit::BAD_INPUT);
-                }
+        Err(early) => match early.status {
+            Ok(()) => {
+                println!("{}", early.output);
+                println!("Or: lazaret-netpolicy --print-confinement");
+                std::process::exit(exit::OK);
             }
-        }
+            Err(()) => {
+                eprintln!("lazaret-netpolicy: {}", early.output.trim_end());
+                eprintln!("See lazaret-netpolicy --help.");
+                std::process::exit(exit::BAD_INPUT);
+            }
+        },
     };
     let req = match cli.cmd {
         Cmd::Install(c) => Request {

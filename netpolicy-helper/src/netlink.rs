@@ -17,7 +17,6 @@ use netlink_packet_route::route::{
 use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
 
 use lazaret_netpolicy::policy::RouteSpec;

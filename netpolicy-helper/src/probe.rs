@@ -11,8 +11,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use crate::netlink::Rtnl;
-use lazaret_netpolicy::policy::Policy;
 use crate::sysctl::Ipv6Conf;
+use lazaret_netpolicy::policy::Policy;
 
 /// How a TCP connection attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

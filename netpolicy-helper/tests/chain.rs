@@ -14,8 +14,8 @@
 //! client (`connect`, `dns`), started inside the namespaces with nsenter.
 
 use lazaret_config::{Network, NetworkDefault};
-use lazaret_netpolicy_helper::probe::{dns_ask, tcp_connect, TcpOutcome};
 use lazaret_netpolicy::{derive, policy_memfd, DeriveOptions, NetworkPlan, Policy};
+use lazaret_netpolicy_helper::probe::{dns_ask, tcp_connect, TcpOutcome};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;

@@ -23,7 +23,7 @@
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the canonical encoding; part of the digest.
 pub const POLICY_VERSION: u32 = 1;
@@ -287,10 +287,10 @@ pub struct DeriveOptions {
     pub probe_timeout_ms: Option<u32>,
 }
 
-
 pub(crate) struct Builtin {
     pub(crate) net: [u8; 4],
     pub(crate) len: u8,
+    #[cfg_attr(not(feature = "derive"), allow(dead_code))]
     pub(crate) what: &'static str,
     pub(crate) fixed: bool,
 }
@@ -355,7 +355,6 @@ pub(crate) const BUILTINS: &[Builtin] = &[
 pub(crate) fn builtin_net(b: &Builtin) -> Ipv4Net {
     Ipv4Net::new(Ipv4Addr::from(b.net), b.len).expect("static prefix")
 }
-
 
 /// The decision for one destination, with the rule that made it.
 #[derive(Debug, Clone, PartialEq, Eq)]

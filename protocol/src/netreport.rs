@@ -152,4 +152,3 @@ impl ProbeReport {
             .join("; ")
     }
 }
-

@@ -111,8 +111,7 @@ pub const PLACE_INFO_EXCLUDE: &str = "a linked worktree's info/exclude";
 
 /// Rights beneath the router's stores: everything but execute and devices.
 pub fn router_store_rights() -> BitFlags<AccessFs> {
-    AccessFs::from_all(ROUTER_ABI)
-        & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock)
+    AccessFs::from_all(ROUTER_ABI) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock)
 }
 
 pub fn mount_router() -> Confinement {

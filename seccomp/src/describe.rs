@@ -257,7 +257,10 @@ fn condition(c: &CondJson) -> String {
 /// each with its argument conditions (alternatives one per line).
 fn print_seccomp(s: &mut String, binary: &str) {
     let Some(p) = crate::policy(binary) else {
-        let _ = writeln!(s, "seccomp: MISSING: no policy named {binary} in this build");
+        let _ = writeln!(
+            s,
+            "seccomp: MISSING: no policy named {binary} in this build"
+        );
         return;
     };
     let filters: BTreeMap<String, FilterJson> = match serde_json::from_str(p.json) {

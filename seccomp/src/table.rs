@@ -73,11 +73,20 @@ mod tests {
             .collect();
         let t = markdown(&printed);
         for (b, p) in &printed {
-            for k in ["runs as", "capabilities", "landlock", "seccomp", "namespaces"] {
+            for k in [
+                "runs as",
+                "capabilities",
+                "landlock",
+                "seccomp",
+                "namespaces",
+            ] {
                 assert!(!field(p, k).is_empty(), "{b} prints no {k}:\n{p}");
             }
             if field(p, "confined") != "yes" {
-                assert!(!field(p, "reason").is_empty(), "{b}: unconfined without a reason");
+                assert!(
+                    !field(p, "reason").is_empty(),
+                    "{b}: unconfined without a reason"
+                );
             }
             assert!(t.contains(&format!("| `{b}` |")));
         }

@@ -181,7 +181,10 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
     if !rustix::process::getuid().is_root() {
         // SAFETY: a single-threaded child; unshare takes flags only.
         if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
-            eprintln!("child: no user namespace: {}", std::io::Error::last_os_error());
+            eprintln!(
+                "child: no user namespace: {}",
+                std::io::Error::last_os_error()
+            );
             return SKIP;
         }
     }
@@ -191,7 +194,7 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
     let places: Vec<Place<'_>> = handles
         .iter()
         .map(|(p, fd)| Place {
-            place: *p,
+            place: p,
             fd: fd.as_fd(),
         })
         .collect();
@@ -250,7 +253,10 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
                 }
             }
             if get("CapEff:") != keep {
-                eprintln!("child: CapEff {:016x} lacks what it keeps {keep:016x}", get("CapEff:"));
+                eprintln!(
+                    "child: CapEff {:016x} lacks what it keeps {keep:016x}",
+                    get("CapEff:")
+                );
                 return 9;
             }
             0

@@ -314,21 +314,18 @@ fn run_helper(
     drop(cmd);
     let report = evidence_file(&net.evidence_dir, mode);
     let _ = std::fs::File::create(&report).and_then(|mut f| f.write_all(&out.stdout));
-    let report: Option<NetReport> = (out.stdout.len() <= MAX_REPORT_BYTES)
+    // Bounded and typed: the helper shares a user namespace with the
+    // sandbox's network; anything else is a failure of the helper.
+    let parsed: Option<NetReport> = (out.stdout.len() <= MAX_REPORT_BYTES)
         .then(|| serde_json::from_slice(&out.stdout).ok())
         .flatten();
-    if let Some(r) = &report {
-        if out.status.success() && r.ok && r.mode.as_str() == mode {
-            return Ok(report.expect("checked"));
-        }
-    }
-    let stage = report
-        .as_ref()
-        .and_then(|r| r.failed_stage.clone())
-        .unwrap_or_else(|| "helper".into());
-    let msg = report
-        .and_then(|r| r.error)
-        .unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
+    let (stage, msg) = match parsed {
+        Some(r) if out.status.success() && r.ok && r.mode.as_str() == mode => return Ok(r),
+        Some(r) => (r.failed_stage, r.error),
+        None => (None, None),
+    };
+    let stage = stage.unwrap_or_else(|| "helper".into());
+    let msg = msg.unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
     if stage == mode {
         Err(msg)
     } else {
