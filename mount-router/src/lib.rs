@@ -101,7 +101,8 @@
 //! capabilities reduced to file ownership and permission overrides,
 //! `no_new_privs`, landlock (read-write only beneath the two stores, read
 //! only the rules files outside them, `/dev/fuse`; no TCP), and a seccomp
-//! allow-list declared as data in `seccomp/x86_64.json`.
+//! allow-list declared as data in `seccomp/policies/lazaret-mount-router.json`
+//! (the `lazaret-seccomp` crate, compiled at build time).
 //! `--print-confinement` prints all of it.
 
 pub mod baseline;
