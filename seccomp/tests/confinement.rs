@@ -25,7 +25,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The binaries that confine themselves.
-const CONFINED: &[&str] = &["lazaret-netpolicy", "lazaret-mount-router"];
+const CONFINED: &[&str] = &[
+    "lazaret-netpolicy",
+    "lazaret-mount-router",
+    "lazaret-coordinator",
+];
 
 /// Candidates for "a forbidden system call": the first one the binary's
 /// allow-list lacks is tried.
