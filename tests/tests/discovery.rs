@@ -50,6 +50,24 @@ fn a_subdirectory_runs_in_the_repositorys_domain_and_starts_there() {
     assert_eq!(domains, 1, "one Domain for the repository");
     assert_domain_gone(&ws.domain_id("default"));
 
+    // A Git-ignored directory on the host is the sandbox's own inside: it
+    // is not there, so the session starts at the top, and says so.
+    let out = ws.host_sh("echo 'build/' > .gitignore && mkdir -p build/out && git add .gitignore && git commit -qm ignore");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = ws
+        .lazaret(&["run", "--", "pwd"])
+        .current_dir(ws.path.join("build/out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "/workspace\n");
+    assert!(
+        text(&out.stderr).contains("/workspace/build/out is not in the sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+
     // `--workspace` still chooses explicitly: the subdirectory itself.
     let out = ws
         .lazaret(&["run", "--workspace", "src", "--", "sh", "-c", "pwd; ls"])
