@@ -66,6 +66,9 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         env_name(key).map_err(|e| (key_at.clone(), e))?;
         no_nul(value).map_err(|e| (key_at, e))?;
     }
+    if let Some(f) = &profile.host_ca_file {
+        host_path(f).map_err(|e| (at.key("host_ca_file"), e))?;
+    }
     for (i, name) in profile.pass_env.iter().enumerate() {
         env_name(name).map_err(|e| (at.key("pass_env").index(i), e))?;
     }

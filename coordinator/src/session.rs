@@ -95,6 +95,11 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
             crate::lifecycle::GIT_IDENTITY_CONFIG.into(),
         ));
     }
+    if input.host_ca.is_some() {
+        for k in crate::lifecycle::HOST_CA_ENV {
+            env.push(((*k).into(), crate::lifecycle::HOST_CA_PATH.into()));
+        }
+    }
     for (k, v) in &input.env {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));
