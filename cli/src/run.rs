@@ -33,8 +33,14 @@ pub struct RunArgs {
     /// (repeatable; never stored or shown, not even in `ps`)
     #[arg(short = 'e', long = "env", value_name = "KEY[=VALUE]")]
     env: Vec<String>,
-    /// Command to run instead of an interactive login shell
-    #[arg(last = true)]
+    /// Command to run instead of an interactive login shell (`--` before
+    /// it is optional: everything from the first argument that is not an
+    /// option of `run` on is the command, as with `podman run`)
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     command: Vec<String>,
 }
 
