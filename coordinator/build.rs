@@ -25,7 +25,7 @@ fn main() {
         _ => "dev",
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    for p in ["escalate", "protocol", "Cargo.lock"] {
+    for p in ["escalate", "protocol", "seccomp", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", workspace.join(p).display());
     }
     let target_dir = out.join("static-target");

@@ -45,6 +45,9 @@ pub enum CliError {
     Start(String),
     #[error("{0}")]
     Session(String),
+    /// A command-line argument that cannot be used as given.
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl From<lazaret_image::ImageError> for CliError {

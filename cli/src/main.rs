@@ -11,6 +11,7 @@ mod leader;
 mod net_cmd;
 mod prompt;
 mod run;
+mod session_env;
 mod state_cmd;
 mod terminal;
 
@@ -56,6 +57,10 @@ enum Cmd {
 }
 
 fn main() {
+    // Not a subcommand: every binary of the suite answers it the same way.
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret");
+    }
     terminal::install_panic_restore();
     let cli = Cli::parse();
     let code = match cli.command {

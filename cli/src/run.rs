@@ -5,7 +5,9 @@ use crate::error::CliError;
 use crate::{leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
-use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, TtyInfo, PROTOCOL_VERSION};
+use lazaret_protocol::session::{
+    ClientMsg, Hello, ServerMsg, SessionEnv, Signal, TtyInfo, PROTOCOL_VERSION,
+};
 use lazaret_protocol::DomainIdV1;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -23,11 +25,22 @@ pub struct RunArgs {
     /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Agent Workspace (default: the current directory)
+    /// Agent Workspace (default: the top level of the Git repository the
+    /// current directory is in, else the current directory)
     #[arg(long)]
     workspace: Option<PathBuf>,
-    /// Command to run instead of an interactive login shell
-    #[arg(last = true)]
+    /// Give this session's processes KEY from this environment, or KEY=VALUE
+    /// (repeatable; never stored or shown, not even in `ps`)
+    #[arg(short = 'e', long = "env", value_name = "KEY[=VALUE]")]
+    env: Vec<String>,
+    /// Command to run instead of an interactive login shell (`--` before
+    /// it is optional: everything from the first argument that is not an
+    /// option of `run` on is the command, as with `podman run`)
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     command: Vec<String>,
 }
 
@@ -37,6 +50,12 @@ pub struct Resolved {
     pub profile_name: String,
     pub profile: lazaret_config::Profile,
     pub workspace: PathBuf,
+    /// Where the session starts, relative to `/workspace`.
+    pub subdir: Option<PathBuf>,
+    /// Whether the workspace is a Git work tree's top level.
+    pub git: bool,
+    /// The session's own variables (`-e`, `pass_env`).
+    pub env: SessionEnv,
     pub domain_id: DomainIdV1,
     pub storage_root: PathBuf,
     pub domain_root: PathBuf,
@@ -53,27 +72,82 @@ fn mkdir_private(p: &Path) -> Result<(), CliError> {
         })
 }
 
-/// The canonical Agent Workspace: `--workspace`, else the current
-/// directory, resolved once; it must be a directory.
+/// The canonical Agent Workspace: `--workspace`, else the top level of the
+/// Git repository the current directory is in, else the current directory;
+/// resolved once; it must be a directory.
 pub fn canonical_workspace(given: Option<&Path>) -> Result<PathBuf, CliError> {
-    let ws = match given {
-        Some(w) => w.to_path_buf(),
-        None => std::env::current_dir().map_err(|source| CliError::Workspace {
-            path: ".".into(),
+    discover_workspace(given).map(|d| d.top)
+}
+
+/// Where `lazaret` runs: the workspace and where in it the session starts.
+#[derive(Debug)]
+pub struct Discovered {
+    /// The canonical Agent Workspace.
+    pub top: PathBuf,
+    /// The current directory relative to `top`, when it lies beneath it
+    /// (the session starts there, beneath `/workspace`).
+    pub subdir: Option<PathBuf>,
+    /// Whether `top` is a Git work tree's top level.
+    pub git: bool,
+}
+
+/// `--workspace` as given (canonicalised), or the current directory's
+/// repository: the top level of the Git work tree it is in, found by
+/// looking at the file system only (`gix-discover`: no Git configuration is
+/// read, nothing is executed), so that every subdirectory of one
+/// repository shares one Domain.
+pub fn discover_workspace(given: Option<&Path>) -> Result<Discovered, CliError> {
+    let canonical = |ws: &Path| -> Result<PathBuf, CliError> {
+        let c = ws.canonicalize().map_err(|source| CliError::Workspace {
+            path: ws.display().to_string(),
             source,
-        })?,
+        })?;
+        if !c.is_dir() {
+            return Err(CliError::Workspace {
+                path: c.display().to_string(),
+                source: std::io::Error::other("not a directory"),
+            });
+        }
+        Ok(c)
     };
-    let workspace = ws.canonicalize().map_err(|source| CliError::Workspace {
-        path: ws.display().to_string(),
-        source,
-    })?;
-    if !workspace.is_dir() {
-        return Err(CliError::Workspace {
-            path: workspace.display().to_string(),
-            source: std::io::Error::other("not a directory"),
+    if let Some(w) = given {
+        let top = canonical(w)?;
+        let git = git_top_level(&top).as_deref() == Some(top.as_path());
+        return Ok(Discovered {
+            top,
+            subdir: None,
+            git,
         });
     }
-    Ok(workspace)
+    let cwd = std::env::current_dir().map_err(|source| CliError::Workspace {
+        path: ".".into(),
+        source,
+    })?;
+    let cwd = canonical(&cwd)?;
+    Ok(match git_top_level(&cwd) {
+        Some(top) => {
+            let rel = cwd.strip_prefix(&top).unwrap_or(Path::new(""));
+            Discovered {
+                subdir: (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf()),
+                top,
+                git: true,
+            }
+        }
+        None => Discovered {
+            top: cwd,
+            subdir: None,
+            git: false,
+        },
+    })
+}
+
+/// The canonical top level of the Git work tree `dir` is in (`dir` itself
+/// or an ancestor on the same file system), if any.
+fn git_top_level(dir: &Path) -> Option<PathBuf> {
+    let (found, _trust) = gix_discover::upwards(dir).ok()?;
+    let (_git_dir, work_tree) = found.into_repository_and_work_tree_directories();
+    let top = work_tree?.canonicalize().ok()?;
+    dir.starts_with(&top).then_some(top)
 }
 
 pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -84,7 +158,11 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         rustix::process::getuid().as_raw(),
     )?;
     let profile = loaded.config.profile(&args.profile)?.clone();
-    let workspace = canonical_workspace(args.workspace.as_deref())?;
+    let Discovered {
+        top: workspace,
+        subdir,
+        git,
+    } = discover_workspace(args.workspace.as_deref())?;
     lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {
@@ -113,6 +191,8 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             Err(e) => return Err(e.into()),
         }
     }
+    let env =
+        crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
     let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
     let uid = rustix::process::getuid().as_raw();
@@ -128,6 +208,9 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         profile_name: args.profile.clone(),
         profile,
         workspace,
+        subdir,
+        git,
+        env,
         domain_id,
         storage_root,
         domain_root,
@@ -142,6 +225,12 @@ pub fn connect(domain_root: &Path) -> std::io::Result<UnixStream> {
 
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
     let r = resolve(&args)?;
+    if !r.git {
+        eprintln!(
+            "lazaret: note: {} is not a Git repository's top level: Git Sentry has no Git directory to protect there (`.gitignore` files still route ignored paths to Ignored Workspace State)",
+            lazaret_protocol::display::escape(r.workspace.as_os_str().as_bytes())
+        );
+    }
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
@@ -223,6 +312,12 @@ fn session(
         config_fingerprint: r.loaded.fingerprint.clone(),
         argv,
         tty: tty_info,
+        workdir: r
+            .subdir
+            .as_ref()
+            .and_then(|p| p.to_str())
+            .map(str::to_string),
+        env: r.env.clone(),
     };
     if write_frame(&mut w, &hello).is_err() {
         return Ok(None);

@@ -22,7 +22,7 @@ mod placement;
 mod schema;
 mod spans;
 mod validate;
-pub use validate::git_identity_value;
+pub use validate::{env_name, git_identity_value};
 
 pub use env::{config_path, storage_root, EnvVars};
 pub use error::{ConfigError, Invalid};

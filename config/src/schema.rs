@@ -66,6 +66,14 @@ pub struct Profile {
     /// beyond those it protects by itself.
     pub protected_paths: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// Names of host environment variables whose values each session gets
+    /// (taken at each `lazaret run`, never stored): API keys and the like.
+    pub pass_env: Vec<String>,
+    /// Trust the host's CA bundle inside (`/.lazaret/host-ca.pem`, with
+    /// the usual variables pointing at it): for TLS-inspecting proxies.
+    pub trust_host_ca: bool,
+    /// The bundle to trust; default: the host's system bundle.
+    pub host_ca_file: Option<PathBuf>,
     pub volumes: Vec<Volume>,
     pub network: Network,
     pub escalation: Escalation,
@@ -86,6 +94,9 @@ impl Default for Profile {
             isolate_ignored: true,
             protected_paths: Vec::new(),
             env: BTreeMap::new(),
+            pass_env: Vec::new(),
+            trust_host_ca: false,
+            host_ca_file: None,
             volumes: Vec::new(),
             network: Network::default(),
             escalation: Escalation::default(),

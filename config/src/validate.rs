@@ -66,6 +66,12 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         env_name(key).map_err(|e| (key_at.clone(), e))?;
         no_nul(value).map_err(|e| (key_at, e))?;
     }
+    if let Some(f) = &profile.host_ca_file {
+        host_path(f).map_err(|e| (at.key("host_ca_file"), e))?;
+    }
+    for (i, name) in profile.pass_env.iter().enumerate() {
+        env_name(name).map_err(|e| (at.key("pass_env").index(i), e))?;
+    }
 
     // Mount point -> index of the first volume using it.
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -190,7 +196,7 @@ fn is_at_or_beneath(path: &str, root: &str) -> bool {
 }
 
 /// Names the kernel and shells accept in an environment block.
-fn env_name(name: &str) -> Result<(), Invalid> {
+pub fn env_name(name: &str) -> Result<(), Invalid> {
     if name.is_empty() {
         return Err(Invalid::EmptyEnvName);
     }

@@ -373,6 +373,9 @@ fn prepare_control(
     if let Some(text) = git_identity_config(&input.git_identity) {
         write("gitconfig", text.as_bytes(), 0o644)?;
     }
+    if let Some(pem) = &input.host_ca {
+        write(HOST_CA_NAME, pem, 0o644)?;
+    }
     // The static build embedded at compile time (see build.rs): it runs in
     // any image, with or without a C library.
     write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
@@ -798,6 +801,22 @@ mod static_client_tests {
         }
     }
 }
+
+/// The host CA bundle in the control directory, and where it is inside.
+pub const HOST_CA_NAME: &str = "host-ca.pem";
+pub const HOST_CA_PATH: &str = "/.lazaret/host-ca.pem";
+
+/// The variables that make common TLS stacks trust [`HOST_CA_PATH`]:
+/// OpenSSL and what uses it (curl, Python's ssl, Git), Python requests,
+/// pip, Node.js (in addition to its own roots).
+pub const HOST_CA_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+];
 
 /// Where Git inside finds the identity (`GIT_CONFIG_SYSTEM`, so the
 /// repository's and the sandbox's own configuration still win).

@@ -1,6 +1,10 @@
 //! `lazaret-coordinator`: started by the `lazaret` CLI that leads a
 //! Domain's start-up, with its input on fd 3 and a readiness pipe on fd 4.
+//! `--print-confinement` prints what it may do once started.
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-coordinator");
+    }
     std::process::exit(lazaret_coordinator::lifecycle::main());
 }

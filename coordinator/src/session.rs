@@ -95,6 +95,11 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
             crate::lifecycle::GIT_IDENTITY_CONFIG.into(),
         ));
     }
+    if input.host_ca.is_some() {
+        for k in crate::lifecycle::HOST_CA_ENV {
+            env.push(((*k).into(), crate::lifecycle::HOST_CA_PATH.into()));
+        }
+    }
     for (k, v) in &input.env {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));
@@ -108,20 +113,41 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
 
 /// The argv run in the sandbox. A command goes through `sh -c 'exec "$@"'`
 /// so that "not found" and "not executable" come back as 127 and 126; no
-/// command means an interactive login shell.
-pub fn sandbox_argv(argv: Option<&[String]>) -> Vec<String> {
+/// command means an interactive login shell. Both start in `workdir` (an
+/// absolute path beneath `/workspace`, from
+/// [`lazaret_protocol::session::sandbox_workdir`]) when it exists inside,
+/// else in `/workspace` with a note: a Git-ignored directory on the host
+/// is not there inside (the sandbox has its own).
+pub fn sandbox_argv(argv: Option<&[String]>, workdir: &str) -> Vec<String> {
     let mut v: Vec<String> = vec!["/bin/sh".into(), "-c".into()];
+    // The directory comes in `WORKDIR_ENV` (see `workdir_env`), never
+    // inside the script, so no byte of it is interpreted by the shell.
+    let cd = if workdir == "/workspace" {
+        String::new()
+    } else {
+        format!(
+            "cd -- \"${WORKDIR_ENV}\" 2>/dev/null || echo \"lazaret: note: ${WORKDIR_ENV} is not in the sandbox (Git-ignored paths are the sandbox's own): starting in /workspace\" >&2; unset {WORKDIR_ENV}; "
+        )
+    };
     match argv {
         Some(argv) => {
-            v.push("exec \"$@\"".into());
+            v.push(format!("{cd}exec \"$@\""));
             v.push("lazaret".into());
             v.extend(argv.iter().cloned());
         }
-        None => v.push(
-            "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi".into(),
-        ),
+        None => v.push(format!(
+            "{cd}if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"
+        )),
     }
     v
+}
+
+/// Carries the session's starting directory to [`sandbox_argv`]'s script.
+pub const WORKDIR_ENV: &str = "LAZARET_WORKDIR";
+
+/// The `WORKDIR_ENV` entry for `workdir`, when it is not `/workspace`.
+pub fn workdir_env(workdir: &str) -> Option<String> {
+    (workdir != "/workspace").then(|| format!("{WORKDIR_ENV}={workdir}"))
 }
 
 struct Guard<'a> {
@@ -196,6 +222,8 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         esc_paths::SESSION_ANCHOR_ENV,
         hex::encode(anchor)
     ));
+    let workdir = lazaret_protocol::session::sandbox_workdir(hello.workdir.as_deref());
+    env.extend(workdir_env(&workdir));
     let gate = Arc::new(Gate::default());
     let decisions = Arc::new(Mutex::new(HashMap::new()));
     let _registration = Registration::new(
@@ -213,7 +241,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         },
     );
     let process = SessionProcess {
-        argv: sandbox_argv(hello.argv.as_deref()),
+        argv: sandbox_argv(hello.argv.as_deref(), &workdir),
         env,
         cwd: "/workspace".into(),
     };
@@ -704,12 +732,23 @@ mod tests {
 
     #[test]
     fn command_goes_through_exec_so_127_and_126_come_back() {
-        let argv = sandbox_argv(Some(&["echo".into(), "a b".into()]));
+        let argv = sandbox_argv(Some(&["echo".into(), "a b".into()]), "/workspace");
         assert_eq!(
             argv,
             ["/bin/sh", "-c", "exec \"$@\"", "lazaret", "echo", "a b"]
         );
-        assert!(sandbox_argv(None)[2].contains("bash -l"));
+        assert!(sandbox_argv(None, "/workspace")[2].contains("bash -l"));
+        let sub = sandbox_argv(Some(&["true".into()]), "/workspace/a b");
+        assert!(sub[2].starts_with("cd -- \"$LAZARET_WORKDIR\""), "{sub:?}");
+        assert!(
+            !sub[2].contains("a b"),
+            "the directory is never in the script"
+        );
+        assert_eq!(workdir_env("/workspace"), None);
+        assert_eq!(
+            workdir_env("/workspace/a b").as_deref(),
+            Some("LAZARET_WORKDIR=/workspace/a b")
+        );
     }
 
     #[test]

@@ -148,6 +148,9 @@ fn requester() -> Requester {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-escalate");
+    }
     let args = Args::parse();
     let session = Session::load();
     let mut request_id = [0u8; 16];

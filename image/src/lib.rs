@@ -40,7 +40,7 @@ mod reference;
 mod store;
 mod unpack;
 
-pub use catalog::{ArtifactRecord, Catalog, CatalogError, Lease};
+pub use catalog::{ArtifactRecord, Catalog, CatalogError, Lease, CATALOG_FILE, LOCK_FILE};
 pub use error::ImageError;
 pub use manage::{GcReport, Listed};
 pub use oci::{oci_artifact_id, OCI_PREPARER};

@@ -101,7 +101,8 @@
 //! capabilities reduced to file ownership and permission overrides,
 //! `no_new_privs`, landlock (read-write only beneath the two stores, read
 //! only the rules files outside them, `/dev/fuse`; no TCP), and a seccomp
-//! allow-list declared as data in `seccomp/x86_64.json`.
+//! allow-list declared as data in `seccomp/policies/lazaret-mount-router.json`
+//! (the `lazaret-seccomp` crate, compiled at build time).
 //! `--print-confinement` prints all of it.
 
 pub mod baseline;
@@ -115,77 +116,100 @@ pub mod sentry;
 pub mod shield;
 pub mod sys;
 
-use clap::Parser;
+use argh::FromArgs;
 use rustix::fd::{AsFd, FromRawFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Command-line arguments (see the crate documentation).
-#[derive(Debug, Parser)]
-#[command(
-    name = "lazaret-mount-router",
-    version,
-    about = "FUSE router: Git-ignored workspace paths go to Ignored Workspace State"
-)]
+#[derive(Debug, FromArgs)]
+/// FUSE router: Git-ignored workspace paths go to Ignored Workspace State.
 pub struct Args {
-    /// The host workspace directory.
-    #[arg(long, value_name = "DIR")]
+    /// the host workspace directory
+    #[argh(option)]
     pub workspace: Option<PathBuf>,
-    /// The Domain's Ignored Workspace State directory.
-    #[arg(long, value_name = "DIR")]
+    /// the Domain's Ignored Workspace State directory
+    #[argh(option)]
     pub state: Option<PathBuf>,
-    /// Where to mount the routed view.
-    #[arg(long, value_name = "DIR")]
+    /// where to mount the routed view
+    #[argh(option)]
     pub mountpoint: Option<PathBuf>,
-    /// Inherited descriptor to write `ready\n` to once the mount is live.
-    #[arg(long, value_name = "N")]
+    /// inherited descriptor to write `ready\n` to once the mount is live
+    #[argh(option)]
     pub ready_fd: Option<i32>,
-    /// Use this file as `core.excludesFile`.
-    #[arg(long, value_name = "PATH", conflicts_with = "no_excludes_file")]
+    /// use this file as `core.excludesFile`
+    #[argh(option)]
     pub excludes_file: Option<PathBuf>,
-    /// Apply no `core.excludesFile`.
-    #[arg(long)]
+    /// apply no `core.excludesFile`
+    #[argh(switch)]
     pub no_excludes_file: bool,
-    /// Kernel cache lifetime of names and attributes, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    /// kernel cache lifetime of names and attributes, in milliseconds
+    /// (default 1000)
+    #[argh(option, default = "1000")]
     pub cache_ms: u64,
-    /// Where the host's own ignore rules are remembered across the
-    /// sandbox's edits of them (a private directory of the Domain Root).
-    /// Without it they are remembered only while the router runs.
-    #[arg(long, value_name = "DIR")]
+    /// where the host's own ignore rules are remembered across the
+    /// sandbox's edits of them (a private directory of the Domain Root);
+    /// without it they are remembered only while the router runs
+    #[argh(option)]
     pub rules_baseline: Option<PathBuf>,
-    /// A workspace-relative path to keep read-only inside, with all
-    /// beneath it (repeatable).
-    #[arg(long = "protect", value_name = "REL")]
+    /// a workspace-relative path to keep read-only inside, with all
+    /// beneath it (repeatable)
+    #[argh(option)]
     pub protect: Vec<PathBuf>,
-    /// Enforce Git Sentry only: no path is routed to the state directory
-    /// by the ignore rules (Ignored Workspace State off).
-    #[arg(long)]
+    /// enforce Git Sentry only: no path is routed to the state directory
+    /// by the ignore rules (Ignored Workspace State off)
+    #[argh(switch)]
     pub sentry_only: bool,
-    /// The most files open through the router at once; further opens
+    /// the most files open through the router at once; further opens
     /// fail with EMFILE (also bounded by RLIMIT_NOFILE, raised to the
-    /// hard limit at start, less a reserve of 64).
-    #[arg(long, value_name = "N", default_value_t = router::DEFAULT_MAX_OPEN)]
+    /// hard limit at start, less a reserve of 64)
+    #[argh(option, default = "router::DEFAULT_MAX_OPEN")]
     pub max_open: usize,
-    /// FUSE worker threads.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// FUSE worker threads, 1 to 64 (default 2)
+    #[argh(option, default = "2")]
     pub threads: u16,
-    /// The most bytes the state directory may hold; growth past it fails
-    /// with ENOSPC (see the `quota` module). Unbounded when not given.
-    #[arg(long, value_name = "BYTES")]
+    /// the most bytes the state directory may hold; growth past it fails
+    /// with ENOSPC (see the `quota` module); unbounded when not given
+    #[argh(option)]
     pub state_max_bytes: Option<u64>,
-    /// Let processes of other uids use the mount (subject to the kernel's
-    /// permission checks); by default only the mounting uid may.
-    #[arg(long)]
+    /// let processes of other uids use the mount (subject to the kernel's
+    /// permission checks); by default only the mounting uid may
+    #[argh(switch)]
     pub allow_other: bool,
-    /// Exit when the parent process dies.
-    #[arg(long)]
+    /// exit when the parent process dies
+    #[argh(switch)]
     pub die_with_parent: bool,
-    /// Print the confinement (landlock, seccomp, capabilities) and exit.
-    #[arg(long)]
+    /// print the confinement (landlock, seccomp, capabilities) and exit
+    #[argh(switch)]
     pub print_confinement: bool,
+}
+
+impl Args {
+    /// Parses `argv` (without the program name). `Err` carries what to
+    /// print and the exit status: 0 for `--help` (on stdout), 2 for bad
+    /// arguments (on stderr).
+    pub fn parse_from(argv: &[&str]) -> Result<Args, (String, i32)> {
+        let a = Args::from_args(&["lazaret-mount-router"], argv).map_err(|e| {
+            (
+                e.output,
+                match e.status {
+                    Ok(()) => 0,
+                    Err(()) => 2,
+                },
+            )
+        })?;
+        if a.excludes_file.is_some() && a.no_excludes_file {
+            return Err((
+                "--excludes-file and --no-excludes-file exclude each other".into(),
+                2,
+            ));
+        }
+        if !(1..=64).contains(&a.threads) {
+            return Err((format!("--threads {}: give 1 to 64", a.threads), 2));
+        }
+        Ok(a)
+    }
 }
 
 /// Everything that stops the router, with what to do about it.

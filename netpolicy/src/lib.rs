@@ -1,13 +1,16 @@
-//! Network Sidecar: Lazaret's egress policy.
+//! Network Sidecar: Lazaret's egress policy, the pure part.
 //!
-//! - [`policy`]: the profile's `[network]` becomes a canonical,
-//!   generation-bound [`Policy`] (pure, table-tested), with its digest.
-//! - [`attest`], [`netlink`], [`sysctl`]: installing it as kernel routes in
-//!   the enforcement network namespace, disabling IPv6 in both namespaces,
-//!   reading the state back and fingerprinting it.
-//! - [`probe`]: the readiness probe from the sandbox's network namespace.
-//! - [`confine`], [`helper`]: the `lazaret-netpolicy` binary, which holds
-//!   `CAP_NET_ADMIN` over the enforcement namespace and nothing else.
+//! - [`policy`]: the canonical, generation-bound [`Policy`] (types,
+//!   encoding, digest, evaluation: pure, table-tested);
+//! - [`derive`] (feature `derive`, on by default): the profile's
+//!   `[network]` becomes a [`Policy`]; the only part that reads
+//!   `lazaret-config`;
+//! - [`record`]: `network.json`, what `lazaret net show` prints.
+//!
+//! Installing it as kernel routes, attesting and probing it is the
+//! confined helper's (`netpolicy-helper/`, binary `lazaret-netpolicy`),
+//! which uses this crate without `derive`, so it does not link the
+//! configuration parser.
 //!
 //! The topology (see `netpolicy/README.md`): the sandbox's namespace N2
 //! reaches the world only through slirp4netns B, which runs in the
@@ -17,16 +20,14 @@
 //!
 //! [`Policy`]: policy::Policy
 
-pub mod attest;
-pub mod confine;
-pub mod helper;
-pub mod netlink;
+#[cfg(feature = "derive")]
+pub mod derive;
 pub mod policy;
-pub mod probe;
 pub mod record;
-pub mod sysctl;
 
-pub use policy::{derive, options_for, DeriveOptions, NetworkPlan, Policy, PolicyError};
+#[cfg(feature = "derive")]
+pub use derive::{derive, options_for};
+pub use policy::{DeriveOptions, NetworkPlan, Policy, PolicyError};
 
 /// The fixed descriptor numbers the supervisor hands to the helper.
 pub mod fdno {

@@ -1,6 +1,7 @@
 //! Table tests of policy derivation: no root, no namespaces.
 
 use super::*;
+use crate::derive::*;
 use lazaret_config::{Network, NetworkDefault, NetworkMode};
 
 fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> Network {

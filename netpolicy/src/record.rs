@@ -99,10 +99,11 @@ pub fn read(path: &Path) -> std::io::Result<NetworkRecord> {
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "derive"))]
 mod tests {
     use super::*;
-    use crate::policy::{derive, DeriveOptions, NetworkPlan};
+    use crate::derive::derive;
+    use crate::policy::{DeriveOptions, NetworkPlan};
 
     #[test]
     fn round_trip() {

@@ -217,6 +217,9 @@ pub struct CoordinatorInput {
     /// `user.name` and `user.email` for Git inside (the host's, or the
     /// profile's `git_identity`), each already checked to be one line.
     pub git_identity: (Option<String>, Option<String>),
+    /// The host CA bundle to trust inside (`trust_host_ca`), as read by
+    /// the CLI.
+    pub host_ca: Option<Vec<u8>>,
     pub volumes: Vec<VolumeSpec>,
     /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
     pub auto_approve: Vec<(Vec<String>, bool)>,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Terminal facts of the client, present when the session gets a PTY.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -24,6 +24,55 @@ pub struct Hello {
     pub argv: Option<Vec<String>>,
     /// `Some`: run on a coordinator-owned PTY.
     pub tty: Option<TtyInfo>,
+    /// Where the command starts, relative to `/workspace` (the
+    /// subdirectory of the repository `lazaret run` was started in).
+    pub workdir: Option<String>,
+    /// Variables for this session's processes only.
+    pub env: SessionEnv,
+}
+
+/// Environment variables the developer gives one session's processes
+/// (`lazaret run -e`, the profile's `pass_env`): API keys and the like.
+/// The values travel over the session socket and, to runsc, in a sealed
+/// memfd: never in a file, a log or a command line. `Debug` shows the
+/// names only.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SessionEnv(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for SessionEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| format!("{k}=<hidden>")))
+            .finish()
+    }
+}
+
+impl SessionEnv {
+    /// The most variables one session may be given.
+    pub const MAX_VARS: usize = 256;
+    /// The most bytes of names and values together.
+    pub const MAX_BYTES: usize = 256 * 1024;
+
+    /// The names, for messages and logs.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
+}
+
+/// The working directory inside for a [`Hello::workdir`]: `/workspace`,
+/// or beneath it when `rel` is a relative path of plain components (no
+/// `.`, `..` or empty component, no NUL); anything else is `/workspace`.
+pub fn sandbox_workdir(rel: Option<&str>) -> String {
+    match rel {
+        Some(r)
+            if !r.is_empty()
+                && !r.contains('\0')
+                && r.split('/').all(|c| !c.is_empty() && c != "." && c != "..") =>
+        {
+            format!("/workspace/{r}")
+        }
+        _ => "/workspace".to_string(),
+    }
 }
 
 /// Signals a client forwards when it has no PTY (with a PTY, Ctrl-C and

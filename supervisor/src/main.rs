@@ -46,6 +46,9 @@ fn main() {
     // exec bridges.
     lazaret_helpers::limits::raise_nofile();
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-supervisor");
+    }
     match args.get(1).map(String::as_str) {
         Some("--remove-tree") => std::process::exit(remove_tree(args.get(2).map(Path::new))),
         Some("--scan-anchor") => std::process::exit(scan_anchor(&args[2..])),

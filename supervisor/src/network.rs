@@ -21,6 +21,7 @@
 
 use lazaret_helpers::pidfd::Tracked;
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::SandboxNetwork;
 use nix::sys::signal::{SigSet, Signal};
 use std::io::{Read, Write};
@@ -175,10 +176,9 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
 
     let install = run_helper(net, &netns, "install", &[]).map_err(step("install"))?;
     let fingerprint = install
-        .pointer("/attestation/fingerprint")
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| step("install")("the helper's report has no fingerprint".into()))?
-        .to_string();
+        .attestation
+        .map(|a| a.fingerprint)
+        .ok_or_else(|| step("install")("the helper's report has no fingerprint".into()))?;
 
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
     // namespace's resolv.conf: make it the policy's.
@@ -299,7 +299,7 @@ fn run_helper(
     netns: &std::fs::File,
     mode: &str,
     extra: &[&str],
-) -> Result<serde_json::Value, String> {
+) -> Result<NetReport, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let netns = OwnedFd::from(netns.try_clone().map_err(|e| e.to_string())?);
     let mut cmd = Command::new(&net.helper);
@@ -317,19 +317,18 @@ fn run_helper(
     drop(cmd);
     let report = evidence_file(&net.evidence_dir, mode);
     let _ = std::fs::File::create(&report).and_then(|mut f| f.write_all(&out.stdout));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    if out.status.success() && v.get("ok") == Some(&serde_json::Value::Bool(true)) {
-        return Ok(v);
-    }
-    let stage = v
-        .get("failed_stage")
-        .and_then(|s| s.as_str())
-        .unwrap_or("helper");
-    let msg = v
-        .get("error")
-        .and_then(|s| s.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
+    // Bounded and typed: the helper shares a user namespace with the
+    // sandbox's network; anything else is a failure of the helper.
+    let parsed: Option<NetReport> = (out.stdout.len() <= MAX_REPORT_BYTES)
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten();
+    let (stage, msg) = match parsed {
+        Some(r) if out.status.success() && r.ok && r.mode.as_str() == mode => return Ok(r),
+        Some(r) => (r.failed_stage, r.error),
+        None => (None, None),
+    };
+    let stage = stage.unwrap_or_else(|| "helper".into());
+    let msg = msg.unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
     if stage == mode {
         Err(msg)
     } else {

@@ -5,7 +5,14 @@
 //! join a recycled PID's namespaces), then runs a non-detached `runsc exec`
 //! attached to its streams and exits with its status.
 //!
-//! Usage: `lazaret-exec-bridge [--tty] -- RUNSC-ARGV...`
+//! Usage: `lazaret-exec-bridge [--tty] -- RUNSC-ARGV...`, or
+//! `lazaret-exec-bridge --print-confinement`.
+//!
+//! It cannot confine itself: `runsc exec` is its child and would inherit
+//! landlock and seccomp (see `--print-confinement` for the reason). What it
+//! can drop, it drops first: every inherited descriptor but 0, 1, 2 and the
+//! pidfd, so `runsc exec` (which gets root's capabilities in the Domain's
+//! user namespace) inherits nothing else of the coordinator's.
 //!
 //! Exit codes: the command's status; 125 when the bridge itself fails.
 
@@ -17,6 +24,14 @@ use std::process::Command;
 const HOLDER_PIDFD: i32 = 3;
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-exec-bridge");
+    }
+    // Nothing owns a descriptor yet but std's 0-2: no drop closes these
+    // again. Before joining the holder's namespaces, where runsc exec gets
+    // root's capabilities.
+    lazaret_seccomp::process::close_inherited_fds(&[HOLDER_PIDFD])
+        .unwrap_or_else(|e| fail(&e.to_string()));
     // runsc exec inherits it.
     lazaret_helpers::limits::raise_nofile();
     let mut args = std::env::args().skip(1);

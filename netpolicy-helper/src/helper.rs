@@ -15,15 +15,14 @@
 //!    the probe from the sandbox namespace;
 //! 7. print one JSON document on stdout.
 
-use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 
-use crate::attest::{self, Attestation, Namespaces};
+use crate::attest::{self, Namespaces};
 use crate::confine;
 use crate::netlink::Rtnl;
-use crate::policy::{digest_bytes, Policy, MAX_POLICY_BYTES};
-use crate::probe::{self, ProbeReport};
+use crate::probe;
 use crate::sysctl::Ipv6Conf;
+use lazaret_netpolicy::policy::{digest_bytes, Policy, MAX_POLICY_BYTES};
 
 /// Exit codes of `lazaret-netpolicy`.
 pub mod exit {
@@ -72,49 +71,7 @@ fn fail(code: i32, stage: &'static str) -> impl FnOnce(String) -> Failure {
     }
 }
 
-/// The JSON document printed on stdout.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub ok: bool,
-    pub mode: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attestation: Option<Attestation>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub probe: Option<ProbeReport>,
-    /// `Seccomp`, `NoNewPrivs`, `CapEff`... of the helper after confinement,
-    /// read from its own `/proc/thread-self/status` (opened before).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confinement: Option<std::collections::BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed_stage: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// Step 1: closes every fd above 2 that is not in `keep`.
-fn close_other_fds(keep: &[RawFd]) -> Result<(), String> {
-    let mut keep: Vec<u32> = keep.iter().map(|f| *f as u32).collect();
-    keep.sort_unstable();
-    let mut from = 3u32;
-    for k in keep.into_iter().filter(|k| *k >= 3) {
-        if k > from {
-            close_range(from, k - 1)?;
-        }
-        from = k + 1;
-    }
-    close_range(from, u32::MAX)
-}
-
-fn close_range(first: u32, last: u32) -> Result<(), String> {
-    // SAFETY: close_range only closes descriptors; the ones closed here are
-    // not owned by any Rust object of this process (nothing but the kept
-    // fds and stdio is open yet at this point of main).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-    if r < 0 {
-        return Err(format!("close_range: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
+pub use lazaret_protocol::netreport::{NetMode, NetReport as Report};
 
 /// Runs the whole helper. Call from `main` only, single-threaded.
 pub fn run(req: &Request) -> Result<Report, Failure> {
@@ -128,8 +85,8 @@ pub fn run(req: &Request) -> Result<Report, Failure> {
             "--digest must be 64 hex digits (the SHA-256 of the policy bytes)".into(),
         ));
     }
-    close_other_fds(&[req.policy_fd, req.sandbox_netns_fd])
-        .map_err(fail(exit::BAD_INPUT, "sanitise"))?;
+    lazaret_seccomp::process::close_inherited_fds(&[req.policy_fd, req.sandbox_netns_fd])
+        .map_err(|e| fail(exit::BAD_INPUT, "sanitise")(e.to_string()))?;
     let policy_fd = lazaret_helpers::fds::inherited(req.policy_fd).map_err(|e| {
         fail(exit::BAD_INPUT, "policy fd")(format!("no policy memfd on fd {}: {e}", req.policy_fd))
     })?;
@@ -140,18 +97,14 @@ pub fn run(req: &Request) -> Result<Report, Failure> {
         ))
     })?;
     // Compile the filter before touching anything.
-    let bpf = confine::compile_seccomp()
+    let filters = confine::seccomp_filters()
         .map_err(|e| fail(exit::CONFINE_FAILED, "seccomp")(e.to_string()))?;
 
     let status = std::fs::File::open("/proc/thread-self/status").ok();
     let mut ns = open_handles(netns_fd)?;
 
-    confine::drop_privileges()
-        .map_err(|e| fail(exit::CONFINE_FAILED, "capabilities")(e.to_string()))?;
-    confine::landlock_base(&[ns.enforcement_ipv6.dir(), ns.sandbox_ipv6.dir()])
-        .map_err(|e| fail(exit::CONFINE_FAILED, "landlock")(e.to_string()))?;
-    confine::apply_seccomp(&bpf)
-        .map_err(|e| fail(exit::CONFINE_FAILED, "seccomp")(e.to_string()))?;
+    confine::apply(ns.enforcement_ipv6.dir(), ns.sandbox_ipv6.dir(), &filters)
+        .map_err(|e| fail(exit::CONFINE_FAILED, confine::stage(&e))(e.to_string()))?;
 
     let policy = read_policy(&policy_fd, &req.digest)?;
     drop(policy_fd);
@@ -178,7 +131,7 @@ pub fn run(req: &Request) -> Result<Report, Failure> {
             })?;
             Ok(Report {
                 ok: true,
-                mode: "install".into(),
+                mode: NetMode::Install,
                 attestation: Some(att),
                 probe: None,
                 confinement,
@@ -207,7 +160,7 @@ pub fn run(req: &Request) -> Result<Report, Failure> {
             }
             Ok(Report {
                 ok: true,
-                mode: "probe".into(),
+                mode: NetMode::Probe,
                 attestation: Some(att),
                 probe: Some(report),
                 confinement,

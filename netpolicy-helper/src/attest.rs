@@ -2,13 +2,12 @@
 //! against the policy, and the readiness fingerprint over both.
 
 use netlink_packet_route::AddressFamily;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
-use crate::policy::{Policy, PolicyError};
+use crate::netlink::{route_matches, NetlinkError, ObservedRoute, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
+use lazaret_netpolicy::policy::{Policy, PolicyError};
 
 /// Domain separation of the fingerprint.
 pub const FINGERPRINT_CONTEXT: &[u8] = b"lazaret-netpolicy readiness fingerprint v1\0";
@@ -35,45 +34,7 @@ pub struct Namespaces {
     pub sandbox_ipv6: Ipv6Conf,
 }
 
-/// What the enforcement namespace holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnforcementState {
-    pub links: Vec<String>,
-    pub addresses_v4: Vec<String>,
-    pub addresses_v6: Vec<String>,
-    pub routes_v4: Vec<ObservedRoute>,
-    pub routes_v6: Vec<ObservedRoute>,
-    pub rules_v4: Vec<ObservedRule>,
-    /// `disable_ipv6` of `all`, `default` and every link.
-    pub disable_ipv6: BTreeMap<String, String>,
-}
-
-/// What the sandbox namespace holds that does not change when slirp B
-/// attaches (so the fingerprint is the same at install and at probe).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxState {
-    pub disable_ipv6_all: String,
-    pub disable_ipv6_default: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Observed {
-    pub enforcement: EnforcementState,
-    pub sandbox: SandboxState,
-}
-
-/// The installer's statement: this policy, this observed state, this
-/// fingerprint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attestation {
-    pub policy_digest: String,
-    pub binding: String,
-    pub expected_routes: Vec<String>,
-    pub observed: Observed,
-    /// SHA-256 over the context, the policy digest and the canonical
-    /// (postcard) observed state.
-    pub fingerprint: String,
-}
+pub use lazaret_protocol::netreport::{Attestation, EnforcementState, Observed, SandboxState};
 
 /// Installs `policy` in the enforcement namespace and disables IPv6 in
 /// both, then attests. Fails closed: any refusal or mismatch is an error.
@@ -93,7 +54,7 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
     ns.enforcement.flush_main_v4(link.network, ifindex)?;
     // Denials first, so no allow is ever in force without its context.
     let mut routes = policy.routes();
-    routes.sort_by_key(|r| !matches!(r, crate::policy::RouteSpec::Unreachable(_)));
+    routes.sort_by_key(|r| !matches!(r, lazaret_netpolicy::policy::RouteSpec::Unreachable(_)));
     for r in &routes {
         ns.enforcement.add_route(r, ifindex)?;
     }

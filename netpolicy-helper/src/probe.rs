@@ -11,8 +11,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use crate::netlink::Rtnl;
-use crate::policy::Policy;
 use crate::sysctl::Ipv6Conf;
+use lazaret_netpolicy::policy::Policy;
 
 /// How a TCP connection attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,40 +149,7 @@ pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsA
     Err(last)
 }
 
-/// One check of the probe.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Check {
-    pub check: String,
-    pub target: String,
-    pub passed: bool,
-    pub observed: String,
-    /// A failing check that is not required is recorded but does not fail
-    /// the probe (the implicit resolver, see `ProbePlan::dns_required`).
-    #[serde(default = "required_default")]
-    pub required: bool,
-}
-
-fn required_default() -> bool {
-    true
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProbeReport {
-    pub checks: Vec<Check>,
-    pub passed: bool,
-}
-
-impl ProbeReport {
-    /// The failing checks, for an error message.
-    pub fn failures(&self) -> String {
-        self.checks
-            .iter()
-            .filter(|c| !c.passed && c.required)
-            .map(|c| format!("{} {} ({})", c.check, c.target, c.observed))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
+pub use lazaret_protocol::netreport::{Check, ProbeReport};
 
 /// Runs every check of `policy.probe` from the current namespace, which
 /// must be the sandbox's (`sandbox` and `sandbox_ipv6` are its handles).

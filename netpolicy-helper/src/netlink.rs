@@ -17,10 +17,9 @@ use netlink_packet_route::route::{
 use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::policy::RouteSpec;
+use lazaret_netpolicy::policy::RouteSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetlinkError {
@@ -48,34 +47,7 @@ pub struct Rtnl {
     seq: u32,
 }
 
-/// One route, normalised for attestation: names instead of ifindexes, only
-/// the attributes that decide forwarding.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObservedRoute {
-    pub table: u32,
-    pub dst: String,
-    pub kind: String,
-    pub gateway: Option<String>,
-    pub dev: Option<String>,
-    pub scope: u8,
-    pub protocol: u8,
-    pub onlink: bool,
-    pub priority: Option<u32>,
-    pub prefsrc: Option<String>,
-    /// Attributes the normaliser does not know (encapsulation, multipath,
-    /// marks...): their presence alone is recorded, and fails verification.
-    pub unusual: Vec<String>,
-}
-
-/// One policy-routing rule, normalised.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObservedRule {
-    pub priority: u32,
-    pub table: u32,
-    pub action: String,
-    /// Selectors (from, to, iif, fwmark...): any make the rule non-default.
-    pub selectors: Vec<String>,
-}
+pub use lazaret_protocol::netreport::{ObservedRoute, ObservedRule};
 
 fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> NetlinkError + '_ {
     move |source| NetlinkError::Io {

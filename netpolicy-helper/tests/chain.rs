@@ -14,8 +14,8 @@
 //! client (`connect`, `dns`), started inside the namespaces with nsenter.
 
 use lazaret_config::{Network, NetworkDefault};
-use lazaret_netpolicy::probe::{dns_ask, tcp_connect, TcpOutcome};
 use lazaret_netpolicy::{derive, policy_memfd, DeriveOptions, NetworkPlan, Policy};
+use lazaret_netpolicy_helper::probe::{dns_ask, tcp_connect, TcpOutcome};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;
@@ -253,8 +253,8 @@ fn print_confinement() -> Result<(), String> {
     let s = String::from_utf8_lossy(&out.stdout);
     for want in [
         "CAP_NET_ADMIN only",
-        "landlock (hard requirement ABI 6)",
-        "\"mismatch_action\": \"kill_process\"",
+        "landlock: (hard requirement ABI 6)",
+        "any other call kill_process",
     ] {
         if !s.contains(want) {
             return Err(format!("--print-confinement lacks {want:?}:\n{s}"));

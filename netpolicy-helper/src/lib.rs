@@ -1,0 +1,23 @@
+//! `lazaret-netpolicy`, the Network Sidecar's confined helper: installs a
+//! Domain's [`Policy`] as kernel routes in the enforcement network
+//! namespace, disables IPv6 in both namespaces, attests and probes it.
+//!
+//! - [`attest`], [`netlink`], [`sysctl`]: installing, reading the state
+//!   back, fingerprinting it;
+//! - [`probe`]: the readiness probe from the sandbox's network namespace;
+//! - [`confine`], [`helper`]: the process, which holds `CAP_NET_ADMIN`
+//!   over the enforcement namespace and nothing else.
+//!
+//! The policy's types come from `lazaret-netpolicy` without its `derive`
+//! feature: this crate never links the configuration parser.
+//!
+//! [`Policy`]: lazaret_netpolicy::Policy
+
+pub mod attest;
+pub mod confine;
+pub mod helper;
+pub mod netlink;
+pub mod probe;
+pub mod sysctl;
+
+pub use lazaret_netpolicy::fdno;

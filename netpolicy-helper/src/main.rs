@@ -1,0 +1,131 @@
+//! `lazaret-netpolicy`: installs, attests and probes a Domain's network
+//! policy. Started by the supervisor in the enforcement network namespace
+//! as root of the Domain user namespace, with the policy memfd on fd 3 and
+//! the sandbox network namespace on fd 4. Prints one JSON document on
+//! stdout; exit codes in [`lazaret_netpolicy_helper::helper::exit`]. See
+//! `--print-confinement` for what it may do.
+//!
+//! ```text
+//! lazaret-netpolicy install --digest HEX [--policy-fd N] [--sandbox-netns-fd N]
+//! lazaret-netpolicy probe --digest HEX --fingerprint HEX [--policy-fd N] [--sandbox-netns-fd N]
+//! lazaret-netpolicy --print-confinement
+//! ```
+
+use argh::FromArgs;
+use lazaret_netpolicy_helper::fdno;
+use lazaret_netpolicy_helper::helper::{self, exit, Mode, NetMode, Report, Request};
+
+/// Install, attest and probe a Lazaret network policy.
+#[derive(FromArgs)]
+struct Cli {
+    #[argh(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum Cmd {
+    Install(Install),
+    Probe(Probe),
+}
+
+/// Install the policy in this (the enforcement) namespace, disable IPv6 in
+/// both namespaces, and print the attestation.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "install")]
+struct Install {
+    /// SHA-256 (hex) of the policy bytes in the memfd
+    #[argh(option)]
+    digest: String,
+    /// the policy memfd
+    #[argh(option, default = "fdno::POLICY")]
+    policy_fd: i32,
+    /// the sandbox network namespace
+    #[argh(option, default = "fdno::SANDBOX_NETNS")]
+    sandbox_netns_fd: i32,
+}
+
+/// Verify the installed state against the fingerprint, then probe from the
+/// sandbox namespace.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "probe")]
+struct Probe {
+    /// SHA-256 (hex) of the policy bytes in the memfd
+    #[argh(option)]
+    digest: String,
+    /// the fingerprint `install` printed
+    #[argh(option)]
+    fingerprint: String,
+    /// the policy memfd
+    #[argh(option, default = "fdno::POLICY")]
+    policy_fd: i32,
+    /// the sandbox network namespace
+    #[argh(option, default = "fdno::SANDBOX_NETNS")]
+    sandbox_netns_fd: i32,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-netpolicy");
+    }
+    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {
+        Ok(c) => c,
+        Err(early) => match early.status {
+            Ok(()) => {
+                println!("{}", early.output);
+                println!("Or: lazaret-netpolicy --print-confinement");
+                std::process::exit(exit::OK);
+            }
+            Err(()) => {
+                eprintln!("lazaret-netpolicy: {}", early.output.trim_end());
+                eprintln!("See lazaret-netpolicy --help.");
+                std::process::exit(exit::BAD_INPUT);
+            }
+        },
+    };
+    let req = match cli.cmd {
+        Cmd::Install(c) => Request {
+            mode: Mode::Install,
+            digest: c.digest,
+            policy_fd: c.policy_fd,
+            sandbox_netns_fd: c.sandbox_netns_fd,
+        },
+        Cmd::Probe(c) => Request {
+            mode: Mode::Probe {
+                fingerprint: c.fingerprint,
+            },
+            digest: c.digest,
+            policy_fd: c.policy_fd,
+            sandbox_netns_fd: c.sandbox_netns_fd,
+        },
+    };
+    let mode = match req.mode {
+        Mode::Install => NetMode::Install,
+        Mode::Probe { .. } => NetMode::Probe,
+    };
+    let (code, report) = match helper::run(&req) {
+        Ok(r) => (exit::OK, r),
+        Err(f) => {
+            eprintln!("lazaret-netpolicy: {} failed: {}", f.stage, f.message);
+            (
+                f.code,
+                Report {
+                    ok: false,
+                    mode,
+                    attestation: None,
+                    probe: None,
+                    confinement: None,
+                    failed_stage: Some(f.stage.into()),
+                    error: Some(f.message),
+                },
+            )
+        }
+    };
+    match serde_json::to_string(&report) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("lazaret-netpolicy: cannot encode the report: {e}"),
+    }
+    std::process::exit(code);
+}

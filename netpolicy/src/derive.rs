@@ -1,0 +1,336 @@
+//! Derivation of a [`Policy`] from the profile's `[network]` (the trusted
+//! host configuration): the only part of this crate that reads
+//! `lazaret-config`, behind the `derive` feature, so the network helper
+//! (`netpolicy-helper/`) can use the policy's types without linking the
+//! configuration parser.
+
+use ipnet::Ipv4Net;
+use lazaret_config::{Network, NetworkDefault, NetworkMode};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+
+#[allow(unused_imports)]
+use crate::policy::*;
+
+const DEFAULT_DENIED_PROBES: [SocketAddrV4; 2] = [
+    SocketAddrV4::new(Ipv4Addr::new(169, 254, 169, 254), 80),
+    SocketAddrV4::new(Ipv4Addr::new(240, 0, 0, 1), 80),
+];
+
+/// Parses one `allow`/`deny` entry: a CIDR or a bare address (a /32).
+fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, PolicyError> {
+    let s = entry.trim();
+    let invalid = || PolicyError::InvalidCidr {
+        list,
+        index,
+        entry: entry.to_string(),
+    };
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(match ip {
+            IpAddr::V4(a) => Entry::V4(Ipv4Net::new(a, 32).expect("32 is valid")),
+            IpAddr::V6(_) => Entry::V6,
+        });
+    }
+    match s.parse::<ipnet::IpNet>().map_err(|_| invalid())? {
+        ipnet::IpNet::V4(n) => {
+            if n.trunc() != n {
+                return Err(PolicyError::HostBits {
+                    list,
+                    index,
+                    entry: entry.to_string(),
+                    network: n.trunc(),
+                });
+            }
+            Ok(Entry::V4(n))
+        }
+        ipnet::IpNet::V6(_) => Ok(Entry::V6),
+    }
+}
+
+enum Entry {
+    V4(Ipv4Net),
+    V6,
+}
+
+/// The [`DeriveOptions`] a profile asks for: the generation `binding`
+/// and, from `probe = "IP:PORT"`, the permitted probe target.
+pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, PolicyError> {
+    let probe_permitted = match &net.probe {
+        None => None,
+        Some(p) => Some(
+            p.trim()
+                .parse::<SocketAddrV4>()
+                .map_err(|_| PolicyError::InvalidProbe { entry: p.clone() })?,
+        ),
+    };
+    Ok(DeriveOptions {
+        binding: binding.to_string(),
+        probe_permitted,
+        ..DeriveOptions::default()
+    })
+}
+
+/// Derives the policy. Pure: the same profile and options always give the
+/// same bytes.
+pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, PolicyError> {
+    if net.mode == Some(NetworkMode::None) {
+        return Ok(NetworkPlan::None);
+    }
+    if net.allow.len() + net.deny.len() > MAX_ENTRIES {
+        return Err(PolicyError::TooManyEntries {
+            count: net.allow.len() + net.deny.len(),
+        });
+    }
+    let link = Link::default();
+    let default = match net.default {
+        NetworkDefault::Allow => Verdict::Allow,
+        NetworkDefault::Deny => Verdict::Deny,
+    };
+    let mut ipv6_denied = Vec::new();
+
+    // Every config entry: checked against the fixed ranges and the link.
+    let check = |list: &'static str, index: usize, entry: &str, n: Ipv4Net| {
+        if n.prefix_len() == 0 {
+            return Err(PolicyError::WholeSpace {
+                list,
+                index,
+                entry: entry.to_string(),
+                default: if list == "deny" { "deny" } else { "allow" },
+            });
+        }
+        // Inside (or equal to) the link: the link is Lazaret's own. A prefix
+        // strictly containing it is fine, the device route stays more specific.
+        if link.network.contains(&n) {
+            return Err(PolicyError::LinkOverlap {
+                list,
+                index,
+                entry: entry.to_string(),
+                link: link.network,
+            });
+        }
+        if list != "deny" {
+            for b in BUILTINS.iter().filter(|b| b.fixed) {
+                let range = builtin_net(b);
+                if range.contains(&n) {
+                    return Err(PolicyError::Unroutable {
+                        list,
+                        index,
+                        entry: entry.to_string(),
+                        range,
+                        what: b.what,
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+
+    let mut allows: Vec<(usize, Ipv4Net)> = Vec::new();
+    for (i, e) in net.allow.iter().enumerate() {
+        match parse_entry("allow", i, e)? {
+            Entry::V4(n) => {
+                check("allow", i, e, n)?;
+                allows.push((i, n));
+            }
+            Entry::V6 => {
+                return Err(PolicyError::Ipv6Disabled {
+                    list: "allow",
+                    index: i,
+                    entry: e.clone(),
+                })
+            }
+        }
+    }
+    let mut denies: Vec<(usize, Ipv4Net)> = Vec::new();
+    for (i, e) in net.deny.iter().enumerate() {
+        match parse_entry("deny", i, e)? {
+            Entry::V4(n) => {
+                check("deny", i, e, n)?;
+                if let Some((ai, _)) = allows.iter().find(|(_, a)| *a == n) {
+                    return Err(PolicyError::Conflict {
+                        allow_index: *ai,
+                        allow: net.allow[*ai].clone(),
+                        deny_index: i,
+                        deny: e.clone(),
+                        prefix: n,
+                    });
+                }
+                denies.push((i, n));
+            }
+            Entry::V6 => ipv6_denied.push(e.trim().to_string()),
+        }
+    }
+
+    if net.dns.len() > MAX_RESOLVERS {
+        return Err(PolicyError::TooManyResolvers {
+            count: net.dns.len(),
+        });
+    }
+    let dns_required = !net.dns.is_empty();
+    let mut resolvers: Vec<(usize, Ipv4Addr)> = Vec::new();
+    for (i, e) in net.dns.iter().enumerate() {
+        let ip: IpAddr = e.trim().parse().map_err(|_| PolicyError::InvalidResolver {
+            index: i,
+            entry: e.clone(),
+        })?;
+        let IpAddr::V4(a) = ip else {
+            return Err(PolicyError::Ipv6Disabled {
+                list: "dns",
+                index: i,
+                entry: e.clone(),
+            });
+        };
+        let host = Ipv4Net::new(a, 32).expect("32 is valid");
+        if a != link.dns {
+            check("dns", i, e, host)?;
+        }
+        if let Some((di, _)) = denies.iter().find(|(_, d)| *d == host) {
+            return Err(PolicyError::ResolverDenied {
+                dns_index: i,
+                dns: e.clone(),
+                deny_index: *di,
+                deny: net.deny[*di].clone(),
+                prefix: host,
+            });
+        }
+        if !resolvers.iter().any(|(_, r)| *r == a) {
+            resolvers.push((i, a));
+        }
+    }
+    if resolvers.is_empty() {
+        // slirp's forwarder: through slirp B, then slirp A, to the host's
+        // own resolver (see the integration notes).
+        resolvers.push((usize::MAX, link.dns));
+    }
+
+    // Assemble: built-ins, link, config. One rule per prefix.
+    let mut rules: Vec<Rule> = Vec::new();
+    let put = |rules: &mut Vec<Rule>, rule: Rule, replace: bool| {
+        if let Some(r) = rules.iter_mut().find(|r| r.prefix == rule.prefix) {
+            if replace {
+                *r = rule;
+            }
+        } else {
+            rules.push(rule);
+        }
+    };
+    for b in BUILTINS {
+        put(
+            &mut rules,
+            Rule {
+                prefix: builtin_net(b),
+                verdict: Verdict::Deny,
+                origin: Origin::Builtin {
+                    what: b.what.into(),
+                    fixed: b.fixed,
+                },
+            },
+            false,
+        );
+    }
+    put(
+        &mut rules,
+        Rule {
+            prefix: Ipv4Net::new(link.gateway, 32).expect("32 is valid"),
+            verdict: Verdict::Deny,
+            origin: Origin::Link {
+                what: "slirp host-loopback gateway".into(),
+            },
+        },
+        false,
+    );
+    if !resolvers.iter().any(|(_, r)| *r == link.dns) {
+        put(
+            &mut rules,
+            Rule {
+                prefix: Ipv4Net::new(link.dns, 32).expect("32 is valid"),
+                verdict: Verdict::Deny,
+                origin: Origin::Link {
+                    what: "slirp DNS forwarder (not a chosen resolver)".into(),
+                },
+            },
+            false,
+        );
+    }
+    for (i, n) in &denies {
+        put(
+            &mut rules,
+            Rule {
+                prefix: *n,
+                verdict: Verdict::Deny,
+                origin: Origin::Deny {
+                    index: *i as u32,
+                    entry: net.deny[*i].trim().to_string(),
+                },
+            },
+            false,
+        );
+    }
+    for (i, n) in &allows {
+        put(
+            &mut rules,
+            Rule {
+                prefix: *n,
+                verdict: Verdict::Allow,
+                origin: Origin::Allow {
+                    index: *i as u32,
+                    entry: net.allow[*i].trim().to_string(),
+                },
+            },
+            true,
+        );
+    }
+    for (i, a) in &resolvers {
+        if *a == link.dns {
+            continue; // on-link: the device route reaches it
+        }
+        let host = Ipv4Net::new(*a, 32).expect("32 is valid");
+        let rule = Rule {
+            prefix: host,
+            verdict: Verdict::Allow,
+            origin: Origin::Dns {
+                index: *i as u32,
+                entry: net.dns[*i].trim().to_string(),
+            },
+        };
+        // An `allow` of the same /32 already permits it.
+        let keep_allow = rules
+            .iter()
+            .any(|r| r.prefix == host && matches!(r.origin, Origin::Allow { .. }));
+        put(&mut rules, rule, !keep_allow);
+    }
+    rules.sort_by(|a, b| {
+        (a.prefix.addr(), a.prefix.prefix_len()).cmp(&(b.prefix.addr(), b.prefix.prefix_len()))
+    });
+    ipv6_denied.sort();
+    ipv6_denied.dedup();
+
+    let mut policy = Policy {
+        version: POLICY_VERSION,
+        binding: opts.binding.clone(),
+        link,
+        default,
+        rules,
+        resolvers: resolvers.into_iter().map(|(_, a)| a).collect(),
+        ipv6: Ipv6Mode::DisabledInBothNamespaces,
+        ipv6_denied,
+        probe: ProbePlan {
+            denied: DEFAULT_DENIED_PROBES[0],
+            permitted: opts.probe_permitted,
+            dns_name: opts
+                .dns_name
+                .clone()
+                .unwrap_or_else(|| "lazaret-probe.invalid.".into()),
+            timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
+            dns_required,
+        },
+    };
+    policy.probe.denied = match opts.probe_denied {
+        Some(t) => t,
+        None => DEFAULT_DENIED_PROBES
+            .into_iter()
+            .find(|t| policy.verdict_for(*t.ip()).verdict == Verdict::Deny)
+            .expect("240/4 is a fixed denial"),
+    };
+    policy.check_probe()?;
+    Ok(NetworkPlan::Policy(policy))
+}

@@ -1,0 +1,317 @@
+//! The suite's binaries and each one's [`Confinement`]: the data the
+//! binaries apply and print, and the confinement tests apply too.
+
+use crate::caps;
+use crate::describe::{Capabilities, Confinement, Status};
+use crate::ruleset::{Landlock, Rule, Scoping};
+use landlock::{Access, AccessFs, AccessNet, BitFlags, ABI};
+
+/// Every binary of the suite, in the order of the README's authority
+/// table. Adding a binary to the table is adding its name here (the
+/// binary must answer `--print-confinement`).
+pub const SUITE: &[&str] = &[
+    "lazaret",
+    "lazaret-coordinator",
+    "lazaret-supervisor",
+    "lazaret-exec-bridge",
+    "lazaret-mount-router",
+    "lazaret-netpolicy",
+    "lazaret-escalate",
+];
+
+/// `binary`'s confinement, for the binaries described here.
+pub fn get(binary: &str) -> Option<Confinement> {
+    Some(match binary {
+        "lazaret" => cli(),
+        "lazaret-coordinator" => coordinator(),
+        "lazaret-supervisor" => supervisor(),
+        "lazaret-exec-bridge" => exec_bridge(),
+        "lazaret-mount-router" => mount_router(),
+        "lazaret-netpolicy" => netpolicy(),
+        "lazaret-escalate" => escalate(),
+        _ => return None,
+    })
+}
+
+/// For `--print-confinement`: prints `binary`'s confinement on stdout and
+/// exits 0 (1 if this build does not describe it).
+pub fn print_and_exit(binary: &str) -> ! {
+    match get(binary) {
+        Some(c) => {
+            print!("{}", c.print());
+            std::process::exit(0)
+        }
+        None => {
+            eprintln!("{binary}: no confinement is described for this binary");
+            std::process::exit(1)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- netpolicy
+
+/// The landlock ABI `lazaret-netpolicy` requires (Linux 6.12).
+pub const NETPOLICY_ABI: ABI = ABI::V6;
+/// `/proc/sys/net/ipv6/conf` of the enforcement namespace.
+pub const PLACE_ENFORCEMENT_IPV6: &str =
+    "the enforcement network namespace's /proc/sys/net/ipv6/conf";
+/// `/proc/sys/net/ipv6/conf` of the sandbox namespace.
+pub const PLACE_SANDBOX_IPV6: &str = "the sandbox network namespace's /proc/sys/net/ipv6/conf";
+
+pub fn netpolicy() -> Confinement {
+    let sysctl = AccessFs::ReadFile | AccessFs::WriteFile;
+    Confinement {
+        binary: "lazaret-netpolicy",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 the sandbox network namespace",
+        status: Status::Confined,
+        namespaces: "starts in the enforcement network namespace, opens its handles there, joins the sandbox network namespace (fd 4) and opens the same there",
+        closes_fds: Some("0, 1, 2, the policy memfd and the sandbox network namespace"),
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
+        landlock: Some(Landlock {
+            abi: NETPOLICY_ABI,
+            fs: AccessFs::from_all(NETPOLICY_ABI),
+            net: AccessNet::BindTcp.into(),
+            scoping: Scoping::Required,
+            rules: vec![
+                Rule {
+                    place: PLACE_ENFORCEMENT_IPV6,
+                    access: sysctl,
+                    required: true,
+                },
+                Rule {
+                    place: PLACE_SANDBOX_IPV6,
+                    access: sysctl,
+                    required: true,
+                },
+            ],
+            require_full: true,
+            notes: vec![
+                "TCP: no bind; connect_tcp: a second layer, once the policy is read, allows only the probe targets' ports (`probe`), none for `install`",
+            ],
+        }),
+        seccomp: true,
+        notes: vec![
+            "CAP_NET_ADMIN over the enforcement namespace is the authority this helper exists to use",
+            "UDP is not covered by landlock; seccomp limits which sockets it can create",
+        ],
+    }
+}
+
+// ---------------------------------------------------------------- mount router
+
+/// The landlock ABI `lazaret-mount-router` requires (`REFER`, `TRUNCATE`,
+/// TCP restrictions).
+pub const ROUTER_ABI: ABI = ABI::V4;
+pub const PLACE_WORKSPACE: &str = "the workspace";
+pub const PLACE_STATE: &str = "the Domain's Ignored Workspace State";
+pub const PLACE_BASELINE: &str = "the rules baseline directory (--rules-baseline)";
+pub const PLACE_FUSE: &str = "/dev/fuse";
+pub const PLACE_EXCLUDES: &str = "core.excludesFile";
+pub const PLACE_INFO_EXCLUDE: &str = "a linked worktree's info/exclude";
+
+/// Rights beneath the router's stores: everything but execute and devices.
+pub fn router_store_rights() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ROUTER_ABI) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock)
+}
+
+pub fn mount_router() -> Confinement {
+    let store = router_store_rights();
+    let rule = |place, access, required| Rule {
+        place,
+        access,
+        required,
+    };
+    Confinement {
+        binary: "lazaret-mount-router",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor before runsc",
+        status: Status::Confined,
+        namespaces: "mounts the FUSE view in the holder's mount namespace, then moves into a mount namespace of its own (read-only binds of what Git Sentry keeps)",
+        closes_fds: Some("0, 1, 2 and --ready-fd"),
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![
+            caps::CHOWN,
+            caps::DAC_OVERRIDE,
+            caps::DAC_READ_SEARCH,
+            caps::FOWNER,
+            caps::FSETID,
+        ]),
+        landlock: Some(Landlock {
+            abi: ROUTER_ABI,
+            fs: AccessFs::from_all(ROUTER_ABI),
+            net: AccessNet::from_all(ROUTER_ABI),
+            scoping: Scoping::BestEffort,
+            rules: vec![
+                rule(PLACE_WORKSPACE, store, true),
+                rule(PLACE_STATE, store, true),
+                rule(PLACE_BASELINE, store, false),
+                rule(PLACE_FUSE, AccessFs::ReadFile | AccessFs::WriteFile, true),
+                rule(PLACE_EXCLUDES, AccessFs::ReadFile.into(), false),
+                rule(PLACE_INFO_EXCLUDE, AccessFs::ReadFile.into(), false),
+            ],
+            require_full: false,
+            notes: vec![
+                "TCP: no bind, no connect",
+                "no mount or unmount once confined (landlock forbids it)",
+            ],
+        }),
+        seccomp: true,
+        notes: vec![
+            "umask 0; the parent's death kills it with --die-with-parent",
+            "the clone3 filter makes the C library fall back to clone, whose flags the allow-list checks (threads only)",
+        ],
+    }
+}
+
+// ---------------------------------------------------------------- coordinator
+
+/// The landlock ABI `lazaret-coordinator` requires (ioctl on the PTY
+/// devices is ABI 5; abstract unix socket scoping ABI 6).
+pub const COORDINATOR_ABI: ABI = ABI::V6;
+pub const PLACE_DOMAIN_ROOT: &str = "the Domain Root";
+pub const PLACE_CATALOG: &str = "the Storage Catalog's files (catalog.redb, storage-catalog.lock)";
+pub const PLACE_PTMX: &str = "/dev/ptmx";
+pub const PLACE_PTS: &str = "/dev/pts";
+
+pub fn coordinator() -> Confinement {
+    let tree = AccessFs::ReadFile
+        | AccessFs::WriteFile
+        | AccessFs::ReadDir
+        | AccessFs::RemoveDir
+        | AccessFs::RemoveFile
+        | AccessFs::MakeDir
+        | AccessFs::MakeReg
+        | AccessFs::Refer
+        | AccessFs::Truncate;
+    let file = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
+    let tty = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+    Confinement {
+        binary: "lazaret-coordinator",
+        runs_as: "the developer, one per Domain, started by lazaret (the startup leader)",
+        status: Status::Confined,
+        namespaces: "the developer's; confines itself once the Runtime Supervisor and the Escalation Mailbox reader are started and its socket is bound, before it serves any Client Session",
+        closes_fds: None,
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![]),
+        landlock: Some(Landlock {
+            abi: COORDINATOR_ABI,
+            fs: AccessFs::from_all(COORDINATOR_ABI),
+            net: AccessNet::from_all(COORDINATOR_ABI),
+            scoping: Scoping::None,
+            rules: vec![
+                Rule {
+                    place: PLACE_DOMAIN_ROOT,
+                    access: tree,
+                    required: true,
+                },
+                Rule {
+                    place: PLACE_CATALOG,
+                    access: file,
+                    required: false,
+                },
+                Rule {
+                    place: PLACE_PTMX,
+                    access: tty,
+                    required: true,
+                },
+                Rule {
+                    place: PLACE_PTS,
+                    access: tty,
+                    required: true,
+                },
+            ],
+            require_full: true,
+            notes: vec![
+                "no execute anywhere; TCP: no bind, no connect",
+                "signals are not scoped: it signals the sessions' exec bridges (children of lazaret-supervisor) through their pidfds",
+            ],
+        }),
+        seccomp: true,
+        notes: vec![
+            "starts no process once confined: the supervisor starts runsc and the exec bridges on its request, each session's lazaret runs the host commands approved in it",
+            "parses nothing the sandbox writes: lazaret-mailbox hands it verified, typed records",
+            "the clone3 filter makes the C library fall back to clone, whose flags the allow-list checks (threads only)",
+        ],
+    }
+}
+
+// ---------------------------------------------------------------- unconfined
+
+pub fn cli() -> Confinement {
+    Confinement {
+        binary: "lazaret",
+        runs_as: "the developer, at the terminal",
+        status: Status::Unconfined {
+            reason: "unconfined by design: it runs as the developer, owns the terminal (the Client Session's PTY, the Host Escalation prompt), starts the coordinator, and runs the host commands the developer approves, which need the developer's authority; it reads sandbox-controlled bytes only as escaped text to print",
+        },
+        namespaces: "the developer's",
+        closes_fds: None,
+        no_new_privs: false,
+        not_dumpable: false,
+        capabilities: Capabilities::Unchanged("the developer's (none for an ordinary user)"),
+        landlock: None,
+        seccomp: false,
+        notes: vec![],
+    }
+}
+
+pub fn supervisor() -> Confinement {
+    Confinement {
+        binary: "lazaret-supervisor",
+        runs_as: "root of the Domain user namespace it creates (newuidmap/newgidmap), started by lazaret-coordinator as the developer",
+        status: Status::Unconfined {
+            reason: "its children include runsc (and slirp4netns, lazaret-mount-router, lazaret-netpolicy), which would inherit landlock and seccomp; runsc must stay unconfined to run gVisor; it reads nothing the sandbox writes",
+        },
+        namespaces: "creates the Domain's user, mount, PID and network namespaces (the holder) and the enforcement network namespace",
+        closes_fds: None,
+        no_new_privs: false,
+        not_dumpable: false,
+        capabilities: Capabilities::Unchanged(
+            "all of root's in the Domain user namespace, none on the host; runsc needs them",
+        ),
+        landlock: None,
+        seccomp: false,
+        notes: vec![],
+    }
+}
+
+pub fn exec_bridge() -> Confinement {
+    Confinement {
+        binary: "lazaret-exec-bridge",
+        runs_as: "the developer, started by lazaret-coordinator per Client Session with the PTY slave (or pipes) as 0-2 and the holder's pidfd on fd 3",
+        status: Status::Unconfined {
+            reason: "runsc exec is its child and would inherit landlock and seccomp; runsc needs root's capabilities in the Domain user namespace it joins, its state directory and the sandbox's control socket, which no policy here describes yet; so it drops only its inherited descriptors, and holds no capability on the host",
+        },
+        namespaces: "joins the holder's user, mount, network and PID namespaces through the pidfd (never a PID), then runs runsc exec",
+        closes_fds: Some("0, 1, 2 and the holder's pidfd (fd 3), before joining"),
+        no_new_privs: false,
+        not_dumpable: false,
+        capabilities: Capabilities::Unchanged(
+            "none on the host; root's in the Domain user namespace once joined, for runsc exec",
+        ),
+        landlock: None,
+        seccomp: false,
+        notes: vec![],
+    }
+}
+
+pub fn escalate() -> Confinement {
+    Confinement {
+        binary: "lazaret-escalate",
+        runs_as: "a sandbox process's uid, inside the Agent Sandbox (gVisor)",
+        status: Status::Unconfined {
+            reason: "it holds only what the sandbox process that runs it holds (the request-signing key and the Session Anchor are that process's to read): a filter it put on itself would not bind that process, which can write the Escalation Mailbox directly; gVisor confines the whole sandbox, and the host trusts nothing it says beyond what it signed",
+        },
+        namespaces: "the sandbox's (gVisor)",
+        closes_fds: None,
+        no_new_privs: false,
+        not_dumpable: false,
+        capabilities: Capabilities::Unchanged("the sandbox process's, inside gVisor"),
+        landlock: None,
+        seccomp: false,
+        notes: vec![],
+    }
+}

@@ -1,0 +1,81 @@
+//! Capability sets: what a binary keeps, everything else leaves every set.
+
+use crate::ConfineError;
+use rustix::thread::{CapabilitySet, CapabilitySets};
+
+/// One capability, with the name printed for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Capability {
+    pub name: &'static str,
+    pub set: CapabilitySet,
+}
+
+pub const CHOWN: Capability = Capability {
+    name: "CAP_CHOWN",
+    set: CapabilitySet::CHOWN,
+};
+pub const DAC_OVERRIDE: Capability = Capability {
+    name: "CAP_DAC_OVERRIDE",
+    set: CapabilitySet::DAC_OVERRIDE,
+};
+pub const DAC_READ_SEARCH: Capability = Capability {
+    name: "CAP_DAC_READ_SEARCH",
+    set: CapabilitySet::DAC_READ_SEARCH,
+};
+pub const FOWNER: Capability = Capability {
+    name: "CAP_FOWNER",
+    set: CapabilitySet::FOWNER,
+};
+pub const FSETID: Capability = Capability {
+    name: "CAP_FSETID",
+    set: CapabilitySet::FSETID,
+};
+pub const NET_ADMIN: Capability = Capability {
+    name: "CAP_NET_ADMIN",
+    set: CapabilitySet::NET_ADMIN,
+};
+pub const SYS_ADMIN: Capability = Capability {
+    name: "CAP_SYS_ADMIN",
+    set: CapabilitySet::SYS_ADMIN,
+};
+
+/// The union of `caps`.
+pub fn set_of(caps: &[Capability]) -> CapabilitySet {
+    caps.iter().fold(CapabilitySet::empty(), |a, c| a | c.set)
+}
+
+/// Keeps only `keep`: every other capability leaves the bounding set
+/// (first, while `CAP_SETPCAP` is still effective), the ambient set, and
+/// the effective, permitted and inheritable sets; inheritable ends empty.
+///
+/// A bounding-set drop that fails with `EPERM` is an error only if the
+/// capability is still in the bounding set afterwards (a process without
+/// `CAP_SETPCAP` may already lack it).
+pub fn keep_only(keep: &[Capability]) -> Result<(), ConfineError> {
+    let keep = set_of(keep);
+    for bit in 0..64u32 {
+        let set = CapabilitySet::from_bits_retain(1u64 << bit);
+        if keep.contains(set) {
+            continue;
+        }
+        match rustix::thread::remove_capability_from_bounding_set(set) {
+            Ok(()) => {}
+            // Past the last capability the kernel knows.
+            Err(rustix::io::Errno::INVAL) => break,
+            Err(rustix::io::Errno::PERM)
+                if !rustix::thread::capability_is_in_bounding_set(set).unwrap_or(true) => {}
+            Err(e) => return Err(ConfineError::Caps(e.into())),
+        }
+    }
+    let _ = rustix::thread::clear_ambient_capability_set();
+    let cur = rustix::thread::capabilities(None).map_err(|e| ConfineError::Caps(e.into()))?;
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: cur.permitted & keep,
+            permitted: cur.permitted & keep,
+            inheritable: CapabilitySet::empty(),
+        },
+    )
+    .map_err(|e| ConfineError::Caps(e.into()))
+}

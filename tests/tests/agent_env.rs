@@ -1,0 +1,81 @@
+//! What an agent needs from the host (issue 14): the host's CA bundle
+//! trusted inside (`trust_host_ca`).
+
+use lazaret_tests::{assert_domain_gone, require_env, text};
+
+/// A TLS server inside the sandbox with a certificate of a CA only the
+/// host knows: Python's and curl's clients trust it only with
+/// `trust_host_ca`.
+#[test]
+fn the_host_ca_bundle_is_trusted_inside_when_the_profile_says_so() {
+    let env = require_env!();
+    let ws = env.workspace("hostca");
+    let ca = ws.base.join("ca");
+    let out = env.sh(&format!(
+        "set -e; mkdir -p '{ca}'; cd '{ca}'
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=Lazaret Test CA' 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj '/CN=localhost' 2>/dev/null
+         printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext
+         openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 -extfile ext 2>/dev/null
+         cp srv.pem srv.key '{ws}/'",
+        ca = ca.display(),
+        ws = ws.path.display()
+    ));
+    assert!(out.status.success(), "openssl: {}", text(&out.stderr));
+    let script = r#"
+python3 - <<'PY' &
+import http.server, ssl
+srv = http.server.HTTPServer(("127.0.0.1", 8443), http.server.SimpleHTTPRequestHandler)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("srv.pem", "srv.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+PY
+for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8443))' 2>/dev/null && break; sleep 0.1; done
+python3 -c 'import urllib.request; print(urllib.request.urlopen("https://127.0.0.1:8443/README").read().decode().strip())' 2>/dev/null || echo python-refused
+curl -sS https://127.0.0.1:8443/README 2>/dev/null || echo curl-refused
+echo "ssl=$SSL_CERT_FILE"
+echo x >> /.lazaret/host-ca.pem 2>/dev/null && echo writable || echo read-only
+"#;
+
+    // Without the key: the host CA means nothing inside.
+    let out = ws.run_sh(script);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "python-refused\ncurl-refused\nssl=\nread-only\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+
+    ws.write_config(&format!(
+        "[profiles.default]\ntrust_host_ca = true\nhost_ca_file = \"{}\"\n",
+        ca.join("ca.pem").display()
+    ));
+    let out = ws.run_sh(script);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "hello\nhello\nssl=/.lazaret/host-ca.pem\nread-only\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+
+    // A file that is no PEM bundle is refused before anything starts.
+    let bogus = ws.base.join("bogus.pem");
+    std::fs::write(&bogus, b"not a certificate\n").unwrap();
+    let _ = env.sh(&format!("chmod a+r '{}'", bogus.display()));
+    ws.write_config(&format!(
+        "[profiles.default]\ntrust_host_ca = true\nhost_ca_file = \"{}\"\n",
+        bogus.display()
+    ));
+    let out = ws.run_sh("true");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("holds no PEM certificate"),
+        "{}",
+        text(&out.stderr)
+    );
+}
