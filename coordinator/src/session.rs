@@ -3,7 +3,7 @@
 //! on a coordinator-owned PTY (FR-14) or on pipes that keep stdout and
 //! stderr apart.
 
-use crate::escalation::{Decisions, Escalations, SessionEntry, Terminal};
+use crate::escalation::{self, Client, Escalations, Replies, SessionEntry, Terminal};
 use crate::gate::Gate;
 use crate::lifecycle::log;
 use lazaret_helpers::fds;
@@ -202,17 +202,19 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         hex::encode(anchor)
     ));
     let gate = Arc::new(Gate::default());
-    let decisions = Arc::new(Mutex::new(HashMap::new()));
+    let replies = Replies::default();
     let _registration = Registration::new(
         ctx,
         sid,
         SessionEntry {
             anchor,
-            terminal: tty.as_ref().map(|_| Terminal {
+            client: Client {
                 writer: writer.clone(),
+                replies: replies.clone(),
+            },
+            terminal: tty.as_ref().map(|_| Terminal {
                 gate: gate.clone(),
                 prompt_lock: Arc::new(Mutex::new(())),
-                decisions: decisions.clone(),
             }),
             gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
@@ -265,10 +267,10 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             reader,
             writer,
             accepted,
-            (gate, decisions),
+            (gate, replies),
             latch,
         ),
-        None => run_pipes(ctx, sid, cmd, reader, writer, accepted, latch),
+        None => run_pipes(ctx, sid, cmd, reader, writer, accepted, latch, replies),
     }
 }
 
@@ -436,11 +438,7 @@ struct Registration<'a> {
 
 impl<'a> Registration<'a> {
     fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> Self {
-        ctx.escalations
-            .sessions
-            .lock()
-            .unwrap()
-            .insert(sid.to_string(), entry);
+        ctx.escalations.register(sid, entry);
         Self {
             ctx,
             sid: sid.to_string(),
@@ -450,16 +448,7 @@ impl<'a> Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        if let Some(e) = self
-            .ctx
-            .escalations
-            .sessions
-            .lock()
-            .unwrap()
-            .remove(&self.sid)
-        {
-            e.gone.store(true, Ordering::SeqCst);
-        }
+        self.ctx.escalations.unregister(&self.sid);
     }
 }
 
@@ -540,7 +529,7 @@ fn run_pty(
     mut reader: UnixStream,
     writer: Writer,
     accepted: ServerMsg,
-    (gate, decisions): (Arc<Gate>, Decisions),
+    (gate, replies): (Arc<Gate>, Replies),
     latch: Arc<StartLatch>,
 ) -> Result<(), String> {
     let ws = nix::pty::Winsize {
@@ -599,10 +588,8 @@ fn run_pty(
                     let _ = m.write_all(&[4]);
                 }
                 Ok(ClientMsg::Signal(_)) => {}
-                Ok(ClientMsg::Decision { request_id, argv }) => {
-                    if let Some(tx) = decisions.lock().unwrap().get(&request_id) {
-                        let _ = tx.send(argv);
-                    }
+                Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
+                    escalation::deliver(&replies, m)
                 }
                 Err(FrameError::Closed) | Err(_) => {
                     // The client is gone: hang up the session.
@@ -622,6 +609,7 @@ fn run_pty(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_pipes(
     ctx: &SessionCtx,
     sid: &str,
@@ -630,6 +618,7 @@ fn run_pipes(
     writer: Writer,
     accepted: ServerMsg,
     latch: Arc<StartLatch>,
+    replies: Replies,
 ) -> Result<(), String> {
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -672,7 +661,12 @@ fn run_pipes(
                 }
             }
             Ok(ClientMsg::StdinEof) => stdin = None,
-            Ok(ClientMsg::Resize { .. }) | Ok(ClientMsg::Decision { .. }) => {}
+            Ok(ClientMsg::Resize { .. }) => {}
+            // No terminal: no prompt, but auto-approved commands run in
+            // this session's client.
+            Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
+                escalation::deliver(&replies, m)
+            }
             Ok(ClientMsg::Signal(sig)) => forward(match sig {
                 Signal::Interrupt => S::SIGINT,
                 Signal::Quit => S::SIGQUIT,

@@ -4,8 +4,9 @@
 //! body is a postcard [`Body`]. The signature is Ed25519 by the Domain
 //! generation's sandbox request-signing key; the MAC is HMAC-SHA256 keyed
 //! by the requesting session's Session Anchor. Both cover the exact body
-//! bytes, and the coordinator checks the signature over the bytes it owns
-//! before it parses anything. Fixed offsets: the envelope needs no parser.
+//! bytes, and the mailbox reader (`lazaret-mailbox`) checks the signature
+//! over the bytes it read before it parses anything. Fixed offsets: the
+//! envelope needs no parser.
 //!
 //! Results are written by the coordinator into a directory the sandbox
 //! can only read; the mount mode, not a signature, makes them authentic.
@@ -28,8 +29,8 @@ pub const MAX_AGE_MS: u64 = 5 * 60 * 1000;
 
 /// Bounds the coordinator keeps per Domain, whatever the sandbox sends
 /// (see the README's security model). Over one, a request is refused with
-/// [`Outcome::Refused`] (exit [`exit::REFUSED`]) at once, by the mailbox
-/// reader itself: no thread is started for it.
+/// [`Outcome::Refused`] (exit [`exit::REFUSED`]) at once, as the
+/// coordinator takes the reader's record: no thread is started for it.
 pub mod bounds {
     /// Accepted requests not yet resolved, in the whole Domain.
     pub const MAX_PENDING: usize = 64;
@@ -66,6 +67,58 @@ pub fn log_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect();
     v.push(root.join(LOG_FILE));
     v
+}
+
+/// One line of the escalation record (`escalations.log`), written as
+/// JSON: `time_unix_ms`, `sandbox_id`, then the event's fields, with the
+/// event's name in `event`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LogRecord {
+    pub time_unix_ms: u64,
+    pub sandbox_id: String,
+    #[serde(flatten)]
+    pub event: LogEvent,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum LogEvent {
+    /// A mailbox entry refused before anyone was asked.
+    Refused {
+        /// The entry's name, escaped ([`crate::display::escape`]).
+        entry: String,
+        reason: String,
+    },
+    /// An accepted request reached its Escalation Result.
+    Decision {
+        request_id: String,
+        session_id: String,
+        argv: Vec<String>,
+        justification: String,
+        requester_pid: u32,
+        requester_cmdline: Vec<String>,
+        /// The vector that ran (the developer may have edited it).
+        ran_argv: Option<Vec<String>>,
+        decided_by: String,
+        /// `completed, status N`, `denied`, `timed out`, ...
+        result: String,
+    },
+    /// The Escalation Mailbox reader ended: no request is read any more.
+    ReaderExited { reason: String },
+}
+
+impl Outcome {
+    /// The outcome in the record's words.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Completed { status, .. } => format!("completed, status {status}"),
+            Outcome::Denied { .. } => "denied".into(),
+            Outcome::TimedOut => "timed out".into(),
+            Outcome::Cancelled => "cancelled".into(),
+            Outcome::Failed { reason } => format!("failed: {reason}"),
+            Outcome::Refused { reason } => format!("refused: {reason}"),
+        }
+    }
 }
 
 const SIG: usize = 64;
