@@ -7,7 +7,11 @@
 //! request directory, reads, bounds, verifies (signature before parsing,
 //! generation, age, Session Anchor MAC) and decodes every entry, and
 //! hands this module typed records ([`FromReader`]) over a socketpair.
-//! The coordinator tells it which sessions exist ([`ToReader`]). When the
+//! The coordinator tells it which sessions exist ([`ToReader`]). Each
+//! record carries the entry's signature and MAC ([`esc::Envelope`]), which
+//! the coordinator checks again over its own encoding of the typed body,
+//! so a reader that verified wrongly cannot make it act on a request
+//! nobody signed; it never sees the sandbox's bytes. When the
 //! reader ends, the coordinator says so in its log, in the record and to
 //! every session's client, and no request is read any more.
 //!
@@ -117,6 +121,8 @@ struct ReaderProc {
 }
 
 pub struct Escalations {
+    /// This generation's sandbox request-signing public key.
+    pub key: ed25519_compact::PublicKey,
     pub sandbox_id: String,
     pub profile: String,
     pub workspace: PathBuf,
@@ -333,6 +339,7 @@ fn bounded(outcome: Outcome) -> Outcome {
 
 impl Escalations {
     pub fn new(
+        key: ed25519_compact::PublicKey,
         sandbox_id: String,
         profile: String,
         workspace: PathBuf,
@@ -341,6 +348,7 @@ impl Escalations {
         rules: Vec<(Vec<String>, bool)>,
     ) -> Self {
         Self {
+            key,
             sandbox_id,
             profile,
             workspace,
@@ -363,11 +371,7 @@ impl Escalations {
     /// Starts `lazaret-mailbox` (from `libexec`) over the request
     /// directory, and a thread that takes its records. Call before the
     /// coordinator confines itself: this is its only exec for escalations.
-    pub fn start_reader(
-        self: &Arc<Self>,
-        libexec: &Path,
-        key: &ed25519_compact::PublicKey,
-    ) -> Result<(), ReaderError> {
+    pub fn start_reader(self: &Arc<Self>, libexec: &Path) -> Result<(), ReaderError> {
         use rustix::fs::{Mode, OFlags};
         let dir = rustix::fs::open(
             &self.requests,
@@ -380,7 +384,7 @@ impl Escalations {
         })?;
         let input = ReaderInput {
             version: mailbox::INPUT_VERSION,
-            public_key: **key,
+            public_key: *self.key,
             sandbox_id: self.sandbox_id.clone(),
             max_entries_per_pass: bounds::MAX_ENTRIES_PER_POLL as u32,
             max_stuck: MAX_STUCK as u32,
@@ -572,17 +576,52 @@ impl Escalations {
     pub fn handle(self: &Arc<Self>, rec: FromReader) {
         match rec {
             FromReader::Refused { entry, reason } => self.refuse(&entry, &reason),
-            FromReader::NoSession { entry, body } => self.no_session(&entry, &body),
-            FromReader::Verified { entry, body } => self.accept(&entry, body),
+            FromReader::NoSession {
+                entry,
+                body,
+                envelope,
+            } => {
+                if self.recheck(&entry, &body, &envelope, None) {
+                    self.no_session(&entry, &body)
+                }
+            }
+            FromReader::Verified {
+                entry,
+                body,
+                envelope,
+            } => self.accept(&entry, body, &envelope),
         }
     }
 
+    /// Checks the reader's work again on the typed record: signature (and
+    /// MAC, given the session's anchor) over the body's encoding, and the
+    /// generation. A failure means the reader is not to be trusted.
+    fn recheck(
+        &self,
+        entry: &str,
+        body: &Body,
+        envelope: &esc::Envelope,
+        anchor: Option<&[u8; 32]>,
+    ) -> bool {
+        let why = match envelope.check(body, &self.key, anchor) {
+            Err(e) => e.to_string(),
+            Ok(()) if body.sandbox_id != self.sandbox_id => "another generation's".into(),
+            Ok(()) => return true,
+        };
+        self.refuse(
+            entry,
+            &format!("the mailbox reader passed a record that does not verify ({why})"),
+        );
+        false
+    }
+
     /// A verified entry of a session the reader knew.
-    fn accept(self: &Arc<Self>, entry: &str, body: Body) {
+    fn accept(self: &Arc<Self>, entry: &str, body: Body, envelope: &esc::Envelope) {
         let session = {
             let sessions = lock(&self.sessions);
             sessions.get(&body.session_id).map(|s| {
                 (
+                    s.anchor,
                     s.gone.clone(),
                     s.client.clone(),
                     s.terminal.clone(),
@@ -590,9 +629,15 @@ impl Escalations {
             })
         };
         // Ended since the reader verified it.
-        let Some((gone, client, terminal)) = session else {
-            return self.no_session(entry, &body);
+        let Some((anchor, gone, client, terminal)) = session else {
+            if self.recheck(entry, &body, envelope, None) {
+                self.no_session(entry, &body);
+            }
+            return;
         };
+        if !self.recheck(entry, &body, envelope, Some(&anchor)) {
+            return;
+        }
         let now = now_ms();
         match &body.kind {
             Kind::Cancel => match lock(&self.cancels).get(&body.request_id) {
@@ -760,15 +805,18 @@ impl Escalations {
             timeout_ms: timeout.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
         });
         let cancel = |outcome: Outcome| {
-            let _ = write_frame(
+            let told = write_frame(
                 &mut *lock(&client.writer),
                 &ServerMsg::CancelHostCommand {
                     request_id: id.to_string(),
                 },
             );
             // The client answers once the group is killed; the request
-            // ends either way.
-            let _ = rx.recv_timeout(CLIENT_GRACE);
+            // ends either way. A client that is gone has killed its
+            // commands as it ended.
+            if told.is_ok() {
+                let _ = rx.recv_timeout(CLIENT_GRACE);
+            }
             outcome
         };
         let outcome = if let Err(e) = write_frame(&mut *lock(&client.writer), &run) {
@@ -932,15 +980,21 @@ impl Escalations {
 mod tests {
     use super::*;
 
+    const ANCHOR: [u8; 32] = [9; 32];
+
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|s| s.to_string()).collect()
     }
 
-    fn mailbox(rules: Vec<(Vec<String>, bool)>) -> (tempfile::TempDir, Arc<Escalations>) {
+    type Sk = ed25519_compact::SecretKey;
+
+    fn mailbox(rules: Vec<(Vec<String>, bool)>) -> (tempfile::TempDir, Arc<Escalations>, Sk) {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/requests")).unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/results")).unwrap();
+        let kp = ed25519_compact::KeyPair::generate();
         let e = Arc::new(Escalations::new(
+            kp.pk,
             "s".into(),
             "default".into(),
             d.path().into(),
@@ -948,7 +1002,7 @@ mod tests {
             d.path().join("log"),
             rules,
         ));
-        (d, e)
+        (d, e, kp.sk)
     }
 
     /// A request as the reader hands it over, verified.
@@ -989,7 +1043,7 @@ mod tests {
         e.register(
             session,
             SessionEntry {
-                anchor: [9; 32],
+                anchor: ANCHOR,
                 client: Client {
                     writer: Arc::new(Mutex::new(ours)),
                     replies: replies.clone(),
@@ -1001,10 +1055,20 @@ mod tests {
         (theirs, replies)
     }
 
-    fn verified(body: &Body, entry: &str) -> FromReader {
+    /// The signature and MAC `lazaret-escalate` would have made.
+    fn envelope(sk: &Sk, body: &Body) -> esc::Envelope {
+        let rec = esc::seal(body, sk, &ANCHOR);
+        esc::Envelope {
+            signature: rec[..64].to_vec(),
+            mac: rec[64..96].try_into().unwrap(),
+        }
+    }
+
+    fn verified(sk: &Sk, body: &Body, entry: &str) -> FromReader {
         FromReader::Verified {
             entry: entry.into(),
             body: body.clone(),
+            envelope: envelope(sk, body),
         }
     }
 
@@ -1094,7 +1158,7 @@ mod tests {
 
     #[test]
     fn the_record_is_bounded_on_disk() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         let big = "x".repeat(4096);
         for _ in 0..(bounds::LOG_MAX_BYTES as usize / 4096) * (bounds::LOG_ROTATIONS + 3) {
             e.record(LogEvent::Refused {
@@ -1120,7 +1184,7 @@ mod tests {
 
     #[test]
     fn the_record_is_one_typed_json_line_per_event_with_its_field_names() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         e.refuse("\\x1b]0;pwned\\x07\\xff.req", "signature");
         let log = std::fs::read_to_string(d.path().join("log")).unwrap();
         assert_eq!(log.lines().count(), 1);
@@ -1136,7 +1200,7 @@ mod tests {
 
     #[test]
     fn over_the_pending_bound_a_request_is_refused_with_a_result_and_no_thread() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         let _client = register(&e, "sess");
         {
             let mut p = lock(&e.pending);
@@ -1146,7 +1210,7 @@ mod tests {
             }
         }
         let body = request("sess", &["/bin/true"]);
-        e.handle(verified(&body, "r1"));
+        e.handle(verified(&sk, &body, "r1"));
         assert!(
             matches!(result_of(&d, body.request_id), Some(Outcome::Refused { ref reason }) if reason.contains("pending in this Domain")),
             "{:?}",
@@ -1163,11 +1227,12 @@ mod tests {
 
     #[test]
     fn a_request_of_an_ended_session_is_denied_with_a_result_once() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         let body = request("ended", &["/bin/true"]);
         let nosession = |entry: &str| FromReader::NoSession {
             entry: entry.into(),
             body: body.clone(),
+            envelope: envelope(&sk, &body),
         };
         e.handle(nosession("r1"));
         assert_eq!(
@@ -1187,7 +1252,7 @@ mod tests {
         assert_eq!(result_of(&d, body.request_id), None);
         // A verified record of a session that ended meanwhile is the same.
         let late = request("ended", &["/bin/true"]);
-        e.handle(verified(&late, "r3"));
+        e.handle(verified(&sk, &late, "r3"));
         assert_eq!(
             result_of(&d, late.request_id),
             Some(Outcome::Denied {
@@ -1198,10 +1263,10 @@ mod tests {
 
     #[test]
     fn a_request_of_a_session_without_a_terminal_is_denied_not_prompted() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         let _client = register(&e, "notty");
         let body = request("notty", &["/bin/true"]);
-        e.handle(verified(&body, "r1"));
+        e.handle(verified(&sk, &body, "r1"));
         assert!(eventually(|| result_of(&d, body.request_id).is_some()));
         assert_eq!(
             result_of(&d, body.request_id),
@@ -1214,10 +1279,10 @@ mod tests {
 
     #[test]
     fn an_auto_approved_command_runs_in_the_requesting_sessions_client() {
-        let (d, e) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
         let (mut client, replies) = register(&e, "notty");
         let body = request("notty", &["/bin/echo", "hi"]);
-        e.handle(verified(&body, "r1"));
+        e.handle(verified(&sk, &body, "r1"));
         let Ok(ServerMsg::RunHostCommand(c)) = read_frame::<_, ServerMsg>(&mut client) else {
             panic!("the client was not told to run it");
         };
@@ -1252,16 +1317,16 @@ mod tests {
 
     #[test]
     fn a_cancelled_request_tells_the_client_to_kill_its_command() {
-        let (d, e) = mailbox(vec![(v(&["/bin/sleep", "60"]), false)]);
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/sleep", "60"]), false)]);
         let (mut client, replies) = register(&e, "notty");
         let body = request("notty", &["/bin/sleep", "60"]);
-        e.handle(verified(&body, "r1"));
+        e.handle(verified(&sk, &body, "r1"));
         let Ok(ServerMsg::RunHostCommand(c)) = read_frame::<_, ServerMsg>(&mut client) else {
             panic!("the client was not told to run it");
         };
         let mut cancel = body.clone();
         cancel.kind = Kind::Cancel;
-        e.handle(verified(&cancel, "c1"));
+        e.handle(verified(&sk, &cancel, "c1"));
         let Ok(ServerMsg::CancelHostCommand { request_id }) =
             read_frame::<_, ServerMsg>(&mut client)
         else {
@@ -1280,8 +1345,57 @@ mod tests {
     }
 
     #[test]
+    fn a_record_the_reader_could_not_have_verified_is_refused_and_runs_nothing() {
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (mut client, _replies) = register(&e, "notty");
+        client
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let body = request("notty", &["/bin/echo", "hi"]);
+        // Signed, but for another body; another key; another anchor.
+        let mut forged = body.clone();
+        forged.kind = Kind::Request(esc::Request {
+            argv: v(&["/bin/echo", "hi"]),
+            justification: "not what was signed".into(),
+            cwd: "/".into(),
+            timeout_secs: 0,
+            requester: Default::default(),
+        });
+        let other_key = ed25519_compact::KeyPair::generate().sk;
+        let mut wrong_mac = envelope(&sk, &body);
+        wrong_mac.mac = [0; 32];
+        for (i, env) in [envelope(&sk, &body), envelope(&other_key, &forged), wrong_mac]
+            .into_iter()
+            .enumerate()
+        {
+            let b = if i == 0 { forged.clone() } else { body.clone() };
+            e.handle(FromReader::Verified {
+                entry: format!("f{i}"),
+                body: b,
+                envelope: env,
+            });
+        }
+        assert!(read_frame::<_, ServerMsg>(&mut client).is_err(), "a forged record ran");
+        assert_eq!(result_of(&d, body.request_id), None);
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains("does not verify"))
+                .count(),
+            3,
+            "{log}"
+        );
+        // The genuine record still runs: nothing of it was remembered.
+        e.handle(verified(&sk, &body, "ok"));
+        assert!(matches!(
+            read_frame::<_, ServerMsg>(&mut client),
+            Ok(ServerMsg::RunHostCommand(_))
+        ));
+    }
+
+    #[test]
     fn results_beyond_the_bound_are_removed_oldest_first() {
-        let (d, e) = mailbox(vec![]);
+        let (d, e, sk) = mailbox(vec![]);
         for i in 0..bounds::MAX_RESULTS + 10 {
             let mut id = [0u8; 16];
             id[..8].copy_from_slice(&(i as u64).to_be_bytes());

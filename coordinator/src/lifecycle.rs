@@ -227,6 +227,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
     // started here, before the coordinator could confine itself.
     let escalations = Arc::new(Escalations::new(
+        keys.pk,
         gen.sandbox_id.clone(),
         input.profile_name.clone(),
         input.workspace.clone(),
@@ -234,7 +235,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         layout.root.join(lazaret_protocol::escalation::LOG_FILE),
         input.auto_approve.clone(),
     ));
-    if let Err(e) = escalations.start_reader(&input.libexec, &keys.pk) {
+    if let Err(e) = escalations.start_reader(&input.libexec) {
         log(format!(
             "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
         ));

@@ -159,10 +159,12 @@ impl Reader {
         if now_ms.abs_diff(body.created_unix_ms) > esc::MAX_AGE_MS {
             return refuse("expired");
         }
+        let envelope = verified.envelope();
         let Some(anchor) = self.sessions.get(&body.session_id) else {
             return FromReader::NoSession {
                 entry,
                 body: verified.body,
+                envelope,
             };
         };
         if verified.check_session(anchor).is_err() {
@@ -176,6 +178,7 @@ impl Reader {
         FromReader::Verified {
             entry,
             body: verified.body,
+            envelope,
         }
     }
 }
@@ -269,7 +272,7 @@ mod tests {
         )
         .unwrap();
         let t = |r: &mut Reader, n: &str| r.take(dir.as_fd(), &CString::new(n).unwrap(), NOW);
-        assert!(matches!(t(&mut r, "ok"), FromReader::Verified { ref entry, ref body } if entry == "ok" && body.session_id == "a"));
+        assert!(matches!(t(&mut r, "ok"), FromReader::Verified { ref entry, ref body, .. } if entry == "ok" && body.session_id == "a"));
         assert!(reason(&t(&mut r, "badmac")).contains("Session Anchor"));
         assert!(reason(&t(&mut r, "other-gen")).contains("another generation"));
         assert_eq!(reason(&t(&mut r, "old")), "expired");

@@ -246,6 +246,7 @@ pub fn seal(body: &Body, key: &SecretKey, anchor: &[u8; 32]) -> Vec<u8> {
 /// is known, with [`Verified::check_session`].
 pub struct Verified {
     pub body: Body,
+    sig: [u8; SIG],
     mac: [u8; 32],
     bytes: Vec<u8>,
 }
@@ -255,6 +256,48 @@ impl Verified {
         let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
         m.update(&self.bytes);
         m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)
+    }
+
+    /// The signature and MAC, to travel beside the typed body.
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            signature: self.sig.to_vec(),
+            mac: self.mac,
+        }
+    }
+}
+
+/// A record's signature and MAC apart from its bytes. The body's encoding
+/// is canonical ([`open`] refuses any other), so whoever holds the typed
+/// [`Body`] can check them again over its own encoding of it, without
+/// the sandbox's bytes: the coordinator does, so a reader that verified
+/// wrongly cannot make it act on a record nobody signed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Envelope {
+    pub signature: Vec<u8>,
+    pub mac: [u8; 32],
+}
+
+impl Envelope {
+    /// Checks the signature over `body`'s encoding with `key`, and, when
+    /// `anchor` is given, the session MAC.
+    pub fn check(
+        &self,
+        body: &Body,
+        key: &PublicKey,
+        anchor: Option<&[u8; 32]>,
+    ) -> Result<(), RecordError> {
+        let bytes =
+            postcard::to_stdvec(body).map_err(|e| RecordError::Malformed(e.to_string()))?;
+        let sig = Signature::from_slice(&self.signature).map_err(|_| RecordError::BadSignature)?;
+        key.verify(&bytes, &sig)
+            .map_err(|_| RecordError::BadSignature)?;
+        if let Some(anchor) = anchor {
+            let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+            m.update(&bytes);
+            m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)?;
+        }
+        Ok(())
     }
 }
 
@@ -276,8 +319,14 @@ pub fn open(record: &[u8], key: &PublicKey) -> Result<Verified, RecordError> {
     if body.version != VERSION {
         return Err(RecordError::Malformed(format!("version {}", body.version)));
     }
+    // One encoding per body (no trailing bytes, no overlong integers), so
+    // the typed body alone carries what was signed (see [`Envelope`]).
+    if postcard::to_stdvec(&body).ok().as_deref() != Some(bytes) {
+        return Err(RecordError::Malformed("not in canonical encoding".into()));
+    }
     Ok(Verified {
         body,
+        sig: *sig,
         mac: mac.try_into().expect("32 bytes"),
         bytes: bytes.to_vec(),
     })
@@ -381,6 +430,33 @@ mod tests {
             Err(RecordError::TooLarge(_))
         ));
         assert!(open(b"garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage", &kp.pk).is_err());
+    }
+
+    #[test]
+    fn the_envelope_checks_the_typed_body_again_and_encodings_are_canonical() {
+        let kp = KeyPair::generate();
+        let anchor = [1u8; 32];
+        let v = open(&seal(&body(), &kp.sk, &anchor), &kp.pk).unwrap();
+        let env = v.envelope();
+        env.check(&body(), &kp.pk, Some(&anchor)).unwrap();
+        env.check(&body(), &kp.pk, None).unwrap();
+        let mut other = body();
+        other.session_id = "other".into();
+        assert_eq!(
+            env.check(&other, &kp.pk, None),
+            Err(RecordError::BadSignature)
+        );
+        assert_eq!(
+            env.check(&body(), &kp.pk, Some(&[2; 32])),
+            Err(RecordError::BadMac)
+        );
+        // Signed bytes with a trailing byte decode to the same body: refused.
+        let mut bytes = postcard::to_stdvec(&body()).unwrap();
+        bytes.push(0);
+        let mut rec = kp.sk.sign(&bytes, None).to_vec();
+        rec.extend_from_slice(&mac(&anchor, &bytes));
+        rec.extend_from_slice(&bytes);
+        assert!(matches!(open(&rec, &kp.pk), Err(RecordError::Malformed(_))));
     }
 
     #[test]

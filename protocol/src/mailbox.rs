@@ -10,7 +10,7 @@
 //! generation, age and Session Anchor MAC verified, or a refusal with the
 //! entry's escaped name and the reason, for the log.
 
-use crate::escalation::Body;
+use crate::escalation::{Body, Envelope};
 use serde::{Deserialize, Serialize};
 
 /// Version of [`ReaderInput`]; a reader refuses any other.
@@ -58,12 +58,21 @@ pub enum ToReader {
 pub enum FromReader {
     /// Signed with this generation's key over the exact bytes read, naming
     /// this generation's sandbox, within the age window, and with a valid
-    /// MAC of the registered session it names.
-    Verified { entry: String, body: Body },
+    /// MAC of the registered session it names. The envelope lets the
+    /// coordinator check the signature and MAC again over the typed body.
+    Verified {
+        entry: String,
+        body: Body,
+        envelope: Envelope,
+    },
     /// Signed, of this generation, fresh, but naming no session the reader
     /// knows (it ended or never was): the coordinator answers it, so one
     /// Escalation Request ID gets at most one result.
-    NoSession { entry: String, body: Body },
+    NoSession {
+        entry: String,
+        body: Body,
+        envelope: Envelope,
+    },
     /// Refused; `entry` is the sandbox's name in its escaped form
     /// ([`crate::display::escape`]), `reason` is the reader's.
     Refused { entry: String, reason: String },
