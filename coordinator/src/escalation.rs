@@ -1158,7 +1158,7 @@ mod tests {
 
     #[test]
     fn the_record_is_bounded_on_disk() {
-        let (d, e, sk) = mailbox(vec![]);
+        let (d, e, _sk) = mailbox(vec![]);
         let big = "x".repeat(4096);
         for _ in 0..(bounds::LOG_MAX_BYTES as usize / 4096) * (bounds::LOG_ROTATIONS + 3) {
             e.record(LogEvent::Refused {
@@ -1184,7 +1184,7 @@ mod tests {
 
     #[test]
     fn the_record_is_one_typed_json_line_per_event_with_its_field_names() {
-        let (d, e, sk) = mailbox(vec![]);
+        let (d, e, _sk) = mailbox(vec![]);
         e.refuse("\\x1b]0;pwned\\x07\\xff.req", "signature");
         let log = std::fs::read_to_string(d.path().join("log")).unwrap();
         assert_eq!(log.lines().count(), 1);
@@ -1375,6 +1375,8 @@ mod tests {
                 envelope: env,
             });
         }
+        assert!(lock(&e.cancels).is_empty(), "a forged record was accepted");
+        assert_eq!(lock(&e.pending).total, 0);
         assert!(read_frame::<_, ServerMsg>(&mut client).is_err(), "a forged record ran");
         assert_eq!(result_of(&d, body.request_id), None);
         let log = std::fs::read_to_string(d.path().join("log")).unwrap();
@@ -1395,7 +1397,7 @@ mod tests {
 
     #[test]
     fn results_beyond_the_bound_are_removed_oldest_first() {
-        let (d, e, sk) = mailbox(vec![]);
+        let (d, e, _sk) = mailbox(vec![]);
         for i in 0..bounds::MAX_RESULTS + 10 {
             let mut id = [0u8; 16];
             id[..8].copy_from_slice(&(i as u64).to_be_bytes());
