@@ -819,7 +819,10 @@ impl Escalations {
             }
             outcome
         };
-        let outcome = if let Err(e) = write_frame(&mut *lock(&client.writer), &run) {
+        // Its own statement: the writer's guard must not live through the
+        // wait below (the session's output and the cancellation need it).
+        let sent = write_frame(&mut *lock(&client.writer), &run);
+        let outcome = if let Err(e) = sent {
             if stop() {
                 Outcome::Cancelled
             } else {

@@ -209,3 +209,31 @@ pub fn describe() -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_compiles_and_is_printed_whole() {
+        compile_seccomp().unwrap();
+        let d = describe();
+        assert!(d.contains(SECCOMP_JSON.trim_end()), "{d}");
+        assert!(d.contains("landlock (hard requirement ABI 6)"), "{d}");
+        // Nothing that would let it run or reach anything else.
+        let policy: serde_json::Value = serde_json::from_str(SECCOMP_JSON).unwrap();
+        let allowed: Vec<&str> = policy[FILTER_NAME]["filter"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["syscall"].as_str().unwrap())
+            .collect();
+        for forbidden in [
+            "execve", "execveat", "fork", "vfork", "clone", "clone3", "socket", "socketpair",
+            "connect", "accept", "accept4", "bind", "listen", "ptrace", "setns", "unshare",
+            "mount", "prctl", "kill", "tgkill",
+        ] {
+            assert!(!allowed.contains(&forbidden), "{forbidden} is allowed");
+        }
+    }
+}

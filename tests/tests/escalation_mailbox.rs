@@ -114,9 +114,11 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
             )
         })
         .collect();
-    let requests = ws
-        .domain_root("default")
-        .join("run/control/mailbox/requests");
+    let requests = std::fs::canonicalize(
+        ws.domain_root("default")
+            .join("run/control/mailbox/requests"),
+    )
+    .unwrap();
     for (fd, target) in &fds {
         match fd.as_str() {
             "0" | "1" | "2" => {}
