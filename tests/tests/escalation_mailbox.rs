@@ -76,7 +76,7 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
     let domain = ws.domain_id("default");
     // One session holds the Domain while the reader is inspected; it
     // escalates first, so the reader has done its work by then.
-    let mut session = ws
+    let session = ws
         .lazaret(&[
             "run",
             "--",
@@ -127,7 +127,18 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
             _ => panic!("the reader holds more than it needs: {fds:?}"),
         }
     }
-    // Escalation works through it.
+    // Escalation works through it: once its decision is recorded, the
+    // session sleeps, and ends on SIGTERM.
+    let recorded = eventually(Duration::from_secs(60), || {
+        lazaret_protocol::escalation::log_files(&ws.domain_root("default"))
+            .iter()
+            .any(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .contains("\"event\":\"decision\"")
+            })
+    });
+    assert!(recorded, "the request was never decided");
     let sid = session.id();
     let _ = std::process::Command::new("kill")
         .arg("-TERM")
