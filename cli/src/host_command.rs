@@ -298,7 +298,11 @@ mod tests {
         ));
         // Run in the workspace, with the minimal environment.
         let o = execute(
-            &v(&["/bin/sh", "-c", "pwd; echo $PATH; echo ${LAZARET_ESCALATION}"]),
+            &v(&[
+                "/bin/sh",
+                "-c",
+                "pwd; echo $PATH; echo ${LAZARET_ESCALATION}",
+            ]),
             d.path(),
             None,
             &no,
@@ -307,7 +311,10 @@ mod tests {
             "{}\n{HOST_PATH}\n1\n",
             d.path().canonicalize().unwrap().display()
         );
-        assert!(matches!(o, Outcome::Completed { status: 0, ref stdout, .. } if *stdout == want.as_bytes()), "{o:?}");
+        assert!(
+            matches!(o, Outcome::Completed { status: 0, ref stdout, .. } if *stdout == want.as_bytes()),
+            "{o:?}"
+        );
     }
 
     #[test]

@@ -802,7 +802,8 @@ impl Escalations {
             request_id: id.to_string(),
             argv,
             decided_by: decided_by.to_string(),
-            timeout_ms: timeout.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+            timeout_ms: timeout
+                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
         });
         let cancel = |outcome: Outcome| {
             let told = write_frame(
@@ -827,7 +828,9 @@ impl Escalations {
                 Outcome::Cancelled
             } else {
                 Outcome::Failed {
-                    reason: format!("the requesting session's lazaret CLI cannot be told to run it: {e}"),
+                    reason: format!(
+                        "the requesting session's lazaret CLI cannot be told to run it: {e}"
+                    ),
                 }
             }
         } else {
@@ -1367,9 +1370,13 @@ mod tests {
         let other_key = ed25519_compact::KeyPair::generate().sk;
         let mut wrong_mac = envelope(&sk, &body);
         wrong_mac.mac = [0; 32];
-        for (i, env) in [envelope(&sk, &body), envelope(&other_key, &forged), wrong_mac]
-            .into_iter()
-            .enumerate()
+        for (i, env) in [
+            envelope(&sk, &body),
+            envelope(&other_key, &forged),
+            wrong_mac,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let b = if i == 0 { forged.clone() } else { body.clone() };
             e.handle(FromReader::Verified {
@@ -1380,7 +1387,10 @@ mod tests {
         }
         assert!(lock(&e.cancels).is_empty(), "a forged record was accepted");
         assert_eq!(lock(&e.pending).total, 0);
-        assert!(read_frame::<_, ServerMsg>(&mut client).is_err(), "a forged record ran");
+        assert!(
+            read_frame::<_, ServerMsg>(&mut client).is_err(),
+            "a forged record ran"
+        );
         assert_eq!(result_of(&d, body.request_id), None);
         let log = std::fs::read_to_string(d.path().join("log")).unwrap();
         assert_eq!(

@@ -229,9 +229,26 @@ mod tests {
             .map(|r| r["syscall"].as_str().unwrap())
             .collect();
         for forbidden in [
-            "execve", "execveat", "fork", "vfork", "clone", "clone3", "socket", "socketpair",
-            "connect", "accept", "accept4", "bind", "listen", "ptrace", "setns", "unshare",
-            "mount", "prctl", "kill", "tgkill",
+            "execve",
+            "execveat",
+            "fork",
+            "vfork",
+            "clone",
+            "clone3",
+            "socket",
+            "socketpair",
+            "connect",
+            "accept",
+            "accept4",
+            "bind",
+            "listen",
+            "ptrace",
+            "setns",
+            "unshare",
+            "mount",
+            "prctl",
+            "kill",
+            "tgkill",
         ] {
             assert!(!allowed.contains(&forbidden), "{forbidden} is allowed");
         }

@@ -250,7 +250,11 @@ mod tests {
             session_id: "a".into(),
             anchor: [1; 32],
         });
-        std::fs::write(req.join("ok"), esc::seal(&body("a", "s", NOW), &sk, &[1; 32])).unwrap();
+        std::fs::write(
+            req.join("ok"),
+            esc::seal(&body("a", "s", NOW), &sk, &[1; 32]),
+        )
+        .unwrap();
         std::fs::write(
             req.join("badmac"),
             esc::seal(&body("a", "s", NOW), &sk, &[2; 32]),
@@ -272,19 +276,22 @@ mod tests {
         )
         .unwrap();
         let t = |r: &mut Reader, n: &str| r.take(dir.as_fd(), &CString::new(n).unwrap(), NOW);
-        assert!(matches!(t(&mut r, "ok"), FromReader::Verified { ref entry, ref body, .. } if entry == "ok" && body.session_id == "a"));
+        assert!(
+            matches!(t(&mut r, "ok"), FromReader::Verified { ref entry, ref body, .. } if entry == "ok" && body.session_id == "a")
+        );
         assert!(reason(&t(&mut r, "badmac")).contains("Session Anchor"));
         assert!(reason(&t(&mut r, "other-gen")).contains("another generation"));
         assert_eq!(reason(&t(&mut r, "old")), "expired");
-        assert!(matches!(
-            t(&mut r, "unknown"),
-            FromReader::NoSession { .. }
-        ));
+        assert!(matches!(t(&mut r, "unknown"), FromReader::NoSession { .. }));
         // Once the session is removed, its entries name no session.
         r.control(ToReader::SessionRemoved {
             session_id: "a".into(),
         });
-        std::fs::write(req.join("late"), esc::seal(&body("a", "s", NOW), &sk, &[1; 32])).unwrap();
+        std::fs::write(
+            req.join("late"),
+            esc::seal(&body("a", "s", NOW), &sk, &[1; 32]),
+        )
+        .unwrap();
         assert!(matches!(t(&mut r, "late"), FromReader::NoSession { .. }));
         assert_eq!(std::fs::read_dir(&req).unwrap().count(), 0);
     }
@@ -361,6 +368,11 @@ mod tests {
         }
         std::fs::write(d.path().join("requests/.tmp"), b"x").unwrap();
         assert_eq!(r.pass(dir.as_fd(), NOW).len(), 3);
-        assert_eq!(std::fs::read_dir(d.path().join("requests")).unwrap().count(), 8);
+        assert_eq!(
+            std::fs::read_dir(d.path().join("requests"))
+                .unwrap()
+                .count(),
+            8
+        );
     }
 }

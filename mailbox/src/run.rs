@@ -76,7 +76,8 @@ pub fn close_other_fds() -> Result<(), RunError> {
 
 /// Step 2.
 pub fn read_input(input: &OwnedFd, digest: &str) -> Result<Reader, RunError> {
-    let bytes = lazaret_helpers::memfd::read_sealed("mailbox input", input, MAX_INPUT).map_err(bad)?;
+    let bytes =
+        lazaret_helpers::memfd::read_sealed("mailbox input", input, MAX_INPUT).map_err(bad)?;
     let got = hex::encode(Sha256::digest(&bytes));
     if !got.eq_ignore_ascii_case(digest) {
         return Err(bad(format!(
@@ -135,7 +136,8 @@ pub fn serve(mut reader: Reader, requests: OwnedFd, chan: UnixStream) -> Result<
 /// single-threaded.
 pub fn run(digest: &str) -> Result<(), RunError> {
     close_other_fds()?;
-    let input = lazaret_helpers::fds::inherited(fdno::INPUT).map_err(|e| bad(format!("fd {}: {e}", fdno::INPUT)))?;
+    let input = lazaret_helpers::fds::inherited(fdno::INPUT)
+        .map_err(|e| bad(format!("fd {}: {e}", fdno::INPUT)))?;
     let requests = lazaret_helpers::fds::inherited(fdno::REQUESTS)
         .map_err(|e| bad(format!("fd {}: {e}", fdno::REQUESTS)))?;
     let chan = lazaret_helpers::fds::inherited(fdno::CHANNEL)

@@ -18,10 +18,19 @@ enum Expect {
     KilledBySeccomp,
 }
 
-fn in_confined_child(name: &str, dir: &std::path::Path, expect: Expect, act: fn(&OwnedFd) -> bool) -> bool {
+fn in_confined_child(
+    name: &str,
+    dir: &std::path::Path,
+    expect: Expect,
+    act: fn(&OwnedFd) -> bool,
+) -> bool {
     let prog = confine::compile_seccomp().expect("the policy compiles");
-    let requests = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .expect("open the request directory");
+    let requests = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open the request directory");
     // SAFETY: this test binary has no harness and no other thread; the
     // child only confines itself, makes a few syscalls and exits.
     match unsafe { fork() }.expect("fork") {
@@ -67,28 +76,59 @@ fn main() {
     OUTSIDE.set(outside).unwrap();
 
     let cases: [(&str, Expect, fn(&OwnedFd) -> bool); 8] = [
-        ("reads and removes an entry beneath the request directory", Expect::Passes, |dir| {
-            let Ok(fd) = rustix::fs::openat(dir, "entry", OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty()) else {
-                return false;
-            };
-            let mut buf = [0u8; 16];
-            rustix::io::read(&fd, &mut buf).is_ok_and(|n| &buf[..n] == b"inside")
-                && rustix::fs::unlinkat(dir, "entry", rustix::fs::AtFlags::empty()).is_ok()
-        }),
+        (
+            "reads and removes an entry beneath the request directory",
+            Expect::Passes,
+            |dir| {
+                let Ok(fd) = rustix::fs::openat(
+                    dir,
+                    "entry",
+                    OFlags::RDONLY | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                ) else {
+                    return false;
+                };
+                let mut buf = [0u8; 16];
+                rustix::io::read(&fd, &mut buf).is_ok_and(|n| &buf[..n] == b"inside")
+                    && rustix::fs::unlinkat(dir, "entry", rustix::fs::AtFlags::empty()).is_ok()
+            },
+        ),
         ("lists the request directory", Expect::Passes, |dir| {
             rustix::fs::Dir::read_from(dir).is_ok()
         }),
-        ("cannot open a file outside the request directory", Expect::Passes, |_| {
-            let p = OUTSIDE.get().unwrap();
-            rustix::fs::openat(rustix::fs::CWD, p, OFlags::RDONLY, Mode::empty()).err() == Some(rustix::io::Errno::ACCESS)
-        }),
+        (
+            "cannot open a file outside the request directory",
+            Expect::Passes,
+            |_| {
+                let p = OUTSIDE.get().unwrap();
+                rustix::fs::openat(rustix::fs::CWD, p, OFlags::RDONLY, Mode::empty()).err()
+                    == Some(rustix::io::Errno::ACCESS)
+            },
+        ),
         ("cannot open /etc/passwd", Expect::Passes, |_| {
-            rustix::fs::openat(rustix::fs::CWD, "/etc/passwd", OFlags::RDONLY, Mode::empty()).err() == Some(rustix::io::Errno::ACCESS)
-        }),
-        ("cannot create a file in the request directory", Expect::Passes, |dir| {
-            rustix::fs::openat(dir, "new", OFlags::WRONLY | OFlags::CREATE, Mode::from_raw_mode(0o600)).err()
+            rustix::fs::openat(
+                rustix::fs::CWD,
+                "/etc/passwd",
+                OFlags::RDONLY,
+                Mode::empty(),
+            )
+            .err()
                 == Some(rustix::io::Errno::ACCESS)
         }),
+        (
+            "cannot create a file in the request directory",
+            Expect::Passes,
+            |dir| {
+                rustix::fs::openat(
+                    dir,
+                    "new",
+                    OFlags::WRONLY | OFlags::CREATE,
+                    Mode::from_raw_mode(0o600),
+                )
+                .err()
+                    == Some(rustix::io::Errno::ACCESS)
+            },
+        ),
         ("exec kills it", Expect::KilledBySeccomp, |_| {
             let path = c"/bin/true";
             let argv = [path.as_ptr(), std::ptr::null()];
@@ -97,25 +137,33 @@ fn main() {
             unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
             false
         }),
-        ("creating a socket kills it", Expect::KilledBySeccomp, |_| {
-            // SAFETY: socket takes no pointers.
-            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
-            false
-        }),
-        ("an executable mapping kills it", Expect::KilledBySeccomp, |_| {
-            // SAFETY: an anonymous mapping the child never uses.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_EXEC,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            false
-        }),
+        (
+            "creating a socket kills it",
+            Expect::KilledBySeccomp,
+            |_| {
+                // SAFETY: socket takes no pointers.
+                unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+                false
+            },
+        ),
+        (
+            "an executable mapping kills it",
+            Expect::KilledBySeccomp,
+            |_| {
+                // SAFETY: an anonymous mapping the child never uses.
+                unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        4096,
+                        libc::PROT_READ | libc::PROT_EXEC,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                false
+            },
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, expect, act) in cases {

@@ -287,8 +287,7 @@ impl Envelope {
         key: &PublicKey,
         anchor: Option<&[u8; 32]>,
     ) -> Result<(), RecordError> {
-        let bytes =
-            postcard::to_stdvec(body).map_err(|e| RecordError::Malformed(e.to_string()))?;
+        let bytes = postcard::to_stdvec(body).map_err(|e| RecordError::Malformed(e.to_string()))?;
         let sig = Signature::from_slice(&self.signature).map_err(|_| RecordError::BadSignature)?;
         key.verify(&bytes, &sig)
             .map_err(|_| RecordError::BadSignature)?;

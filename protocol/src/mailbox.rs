@@ -48,7 +48,10 @@ pub struct ReaderInput {
 pub enum ToReader {
     /// A Client Session was registered; its requests carry a MAC keyed by
     /// `anchor`. Sent before any process of the session exists.
-    SessionAdded { session_id: String, anchor: [u8; 32] },
+    SessionAdded {
+        session_id: String,
+        anchor: [u8; 32],
+    },
     /// The session ended: its entries no longer verify.
     SessionRemoved { session_id: String },
 }

@@ -88,7 +88,8 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (coordinator, reader) = mailbox_reader(&domain).expect("no lazaret-mailbox child of the coordinator");
+    let (coordinator, reader) =
+        mailbox_reader(&domain).expect("no lazaret-mailbox child of the coordinator");
     assert_ne!(coordinator, reader);
     assert_eq!(status_field(reader, "NoNewPrivs:").as_deref(), Some("1"));
     assert_eq!(status_field(reader, "Seccomp:").as_deref(), Some("2"));
@@ -208,9 +209,11 @@ fn when_the_reader_dies_the_coordinator_says_so_and_the_domain_still_stops() {
         .arg(reader.to_string())
         .status();
     assert!(
-        eventually(Duration::from_secs(30), || std::fs::read_to_string(&errfile)
-            .unwrap_or_default()
-            .contains("Escalation Mailbox reader ended")),
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(
+            &errfile
+        )
+        .unwrap_or_default()
+        .contains("Escalation Mailbox reader ended")),
         "the session was not told: {}",
         std::fs::read_to_string(&errfile).unwrap_or_default()
     );
