@@ -405,7 +405,7 @@ impl Escalations {
             &mut cmd,
             vec![
                 (input_fd, mailbox::fdno::INPUT),
-                (dir.into(), mailbox::fdno::REQUESTS),
+                (dir, mailbox::fdno::REQUESTS),
                 (theirs.into(), mailbox::fdno::CHANNEL),
             ],
         );

@@ -11,6 +11,9 @@ use nix::unistd::{fork, ForkResult};
 use rustix::fs::{Mode, OFlags};
 use std::os::fd::{AsFd, OwnedFd};
 
+/// A case: its name, what must happen, and what the child does.
+type Case = (&'static str, Expect, fn(&OwnedFd) -> bool);
+
 enum Expect {
     /// The child exits 0: the action did what the case says.
     Passes,
@@ -54,11 +57,14 @@ fn in_confined_child(
         }
         ForkResult::Parent { child } => {
             let status = waitpid(child, None).expect("waitpid");
-            let ok = match (expect, status) {
-                (Expect::Passes, WaitStatus::Exited(_, 0)) => true,
-                (Expect::KilledBySeccomp, WaitStatus::Signaled(_, Signal::SIGSYS, _)) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (expect, status),
+                (Expect::Passes, WaitStatus::Exited(_, 0))
+                    | (
+                        Expect::KilledBySeccomp,
+                        WaitStatus::Signaled(_, Signal::SIGSYS, _)
+                    )
+            );
             println!("{} {name}: {status:?}", if ok { "ok  " } else { "FAIL" });
             ok
         }
@@ -75,7 +81,7 @@ fn main() {
     // Leaked into the cases through a static: fn pointers capture nothing.
     OUTSIDE.set(outside).unwrap();
 
-    let cases: [(&str, Expect, fn(&OwnedFd) -> bool); 8] = [
+    let cases: [Case; 8] = [
         (
             "reads and removes an entry beneath the request directory",
             Expect::Passes,
