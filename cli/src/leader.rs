@@ -26,6 +26,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
         "lazaret-supervisor",
         "lazaret-exec-bridge",
         "lazaret-netpolicy",
+        "lazaret-mailbox",
     ] {
         if !dir.join(b).is_file() {
             return Err(CliError::Start(format!(

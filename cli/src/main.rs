@@ -6,6 +6,7 @@
 
 mod doctor;
 mod error;
+mod host_command;
 mod image_cmd;
 mod leader;
 mod net_cmd;

@@ -2,7 +2,7 @@
 //! start-up), and relay one Client Session.
 
 use crate::error::CliError;
-use crate::{leader, prompt, terminal};
+use crate::{host_command, leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::session::{
@@ -341,12 +341,29 @@ fn session(
             .map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
     }
     let w = Arc::new(Mutex::new(w));
+    // Approved host commands run here, in this session's CLI; they end
+    // with the session, however this function returns.
+    let runner = host_command::Runner::new(w.clone(), r.workspace.clone());
+    let _end_commands = EndCommands(runner.clone());
     let route: prompt::KeyRoute = Arc::new(Mutex::new(None));
     spawn_signal_relay(&w, tty);
     spawn_stdin_relay(w.clone(), route.clone());
     let (tx, events) = std::sync::mpsc::channel::<prompt::Event>();
     std::thread::spawn(move || loop {
         let m = read_frame::<_, ServerMsg>(&mut rd).map_err(|e| e.to_string());
+        // Host commands start and stop here, not behind a prompt that
+        // owns the main loop.
+        match m {
+            Ok(ServerMsg::RunHostCommand(c)) => {
+                runner.start(c);
+                continue;
+            }
+            Ok(ServerMsg::CancelHostCommand { request_id }) => {
+                runner.cancel(&request_id);
+                continue;
+            }
+            _ => {}
+        }
         let end = m.is_err();
         if tx.send(m).is_err() || end {
             return;
@@ -408,6 +425,15 @@ fn session(
                 )));
             }
         }
+    }
+}
+
+/// Ends the session's host commands when the session ends.
+struct EndCommands(host_command::Runner);
+
+impl Drop for EndCommands {
+    fn drop(&mut self) {
+        self.0.end_all();
     }
 }
 

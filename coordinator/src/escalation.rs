@@ -1,89 +1,128 @@
-//! Host Escalation (spec 3.6): the Escalation Mailbox reader, routing to
-//! the requesting Client Session, auto-approval rules, and execution.
+//! Host Escalation (spec 3.6): routing verified Escalation Mailbox records
+//! to the requesting Client Session, auto-approval rules, the replay set,
+//! the pending bounds, results and the escalation record.
 //!
-//! The mailbox is not an authentication boundary. Each entry is opened
-//! relative to the request directory's handle without following links,
-//! must be a regular file no larger than [`esc::MAX_REQUEST`], is read
-//! once, and its signature (this generation's key) is checked over the
-//! bytes read before they are parsed. Then it must name this generation's
-//! sandbox, a registered session whose Session Anchor verifies its MAC, a
-//! fresh time, and an Escalation Request ID never seen before. Paths,
-//! owners and PIDs are never evidence of who wrote a request.
+//! The coordinator never touches the bytes the sandbox writes into the
+//! mailbox: `lazaret-mailbox`, a confined helper it starts with the
+//! request directory, reads, bounds, verifies (signature before parsing,
+//! generation, age, Session Anchor MAC) and decodes every entry, and
+//! hands this module typed records ([`FromReader`]) over a socketpair.
+//! The coordinator tells it which sessions exist ([`ToReader`]). Each
+//! record carries the entry's signature and MAC ([`esc::Envelope`]), which
+//! the coordinator checks again over its own encoding of the typed body,
+//! so a reader that verified wrongly cannot make it act on a request
+//! nobody signed; it never sees the sandbox's bytes. When the
+//! reader ends, the coordinator says so in its log, in the record and to
+//! every session's client, and no request is read any more.
 //!
 //! Session binding (FR-10) has a limit gVisor does not let us lift: every
 //! process inside runs as root and can read every other process's
 //! environment and descriptors, so a Session Anchor proves only that a
 //! request came from inside this Domain, not from which session's
 //! process. A request is routed to the session it names and nowhere
-//! else: when that session has no terminal, or has ended, nobody is asked
-//! (it is denied, with a result). The prompt shows the process that asked
-//! as the request claims it, never "this terminal".
+//! else: when that session has ended, nobody is asked (it is denied, with
+//! a result); when it has no terminal, only an auto-approval rule can
+//! approve it. The prompt shows the process that asked as the request
+//! claims it, never "this terminal".
 //!
 //! Bounds ([`esc::bounds`]): pending requests per Domain and per session,
 //! the replay set (pruned by the age window), early cancellations, the
-//! entries taken per pass, the results kept, and `escalations.log`
-//! (rotated). Over a bound, a request is refused with a result by the
-//! mailbox reader itself; no thread is started for it, so the
-//! coordinator's threads stay within `3 * MAX_PENDING` for escalations.
+//! results kept, and `escalations.log` (rotated); the entries taken per
+//! pass are the reader's. Over a bound, a request is refused with a
+//! result at once; no thread is started for it, so the coordinator's
+//! threads stay within `3 * MAX_PENDING` for escalations.
 //!
 //! A host command runs only after the developer approved it at the
 //! requesting session's terminal, or when an auto-approval rule matches its
-//! complete vector (SR-7, SR-8); it runs by execve of the vector, without a
+//! complete vector (SR-7, SR-8). It is not run here: the coordinator tells
+//! the requesting session's `lazaret` CLI to run the exact vector
+//! ([`ServerMsg::RunHostCommand`]), which runs it by execve, without a
 //! shell, in the host workspace, with a minimal environment, in its own
-//! process group that is killed on cancellation, timeout, session loss, or
-//! the coordinator's death.
+//! process group, and answers with the outcome. Cancellation, timeout and
+//! the session's end send [`ServerMsg::CancelHostCommand`]; the CLI's own
+//! end kills its commands too.
 
 use crate::gate::Gate;
 use crate::lifecycle::log;
-use ed25519_compact::PublicKey;
-use lazaret_protocol::display;
-use lazaret_protocol::escalation::{self as esc, bounds, Body, Kind, Outcome, ResultRecord};
-use lazaret_protocol::frame::write_frame;
-use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
-use rustix::fs::{Mode, OFlags};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
+use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::escalation::{
+    self as esc, bounds, Body, Kind, LogEvent, LogRecord, Outcome, ResultRecord,
+};
+use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
+use lazaret_protocol::mailbox::{self, FromReader, ReaderInput, ToReader};
+use lazaret_protocol::session::{ClientMsg, EscalationPrompt, HostCommand, ServerMsg};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The environment of approved host commands: nothing of the
-/// coordinator's own, so nothing of the developer's shell leaks in by
-/// accident either.
-pub const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// A client's answer about one request: the developer's decision (the
+/// vector to run, or `None` to deny), or how the host command it ran ended.
+#[derive(Debug)]
+pub enum Reply {
+    Decision(Option<Vec<String>>),
+    Outcome(Outcome),
+}
 
-/// Decisions arriving from a session's client, by request ID: the vector
-/// to run, or `None` to deny.
-pub type Decisions = Arc<Mutex<HashMap<String, mpsc::Sender<Option<Vec<String>>>>>>;
+/// Requests waiting for their session's client, by request ID.
+pub type Replies = Arc<Mutex<HashMap<String, mpsc::Sender<Reply>>>>;
 
-/// A registered Client Session, as the mailbox sees it.
+/// Hands a client's [`ClientMsg::Decision`] or
+/// [`ClientMsg::HostCommandOutcome`] to the request waiting for it.
+pub fn deliver(replies: &Replies, msg: ClientMsg) {
+    let (id, reply) = match msg {
+        ClientMsg::Decision { request_id, argv } => (request_id, Reply::Decision(argv)),
+        ClientMsg::HostCommandOutcome {
+            request_id,
+            outcome,
+        } => (request_id, Reply::Outcome(outcome)),
+        _ => return,
+    };
+    if let Some(tx) = lock(replies).get(&id) {
+        let _ = tx.send(reply);
+    }
+}
+
+/// A registered Client Session, as the escalation side sees it.
 pub struct SessionEntry {
     pub anchor: [u8; 32],
+    /// The session's client: it runs the host commands approved for it.
+    pub client: Client,
     /// `Some` when the session has a terminal to prompt on.
     pub terminal: Option<Terminal>,
     /// Set when the session ends: its requests end and their commands stop.
     pub gone: Arc<AtomicBool>,
 }
 
-pub struct Terminal {
+#[derive(Clone)]
+pub struct Client {
     pub writer: Arc<Mutex<UnixStream>>,
+    pub replies: Replies,
+}
+
+#[derive(Clone)]
+pub struct Terminal {
     pub gate: Arc<Gate>,
     /// One prompt at a time per session.
     pub prompt_lock: Arc<Mutex<()>>,
-    /// Decisions arriving from the client, by request ID.
-    pub decisions: Decisions,
+}
+
+/// The running `lazaret-mailbox` and the coordinator's end of its channel.
+struct ReaderProc {
+    child: Child,
+    to_reader: UnixStream,
 }
 
 pub struct Escalations {
-    pub key: PublicKey,
+    /// This generation's sandbox request-signing public key.
+    pub key: ed25519_compact::PublicKey,
     pub sandbox_id: String,
     pub profile: String,
     pub workspace: PathBuf,
@@ -97,21 +136,25 @@ pub struct Escalations {
     seen: Mutex<HashMap<[u8; 16], u64>>,
     cancels: Mutex<HashMap<[u8; 16], Arc<AtomicBool>>>,
     /// Cancellations read before their request (both can arrive in one
-    /// poll, in any order), with their creation time.
+    /// pass, in any order), with their creation time.
     early_cancels: Mutex<HashMap<[u8; 16], u64>>,
     pending: Mutex<Pending>,
     /// Published results, oldest first, with their publication time.
     results_kept: Mutex<VecDeque<(String, u64)>>,
     /// One writer of `escalations.log` at a time (rotation included).
     log_lock: Mutex<()>,
-    /// Entries refused once that could not be removed (a non-empty
-    /// directory): skipped, so they are not refused (and logged) again at
-    /// every pass. At most [`MAX_STUCK`].
-    stuck: Mutex<HashSet<OsString>>,
+    reader: Mutex<Option<ReaderProc>>,
+    /// Set when the Domain stops: the reader's end is expected then.
+    stopping: AtomicBool,
 }
 
-/// Unremovable mailbox entries remembered (names are at most 255 bytes).
+/// Unremovable mailbox entries the reader remembers (names are at most
+/// 255 bytes).
 pub const MAX_STUCK: usize = 1_024;
+
+/// How long a host command may outlive its timeout in its client before
+/// the request is ended without it (the client kills it at the timeout).
+const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 /// Why a request was refused before anyone was asked.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -124,6 +167,22 @@ pub enum Refusal {
     ReplaySetFull(usize),
     #[error("the coordinator cannot start a thread for it: {0}")]
     NoThread(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    #[error("cannot open the request directory {path}: {source}")]
+    Requests {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("cannot hand the reader its input: {0}")]
+    Input(String),
+    #[error("cannot start {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The one reason a request naming a session that is not registered gets:
@@ -255,10 +314,32 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Keeps a client's answer within what a result may hold.
+fn bounded(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Completed {
+            status,
+            mut stdout,
+            mut stderr,
+            truncated,
+        } => {
+            let cut = stdout.len() > esc::MAX_OUTPUT || stderr.len() > esc::MAX_OUTPUT;
+            stdout.truncate(esc::MAX_OUTPUT);
+            stderr.truncate(esc::MAX_OUTPUT);
+            Outcome::Completed {
+                status,
+                stdout,
+                stderr,
+                truncated: truncated || cut,
+            }
+        }
+        other => other,
+    }
+}
+
 impl Escalations {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        key: PublicKey,
+        key: ed25519_compact::PublicKey,
         sandbox_id: String,
         profile: String,
         workspace: PathBuf,
@@ -282,50 +363,182 @@ impl Escalations {
             pending: Mutex::new(Pending::default()),
             results_kept: Mutex::new(VecDeque::new()),
             log_lock: Mutex::new(()),
-            stuck: Mutex::new(HashSet::new()),
+            reader: Mutex::new(None),
+            stopping: AtomicBool::new(false),
         }
     }
 
-    /// Polls the request directory until `stop` is set.
-    pub fn watch(self: Arc<Self>, stop: Arc<AtomicBool>) {
-        std::thread::spawn(move || {
-            let dir = match rustix::fs::open(
-                &self.requests,
-                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-            ) {
-                Ok(d) => d,
-                Err(e) => {
-                    log(format!("Escalation Mailbox unavailable: {e}"));
-                    return;
-                }
-            };
-            let mut housekeeping = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                for name in self.entries() {
-                    self.take(&dir, &name);
-                }
-                if housekeeping.elapsed() >= Duration::from_secs(1) {
-                    housekeeping = Instant::now();
-                    self.housekeeping(now_ms());
-                }
-                std::thread::sleep(Duration::from_millis(15));
+    /// Starts `lazaret-mailbox` (from `libexec`) over the request
+    /// directory, and a thread that takes its records. Call before the
+    /// coordinator confines itself: this is its only exec for escalations.
+    pub fn start_reader(self: &Arc<Self>, libexec: &Path) -> Result<(), ReaderError> {
+        use rustix::fs::{Mode, OFlags};
+        let dir = rustix::fs::open(
+            &self.requests,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(|source| ReaderError::Requests {
+            path: self.requests.clone(),
+            source,
+        })?;
+        let input = ReaderInput {
+            version: mailbox::INPUT_VERSION,
+            public_key: *self.key,
+            sandbox_id: self.sandbox_id.clone(),
+            max_entries_per_pass: bounds::MAX_ENTRIES_PER_POLL as u32,
+            max_stuck: MAX_STUCK as u32,
+        };
+        let bytes = postcard::to_stdvec(&input).map_err(|e| ReaderError::Input(e.to_string()))?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let input_fd = memfd::sealed("lazaret-mailbox-input", &bytes)
+            .map_err(|e| ReaderError::Input(e.to_string()))?;
+        let (ours, theirs) = UnixStream::pair().map_err(|e| ReaderError::Input(e.to_string()))?;
+        let path = libexec.join("lazaret-mailbox");
+        let mut cmd = Command::new(&path);
+        cmd.arg("--input-digest")
+            .arg(&digest)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        fds::pass_fds(
+            &mut cmd,
+            vec![
+                (input_fd, mailbox::fdno::INPUT),
+                (dir, mailbox::fdno::REQUESTS),
+                (theirs.into(), mailbox::fdno::CHANNEL),
+            ],
+        );
+        // SAFETY: prctl is async-signal-safe. The reader must not outlive
+        // the coordinator that routes its records.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|source| ReaderError::Spawn { path, source })?;
+        drop(cmd);
+        let from_reader = ours
+            .try_clone()
+            .map_err(|e| ReaderError::Input(e.to_string()))?;
+        // A reader that stops reading must not hold up session start-up.
+        let _ = ours.set_write_timeout(Some(Duration::from_secs(2)));
+        *lock(&self.reader) = Some(ReaderProc {
+            child,
+            to_reader: ours,
+        });
+        // Sessions registered before the reader started.
+        let known: Vec<_> = lock(&self.sessions)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.anchor))
+            .collect();
+        for (session_id, anchor) in known {
+            self.tell_reader(&ToReader::SessionAdded { session_id, anchor });
+        }
+        let me = self.clone();
+        std::thread::spawn(move || me.take_records(from_reader));
+        Ok(())
+    }
+
+    /// Takes the reader's records until it ends.
+    fn take_records(self: Arc<Self>, mut from_reader: UnixStream) {
+        let why = loop {
+            match read_frame::<_, FromReader>(&mut from_reader) {
+                Ok(rec) => self.handle(rec),
+                Err(FrameError::Closed) => break "it exited".to_string(),
+                Err(e) => break e.to_string(),
             }
+        };
+        if self.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        self.reader_lost(&why);
+    }
+
+    /// The reader ended while the Domain runs: nothing reads the mailbox
+    /// any more. Said in the log, in the record and to every client, so
+    /// nobody waits for an answer in silence.
+    fn reader_lost(&self, why: &str) {
+        let status = lock(&self.reader)
+            .as_mut()
+            .and_then(|r| r.child.try_wait().ok().flatten())
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "still running".into());
+        let reason = format!(
+            "the Escalation Mailbox reader ended ({why}; {status}): Host Escalation requests are no longer read in this Domain; end its sessions and run again"
+        );
+        log(&reason);
+        self.record(LogEvent::ReaderExited {
+            reason: reason.clone(),
+        });
+        let clients: Vec<Client> = lock(&self.sessions)
+            .values()
+            .map(|s| s.client.clone())
+            .collect();
+        let line = format!("\r\nlazaret: {reason}\r\n").into_bytes();
+        for c in clients {
+            let _ = write_frame(&mut *lock(&c.writer), &ServerMsg::Stderr(line.clone()));
+        }
+    }
+
+    fn tell_reader(&self, m: &ToReader) {
+        let mut r = lock(&self.reader);
+        let Some(r) = r.as_mut() else { return };
+        if let Err(e) = write_frame(&mut r.to_reader, m) {
+            log(format!("cannot tell the Escalation Mailbox reader: {e}"));
+        }
+    }
+
+    /// Registers a Client Session: in the routing table first, then with
+    /// the reader, before any process of the session exists.
+    pub fn register(&self, session_id: &str, entry: SessionEntry) {
+        let anchor = entry.anchor;
+        lock(&self.sessions).insert(session_id.to_string(), entry);
+        self.tell_reader(&ToReader::SessionAdded {
+            session_id: session_id.to_string(),
+            anchor,
         });
     }
 
-    /// Entry names as the sandbox made them (any bytes), at most
-    /// [`bounds::MAX_ENTRIES_PER_POLL`] per pass.
-    fn entries(&self) -> Vec<OsString> {
-        let Ok(rd) = std::fs::read_dir(&self.requests) else {
-            return Vec::new();
+    /// The session ended: its requests end and their commands stop.
+    pub fn unregister(&self, session_id: &str) {
+        if let Some(e) = lock(&self.sessions).remove(session_id) {
+            e.gone.store(true, Ordering::SeqCst);
+        }
+        self.tell_reader(&ToReader::SessionRemoved {
+            session_id: session_id.to_string(),
+        });
+    }
+
+    /// Ends the reader (the Domain stops): its channel closes, it exits.
+    pub fn stop_reader(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let Some(mut r) = lock(&self.reader).take() else {
+            return;
         };
-        let stuck = lock(&self.stuck);
-        rd.flatten()
-            .map(|e| e.file_name())
-            .filter(|n| !n.as_bytes().starts_with(b".") && !stuck.contains(n))
-            .take(bounds::MAX_ENTRIES_PER_POLL)
-            .collect()
+        let _ = r.to_reader.shutdown(std::net::Shutdown::Both);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = r.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+
+    /// Housekeeping until `stop` is set.
+    pub fn watch(self: Arc<Self>, stop: Arc<AtomicBool>) {
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                self.housekeeping(now_ms());
+            }
+        });
     }
 
     /// Forgets what the age window refuses anyway, and old results.
@@ -337,100 +550,97 @@ impl Escalations {
 
     /// Refuses an accepted-looking request before anyone is asked: logged,
     /// and its client gets `outcome` as its result.
-    fn refuse_with_result(&self, name: &OsStr, body: &Body, outcome: Outcome) {
+    fn refuse_with_result(&self, entry: &str, body: &Body, outcome: Outcome) {
         let why = match &outcome {
             Outcome::Refused { reason } | Outcome::Denied { reason } => reason.clone(),
             other => format!("{other:?}"),
         };
-        self.refuse(name, &why);
+        self.refuse(entry, &why);
         self.publish(ResultRecord {
             request_id: body.request_id,
             outcome,
         });
     }
 
-    /// Logs a refused entry. The name is the sandbox's: it is recorded in
-    /// its escaped form (lossless, see `lazaret_protocol::display`).
-    fn refuse(&self, name: &OsStr, why: &str) {
-        let name = display::escape_os(name);
-        log(format!("Escalation Mailbox: refused {name}: {why}"));
-        self.record(&serde_json::json!({
-            "event": "refused", "entry": name, "reason": why,
-        }));
+    /// Logs a refused entry. `entry` is the sandbox's name in the escaped
+    /// form the reader gave it (lossless, see `lazaret_protocol::display`).
+    fn refuse(&self, entry: &str, why: &str) {
+        log(format!("Escalation Mailbox: refused {entry}: {why}"));
+        self.record(LogEvent::Refused {
+            entry: entry.to_string(),
+            reason: why.to_string(),
+        });
     }
 
-    /// Reads one entry once, removes it, and acts on it.
-    fn take(self: &Arc<Self>, dir: &OwnedFd, name: &OsStr) {
-        let opened = rustix::fs::openat(
-            dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-            Mode::empty(),
+    /// Acts on one record of the reader.
+    pub fn handle(self: &Arc<Self>, rec: FromReader) {
+        match rec {
+            FromReader::Refused { entry, reason } => self.refuse(&entry, &reason),
+            FromReader::NoSession {
+                entry,
+                body,
+                envelope,
+            } => {
+                if self.recheck(&entry, &body, &envelope, None) {
+                    self.no_session(&entry, &body)
+                }
+            }
+            FromReader::Verified {
+                entry,
+                body,
+                envelope,
+            } => self.accept(&entry, body, &envelope),
+        }
+    }
+
+    /// Checks the reader's work again on the typed record: signature (and
+    /// MAC, given the session's anchor) over the body's encoding, and the
+    /// generation. A failure means the reader is not to be trusted.
+    fn recheck(
+        &self,
+        entry: &str,
+        body: &Body,
+        envelope: &esc::Envelope,
+        anchor: Option<&[u8; 32]>,
+    ) -> bool {
+        let why = match envelope.check(body, &self.key, anchor) {
+            Err(e) => e.to_string(),
+            Ok(()) if body.sandbox_id != self.sandbox_id => "another generation's".into(),
+            Ok(()) => return true,
+        };
+        self.refuse(
+            entry,
+            &format!("the mailbox reader passed a record that does not verify ({why})"),
         );
-        if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_err()
-            && rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::REMOVEDIR).is_err()
-        {
-            let mut stuck = lock(&self.stuck);
-            if stuck.len() < MAX_STUCK {
-                stuck.insert(name.to_owned());
+        false
+    }
+
+    /// A verified entry of a session the reader knew.
+    fn accept(self: &Arc<Self>, entry: &str, body: Body, envelope: &esc::Envelope) {
+        let session = {
+            let sessions = lock(&self.sessions);
+            sessions.get(&body.session_id).map(|s| {
+                (
+                    s.anchor,
+                    s.gone.clone(),
+                    s.client.clone(),
+                    s.terminal.clone(),
+                )
+            })
+        };
+        // Ended since the reader verified it.
+        let Some((anchor, gone, client, terminal)) = session else {
+            if self.recheck(entry, &body, envelope, None) {
+                self.no_session(entry, &body);
             }
-        }
-        let fd = match opened {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::LOOP) => return self.refuse(name, "a symbolic link"),
-            Err(e) => return self.refuse(name, &format!("cannot open: {e}")),
+            return;
         };
-        let st = match rustix::fs::fstat(&fd) {
-            Ok(st) => st,
-            Err(e) => return self.refuse(name, &e.to_string()),
-        };
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-            return self.refuse(name, "not a regular file");
+        if !self.recheck(entry, &body, envelope, Some(&anchor)) {
+            return;
         }
-        if st.st_size as usize > esc::MAX_REQUEST {
-            return self.refuse(name, &format!("{} bytes, over the limit", st.st_size));
-        }
-        let mut bytes = Vec::with_capacity(st.st_size as usize);
-        if std::fs::File::from(fd)
-            .take(esc::MAX_REQUEST as u64 + 1)
-            .read_to_end(&mut bytes)
-            .is_err()
-        {
-            return self.refuse(name, "unreadable");
-        }
-        let verified = match esc::open(&bytes, &self.key) {
-            Ok(v) => v,
-            Err(e) => return self.refuse(name, &e.to_string()),
-        };
-        let body = &verified.body;
-        if body.sandbox_id != self.sandbox_id {
-            return self.refuse(name, "signed for another generation");
-        }
-        if now_ms().abs_diff(body.created_unix_ms) > esc::MAX_AGE_MS {
-            return self.refuse(name, "expired");
-        }
-        let (gone, terminal) = {
-            let sessions = self.sessions.lock().unwrap();
-            let Some(s) = sessions.get(&body.session_id) else {
-                drop(sessions);
-                return self.no_session(name, body);
-            };
-            if verified.check_session(&s.anchor).is_err() {
-                return self.refuse(name, "the Session Anchor does not verify");
-            }
-            (
-                s.gone.clone(),
-                s.terminal.as_ref().map(|t| Terminal {
-                    writer: t.writer.clone(),
-                    gate: t.gate.clone(),
-                    prompt_lock: t.prompt_lock.clone(),
-                    decisions: t.decisions.clone(),
-                }),
-            )
-        };
         let now = now_ms();
         match &body.kind {
-            Kind::Cancel => match self.cancels.lock().unwrap().get(&body.request_id) {
+            Kind::Cancel => match lock(&self.cancels).get(&body.request_id) {
                 Some(flag) => flag.store(true, Ordering::Relaxed),
                 None => {
                     let mut early = lock(&self.early_cancels);
@@ -438,7 +648,7 @@ impl Escalations {
                     if remember(&mut early, id, created, now, bounds::MAX_EARLY_CANCELS).is_err() {
                         drop(early);
                         self.refuse(
-                            name,
+                            entry,
                             "a cancellation of no pending request, over the bound of those kept",
                         );
                     }
@@ -454,11 +664,11 @@ impl Escalations {
                 );
                 match remembered {
                     Ok(true) => {}
-                    Ok(false) => return self.refuse(name, "a replayed Escalation Request ID"),
-                    Err(n) => return self.refuse_bounded(name, body, Refusal::ReplaySetFull(n)),
+                    Ok(false) => return self.refuse(entry, "a replayed Escalation Request ID"),
+                    Err(n) => return self.refuse_bounded(entry, &body, Refusal::ReplaySetFull(n)),
                 }
                 if let Err(r) = lock(&self.pending).admit(&body.session_id) {
-                    return self.refuse_bounded(name, body, r);
+                    return self.refuse_bounded(entry, &body, r);
                 }
                 let slot = Slot {
                     esc: self.clone(),
@@ -466,31 +676,35 @@ impl Escalations {
                 };
                 let cancelled = lock(&self.early_cancels).remove(&body.request_id).is_some();
                 let cancel = Arc::new(AtomicBool::new(cancelled));
-                self.cancels
-                    .lock()
-                    .unwrap()
-                    .insert(body.request_id, cancel.clone());
+                lock(&self.cancels).insert(body.request_id, cancel.clone());
                 let me = self.clone();
-                let owned = body.clone();
+                let id = body.request_id;
                 let spawned =
                     std::thread::Builder::new()
                         .name("escalation".into())
                         .spawn(move || {
                             let _slot = slot;
-                            me.resolve(owned, terminal, gone, cancel)
+                            me.resolve(body, client, terminal, gone, cancel)
                         });
                 if let Err(e) = spawned {
                     // The closure, and with it the slot, is dropped.
-                    lock(&self.cancels).remove(&body.request_id);
-                    self.refuse_bounded(name, body, Refusal::NoThread(e.to_string()));
+                    lock(&self.cancels).remove(&id);
+                    let r = Refusal::NoThread(e.to_string());
+                    self.refuse(entry, &r.to_string());
+                    self.publish(ResultRecord {
+                        request_id: id,
+                        outcome: Outcome::Refused {
+                            reason: r.to_string(),
+                        },
+                    });
                 }
             }
         }
     }
 
-    fn refuse_bounded(&self, name: &OsStr, body: &Body, r: Refusal) {
+    fn refuse_bounded(&self, entry: &str, body: &Body, r: Refusal) {
         self.refuse_with_result(
-            name,
+            entry,
             body,
             Outcome::Refused {
                 reason: r.to_string(),
@@ -501,29 +715,150 @@ impl Escalations {
     /// A request naming no registered session (it ended, or never was):
     /// nobody is asked, and no other session's terminal either. Its ID
     /// enters the replay set first, so one ID gets at most one result.
-    fn no_session(&self, name: &OsStr, body: &Body) {
+    fn no_session(&self, entry: &str, body: &Body) {
         if !matches!(body.kind, Kind::Request(_)) {
-            return self.refuse(name, NO_SESSION);
+            return self.refuse(entry, NO_SESSION);
         }
         let now = now_ms();
         let (id, created) = (body.request_id, body.created_unix_ms);
         match remember(&mut lock(&self.seen), id, created, now, bounds::MAX_SEEN) {
             Ok(true) => self.refuse_with_result(
-                name,
+                entry,
                 body,
                 Outcome::Denied {
                     reason: NO_SESSION.into(),
                 },
             ),
-            Ok(false) => self.refuse(name, "a replayed Escalation Request ID"),
-            Err(n) => self.refuse_bounded(name, body, Refusal::ReplaySetFull(n)),
+            Ok(false) => self.refuse(entry, "a replayed Escalation Request ID"),
+            Err(n) => self.refuse_bounded(entry, body, Refusal::ReplaySetFull(n)),
         }
+    }
+
+    /// Asks the developer at the session's terminal: `Ok(Some(argv))`
+    /// approved (maybe edited), `Ok(None)` denied, `Err(outcome)` when the
+    /// request ended without a decision.
+    fn ask(
+        &self,
+        body: &Body,
+        req: &esc::Request,
+        client: &Client,
+        t: &Terminal,
+        stop: &dyn Fn() -> bool,
+        timeout: Option<Instant>,
+    ) -> Result<Option<Vec<String>>, ()> {
+        let id = body.request_hex();
+        let _one = lock(&t.prompt_lock);
+        let (tx, rx) = mpsc::channel();
+        lock(&client.replies).insert(id.clone(), tx);
+        t.gate.close();
+        let prompt = ServerMsg::Prompt(EscalationPrompt {
+            request_id: id.clone(),
+            profile: self.profile.clone(),
+            session_id: body.session_id.clone(),
+            cwd: req.cwd.clone(),
+            host_dir: self.workspace.to_string_lossy().into_owned(),
+            argv: req.argv.clone(),
+            justification: req.justification.clone(),
+            requester: req.requester.clone(),
+        });
+        let _ = write_frame(&mut *lock(&client.writer), &prompt);
+        let decision = loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Reply::Decision(d)) => break Ok(d),
+                Ok(Reply::Outcome(_)) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(()),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if stop() || timeout.is_some_and(|d| Instant::now() > d) {
+                        let _ = write_frame(
+                            &mut *lock(&client.writer),
+                            &ServerMsg::PromptWithdrawn {
+                                request_id: id.clone(),
+                            },
+                        );
+                        break Err(());
+                    }
+                }
+            }
+        };
+        lock(&client.replies).remove(&id);
+        t.gate.open();
+        decision
+    }
+
+    /// Has the requesting session's client run `argv`, and waits for the
+    /// outcome; cancellation, the session's end and the timeout stop it.
+    fn run_in_client(
+        &self,
+        id: &str,
+        argv: Vec<String>,
+        decided_by: &str,
+        client: &Client,
+        stop: &dyn Fn() -> bool,
+        timeout: Option<Instant>,
+    ) -> Outcome {
+        let (tx, rx) = mpsc::channel();
+        lock(&client.replies).insert(id.to_string(), tx);
+        let run = ServerMsg::RunHostCommand(HostCommand {
+            request_id: id.to_string(),
+            argv,
+            decided_by: decided_by.to_string(),
+            timeout_ms: timeout
+                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+        });
+        let cancel = |outcome: Outcome| {
+            let told = write_frame(
+                &mut *lock(&client.writer),
+                &ServerMsg::CancelHostCommand {
+                    request_id: id.to_string(),
+                },
+            );
+            // The client answers once the group is killed; the request
+            // ends either way. A client that is gone has killed its
+            // commands as it ended.
+            if told.is_ok() {
+                let _ = rx.recv_timeout(CLIENT_GRACE);
+            }
+            outcome
+        };
+        // Its own statement: the writer's guard must not live through the
+        // wait below (the session's output and the cancellation need it).
+        let sent = write_frame(&mut *lock(&client.writer), &run);
+        let outcome = if let Err(e) = sent {
+            if stop() {
+                Outcome::Cancelled
+            } else {
+                Outcome::Failed {
+                    reason: format!(
+                        "the requesting session's lazaret CLI cannot be told to run it: {e}"
+                    ),
+                }
+            }
+        } else {
+            loop {
+                match rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(Reply::Outcome(o)) => break bounded(o),
+                    Ok(Reply::Decision(_)) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break Outcome::Cancelled,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if stop() {
+                            break cancel(Outcome::Cancelled);
+                        }
+                        if timeout.is_some_and(|d| Instant::now() > d + CLIENT_GRACE) {
+                            break cancel(Outcome::TimedOut);
+                        }
+                    }
+                }
+            }
+        };
+        lock(&client.replies).remove(id);
+        outcome
     }
 
     /// Takes one accepted request to its Escalation Result.
     fn resolve(
         &self,
         body: Body,
+        client: Client,
         terminal: Option<Terminal>,
         gone: Arc<AtomicBool>,
         cancel: Arc<AtomicBool>,
@@ -540,66 +875,26 @@ impl Escalations {
             .iter()
             .position(|(r, t)| rule_matches(r, *t, &req.argv));
         let (decided_by, argv, outcome) = if let Some(i) = rule {
-            let o = execute(&req.argv, &self.workspace, timeout, &stop, &cancel);
-            (
-                format!("auto-approval rule {}", i + 1),
-                Some(req.argv.clone()),
-                o,
-            )
+            let by = format!("auto-approval rule {}", i + 1);
+            let o = self.run_in_client(&id, req.argv.clone(), &by, &client, &stop, timeout);
+            (by, Some(req.argv.clone()), o)
         } else if let Some(t) = terminal {
-            let _one = t.prompt_lock.lock().unwrap();
-            let (tx, rx) = mpsc::channel();
-            t.decisions.lock().unwrap().insert(id.clone(), tx);
-            t.gate.close();
-            let prompt = ServerMsg::Prompt(EscalationPrompt {
-                request_id: id.clone(),
-                profile: self.profile.clone(),
-                session_id: body.session_id.clone(),
-                cwd: req.cwd.clone(),
-                host_dir: self.workspace.to_string_lossy().into_owned(),
-                argv: req.argv.clone(),
-                justification: req.justification.clone(),
-                requester: req.requester.clone(),
-            });
-            let _ = write_frame(&mut *t.writer.lock().unwrap(), &prompt);
-            let decision = loop {
-                match rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(d) => break Some(d),
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if stop() || timeout.is_some_and(|d| Instant::now() > d) {
-                            let _ = write_frame(
-                                &mut *t.writer.lock().unwrap(),
-                                &ServerMsg::PromptWithdrawn {
-                                    request_id: id.clone(),
-                                },
-                            );
-                            break None;
-                        }
-                    }
+            match self.ask(&body, req, &client, &t, &stop, timeout) {
+                Ok(Some(argv)) => {
+                    let by = "the developer".to_string();
+                    let o = self.run_in_client(&id, argv.clone(), &by, &client, &stop, timeout);
+                    (by, Some(argv), o)
                 }
-            };
-            t.decisions.lock().unwrap().remove(&id);
-            let result = match decision {
-                Some(Some(argv)) => {
-                    let o = execute(&argv, &self.workspace, timeout, &stop, &cancel);
-                    ("the developer".to_string(), Some(argv), o)
-                }
-                Some(None) => (
+                Ok(None) => (
                     "the developer".to_string(),
                     None,
                     Outcome::Denied {
                         reason: "the developer denied it".into(),
                     },
                 ),
-                None if cancel.load(Ordering::Relaxed) => {
-                    ("nobody".into(), None, Outcome::Cancelled)
-                }
-                None if gone.load(Ordering::Relaxed) => ("nobody".into(), None, Outcome::Cancelled),
-                None => ("nobody".into(), None, Outcome::TimedOut),
-            };
-            t.gate.open();
-            result
+                Err(()) if stop() => ("nobody".into(), None, Outcome::Cancelled),
+                Err(()) => ("nobody".into(), None, Outcome::TimedOut),
+            }
         } else {
             (
                 "no rule".to_string(),
@@ -609,27 +904,18 @@ impl Escalations {
                 },
             )
         };
-        self.cancels.lock().unwrap().remove(&body.request_id);
-        let status = match &outcome {
-            Outcome::Completed { status, .. } => format!("completed, status {status}"),
-            Outcome::Denied { .. } => "denied".into(),
-            Outcome::TimedOut => "timed out".into(),
-            Outcome::Cancelled => "cancelled".into(),
-            Outcome::Failed { reason } => format!("failed: {reason}"),
-            Outcome::Refused { reason } => format!("refused: {reason}"),
-        };
-        self.record(&serde_json::json!({
-            "event": "decision",
-            "request_id": id,
-            "session_id": body.session_id,
-            "argv": req.argv,
-            "justification": req.justification,
-            "requester_pid": req.requester.pid,
-            "requester_cmdline": req.requester.cmdline,
-            "ran_argv": argv,
-            "decided_by": decided_by,
-            "result": status,
-        }));
+        lock(&self.cancels).remove(&body.request_id);
+        self.record(LogEvent::Decision {
+            request_id: id,
+            session_id: body.session_id.clone(),
+            argv: req.argv.clone(),
+            justification: req.justification.clone(),
+            requester_pid: req.requester.pid,
+            requester_cmdline: req.requester.cmdline.clone(),
+            ran_argv: argv,
+            decided_by,
+            result: outcome.summary(),
+        });
         self.publish(ResultRecord {
             request_id: body.request_id,
             outcome,
@@ -640,7 +926,13 @@ impl Escalations {
     fn publish(&self, r: ResultRecord) {
         let id = hex::encode(r.request_id);
         let tmp = self.results.join(format!(".{id}.tmp"));
-        let bytes = postcard::to_stdvec(&r).expect("postcard");
+        let bytes = match postcard::to_stdvec(&r) {
+            Ok(b) => b,
+            Err(e) => {
+                log(format!("cannot encode the Escalation Result {id}: {e}"));
+                return;
+            }
+        };
         if let Err(e) =
             std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, self.results.join(&id)))
         {
@@ -669,10 +961,15 @@ impl Escalations {
 
     /// Appends one JSON line to the Domain's escalation record, rotating
     /// it at [`bounds::LOG_MAX_BYTES`] (keeping [`bounds::LOG_ROTATIONS`]).
-    fn record(&self, v: &serde_json::Value) {
-        let mut v = v.clone();
-        v["time_unix_ms"] = now_ms().into();
-        v["sandbox_id"] = self.sandbox_id.clone().into();
+    fn record(&self, event: LogEvent) {
+        let rec = LogRecord {
+            time_unix_ms: now_ms(),
+            sandbox_id: self.sandbox_id.clone(),
+            event,
+        };
+        let Ok(line) = serde_json::to_string(&rec) else {
+            return;
+        };
         let _one = lock(&self.log_lock);
         rotate_if_full(&self.log_path, bounds::LOG_MAX_BYTES, bounds::LOG_ROTATIONS);
         if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -680,107 +977,8 @@ impl Escalations {
             .append(true)
             .open(&self.log_path)
         {
-            let _ = writeln!(f, "{v}");
+            let _ = writeln!(f, "{line}");
         }
-    }
-}
-
-fn execute(
-    argv: &[String],
-    workspace: &Path,
-    timeout: Option<Instant>,
-    stop: &dyn Fn() -> bool,
-    cancel: &AtomicBool,
-) -> Outcome {
-    let Some(program) = argv.first() else {
-        return Outcome::Failed {
-            reason: "empty command".into(),
-        };
-    };
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .current_dir(workspace)
-        .env_clear()
-        .env("PATH", HOST_PATH)
-        .env("LANG", "C.UTF-8")
-        .env("LAZARET_ESCALATION", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for k in ["HOME", "USER", "LOGNAME"] {
-        if let Ok(v) = std::env::var(k) {
-            cmd.env(k, v);
-        }
-    }
-    // SAFETY: prctl is async-signal-safe. The command dies with the thread
-    // that waits for it, so it cannot outlive its request.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("cannot run {} on the host: {e}", display::quoted(program)),
-            }
-        }
-    };
-    let capture = |r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            let mut r = r;
-            let _ = (&mut r).take(esc::MAX_OUTPUT as u64).read_to_end(&mut kept);
-            // Drain the rest so the command never blocks on a full pipe.
-            let dropped = std::io::copy(&mut r, &mut std::io::sink()).unwrap_or(0);
-            (kept, dropped > 0)
-        })
-    };
-    let out = capture(Box::new(child.stdout.take().expect("piped")));
-    let err = capture(Box::new(child.stderr.take().expect("piped")));
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let kill = || {
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    };
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) => {}
-            Err(e) => {
-                kill();
-                return Outcome::Failed {
-                    reason: e.to_string(),
-                };
-            }
-        }
-        if stop() {
-            kill();
-            let _ = child.wait();
-            return Outcome::Cancelled;
-        }
-        if timeout.is_some_and(|d| Instant::now() > d) {
-            kill();
-            let _ = child.wait();
-            return Outcome::TimedOut;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    // The group may have left children behind: they end with the request.
-    kill();
-    let _ = cancel;
-    let (stdout, t1) = out.join().unwrap_or_default();
-    let (stderr, t2) = err.join().unwrap_or_default();
-    use std::os::unix::process::ExitStatusExt;
-    Outcome::Completed {
-        status: status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-        stdout,
-        stderr,
-        truncated: t1 || t2,
     }
 }
 
@@ -788,21 +986,15 @@ fn execute(
 mod tests {
     use super::*;
 
+    const ANCHOR: [u8; 32] = [9; 32];
+
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|s| s.to_string()).collect()
     }
 
-    fn mailbox() -> (tempfile::TempDir, Arc<Escalations>, OwnedFd) {
-        let (d, e, dir, _) = mailbox_with_key();
-        (d, e, dir)
-    }
+    type Sk = ed25519_compact::SecretKey;
 
-    fn mailbox_with_key() -> (
-        tempfile::TempDir,
-        Arc<Escalations>,
-        OwnedFd,
-        ed25519_compact::SecretKey,
-    ) {
+    fn mailbox(rules: Vec<(Vec<String>, bool)>) -> (tempfile::TempDir, Arc<Escalations>, Sk) {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/requests")).unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/results")).unwrap();
@@ -814,48 +1006,29 @@ mod tests {
             d.path().into(),
             d.path(),
             d.path().join("log"),
-            vec![],
+            rules,
         ));
-        let dir = rustix::fs::open(
-            &e.requests,
-            OFlags::DIRECTORY | OFlags::RDONLY,
-            Mode::empty(),
-        )
-        .unwrap();
-        (d, e, dir, kp.sk)
+        (d, e, kp.sk)
     }
 
-    /// Puts a signed request for `session` (anchor `anchor`) in the
-    /// mailbox under `name`; returns its ID.
-    fn put(
-        d: &tempfile::TempDir,
-        sk: &ed25519_compact::SecretKey,
-        session: &str,
-        anchor: &[u8; 32],
-        name: &str,
-    ) -> [u8; 16] {
+    /// A request as the reader hands it over, verified.
+    fn request(session: &str, argv: &[&str]) -> Body {
         let mut id = [0u8; 16];
         getrandom::getrandom(&mut id).unwrap();
-        let body = Body {
+        Body {
             version: esc::VERSION,
             sandbox_id: "s".into(),
             session_id: session.into(),
             request_id: id,
             created_unix_ms: now_ms(),
             kind: Kind::Request(esc::Request {
-                argv: v(&["/bin/true"]),
+                argv: v(argv),
                 justification: String::new(),
                 cwd: "/workspace".into(),
                 timeout_secs: 0,
                 requester: esc::Requester::default(),
             }),
-        };
-        std::fs::write(
-            d.path().join("mailbox/requests").join(name),
-            esc::seal(&body, sk, anchor),
-        )
-        .unwrap();
-        id
+        }
     }
 
     fn result_of(d: &tempfile::TempDir, id: [u8; 16]) -> Option<Outcome> {
@@ -868,15 +1041,41 @@ mod tests {
         )
     }
 
-    fn register(e: &Escalations, session: &str, anchor: [u8; 32]) {
-        e.sessions.lock().unwrap().insert(
-            session.into(),
+    /// Registers a session without a terminal; returns the client's end of
+    /// its connection and its replies.
+    fn register(e: &Escalations, session: &str) -> (UnixStream, Replies) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let replies = Replies::default();
+        e.register(
+            session,
             SessionEntry {
-                anchor,
+                anchor: ANCHOR,
+                client: Client {
+                    writer: Arc::new(Mutex::new(ours)),
+                    replies: replies.clone(),
+                },
                 terminal: None,
                 gone: Arc::new(AtomicBool::new(false)),
             },
         );
+        (theirs, replies)
+    }
+
+    /// The signature and MAC `lazaret-escalate` would have made.
+    fn envelope(sk: &Sk, body: &Body) -> esc::Envelope {
+        let rec = esc::seal(body, sk, &ANCHOR);
+        esc::Envelope {
+            signature: rec[..64].to_vec(),
+            mac: rec[64..96].try_into().unwrap(),
+        }
+    }
+
+    fn verified(sk: &Sk, body: &Body, entry: &str) -> FromReader {
+        FromReader::Verified {
+            entry: entry.into(),
+            body: body.clone(),
+            envelope: envelope(sk, body),
+        }
     }
 
     #[test]
@@ -965,10 +1164,13 @@ mod tests {
 
     #[test]
     fn the_record_is_bounded_on_disk() {
-        let (d, e, _dir) = mailbox();
+        let (d, e, _sk) = mailbox(vec![]);
         let big = "x".repeat(4096);
         for _ in 0..(bounds::LOG_MAX_BYTES as usize / 4096) * (bounds::LOG_ROTATIONS + 3) {
-            e.record(&serde_json::json!({ "event": "refused", "entry": big }));
+            e.record(LogEvent::Refused {
+                entry: big.clone(),
+                reason: String::new(),
+            });
         }
         let total: u64 = std::fs::read_dir(d.path())
             .unwrap()
@@ -987,10 +1189,25 @@ mod tests {
     }
 
     #[test]
+    fn the_record_is_one_typed_json_line_per_event_with_its_field_names() {
+        let (d, e, _sk) = mailbox(vec![]);
+        e.refuse("\\x1b]0;pwned\\x07\\xff.req", "signature");
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert_eq!(log.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_str(log.trim()).unwrap();
+        assert_eq!(v["event"], "refused");
+        assert_eq!(v["entry"], "\\x1b]0;pwned\\x07\\xff.req");
+        assert_eq!(v["sandbox_id"], "s");
+        assert!(v["time_unix_ms"].as_u64().is_some());
+        assert!(!log.contains('\u{1b}'), "{log}");
+        let back: LogRecord = serde_json::from_str(log.trim()).unwrap();
+        assert!(matches!(back.event, LogEvent::Refused { .. }));
+    }
+
+    #[test]
     fn over_the_pending_bound_a_request_is_refused_with_a_result_and_no_thread() {
-        let (d, e, dir, sk) = mailbox_with_key();
-        let anchor = [9u8; 32];
-        register(&e, "sess", anchor);
+        let (d, e, sk) = mailbox(vec![]);
+        let _client = register(&e, "sess");
         {
             let mut p = lock(&e.pending);
             for i in 0..bounds::MAX_PENDING {
@@ -998,12 +1215,12 @@ mod tests {
                     .unwrap();
             }
         }
-        let id = put(&d, &sk, "sess", &anchor, "r1");
-        e.take(&dir, OsStr::new("r1"));
+        let body = request("sess", &["/bin/true"]);
+        e.handle(verified(&sk, &body, "r1"));
         assert!(
-            matches!(result_of(&d, id), Some(Outcome::Refused { ref reason }) if reason.contains("pending in this Domain")),
+            matches!(result_of(&d, body.request_id), Some(Outcome::Refused { ref reason }) if reason.contains("pending in this Domain")),
             "{:?}",
-            result_of(&d, id)
+            result_of(&d, body.request_id)
         );
         assert!(lock(&e.cancels).is_empty(), "no request was started");
         assert_eq!(lock(&e.pending).total, bounds::MAX_PENDING);
@@ -1016,34 +1233,49 @@ mod tests {
 
     #[test]
     fn a_request_of_an_ended_session_is_denied_with_a_result_once() {
-        let (d, e, dir, sk) = mailbox_with_key();
-        let anchor = [9u8; 32];
-        let id = put(&d, &sk, "ended", &anchor, "r1");
-        let r = std::fs::read(d.path().join("mailbox/requests/r1")).unwrap();
-        e.take(&dir, OsStr::new("r1"));
+        let (d, e, sk) = mailbox(vec![]);
+        let body = request("ended", &["/bin/true"]);
+        let nosession = |entry: &str| FromReader::NoSession {
+            entry: entry.into(),
+            body: body.clone(),
+            envelope: envelope(&sk, &body),
+        };
+        e.handle(nosession("r1"));
         assert_eq!(
-            result_of(&d, id),
+            result_of(&d, body.request_id),
             Some(Outcome::Denied {
                 reason: NO_SESSION.into()
             })
         );
         // The same ID again is a replay: no second result is written.
-        std::fs::remove_file(d.path().join("mailbox/results").join(hex::encode(id))).unwrap();
-        std::fs::write(d.path().join("mailbox/requests/r2"), r).unwrap();
-        e.take(&dir, OsStr::new("r2"));
-        assert_eq!(result_of(&d, id), None);
+        std::fs::remove_file(
+            d.path()
+                .join("mailbox/results")
+                .join(hex::encode(body.request_id)),
+        )
+        .unwrap();
+        e.handle(nosession("r2"));
+        assert_eq!(result_of(&d, body.request_id), None);
+        // A verified record of a session that ended meanwhile is the same.
+        let late = request("ended", &["/bin/true"]);
+        e.handle(verified(&sk, &late, "r3"));
+        assert_eq!(
+            result_of(&d, late.request_id),
+            Some(Outcome::Denied {
+                reason: NO_SESSION.into()
+            })
+        );
     }
 
     #[test]
     fn a_request_of_a_session_without_a_terminal_is_denied_not_prompted() {
-        let (d, e, dir, sk) = mailbox_with_key();
-        let anchor = [9u8; 32];
-        register(&e, "notty", anchor);
-        let id = put(&d, &sk, "notty", &anchor, "r1");
-        e.take(&dir, OsStr::new("r1"));
-        assert!(eventually(|| result_of(&d, id).is_some()));
+        let (d, e, sk) = mailbox(vec![]);
+        let _client = register(&e, "notty");
+        let body = request("notty", &["/bin/true"]);
+        e.handle(verified(&sk, &body, "r1"));
+        assert!(eventually(|| result_of(&d, body.request_id).is_some()));
         assert_eq!(
-            result_of(&d, id),
+            result_of(&d, body.request_id),
             Some(Outcome::Denied {
                 reason: NO_TERMINAL.into()
             })
@@ -1052,8 +1284,133 @@ mod tests {
     }
 
     #[test]
+    fn an_auto_approved_command_runs_in_the_requesting_sessions_client() {
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (mut client, replies) = register(&e, "notty");
+        let body = request("notty", &["/bin/echo", "hi"]);
+        e.handle(verified(&sk, &body, "r1"));
+        let Ok(ServerMsg::RunHostCommand(c)) = read_frame::<_, ServerMsg>(&mut client) else {
+            panic!("the client was not told to run it");
+        };
+        assert_eq!(c.argv, v(&["/bin/echo", "hi"]));
+        assert_eq!(c.decided_by, "auto-approval rule 1");
+        assert_eq!(c.request_id, body.request_hex());
+        // Output beyond the bound is cut, whatever the client sends.
+        deliver(
+            &replies,
+            ClientMsg::HostCommandOutcome {
+                request_id: c.request_id,
+                outcome: Outcome::Completed {
+                    status: 0,
+                    stdout: vec![b'x'; esc::MAX_OUTPUT + 1],
+                    stderr: vec![],
+                    truncated: false,
+                },
+            },
+        );
+        assert!(eventually(|| result_of(&d, body.request_id).is_some()));
+        assert!(matches!(
+            result_of(&d, body.request_id),
+            Some(Outcome::Completed { status: 0, ref stdout, truncated: true, .. }) if stdout.len() == esc::MAX_OUTPUT
+        ));
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert!(
+            log.contains("\"decided_by\":\"auto-approval rule 1\"")
+                && log.contains("\"result\":\"completed, status 0\""),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn a_cancelled_request_tells_the_client_to_kill_its_command() {
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/sleep", "60"]), false)]);
+        let (mut client, replies) = register(&e, "notty");
+        let body = request("notty", &["/bin/sleep", "60"]);
+        e.handle(verified(&sk, &body, "r1"));
+        let Ok(ServerMsg::RunHostCommand(c)) = read_frame::<_, ServerMsg>(&mut client) else {
+            panic!("the client was not told to run it");
+        };
+        let mut cancel = body.clone();
+        cancel.kind = Kind::Cancel;
+        e.handle(verified(&sk, &cancel, "c1"));
+        let Ok(ServerMsg::CancelHostCommand { request_id }) =
+            read_frame::<_, ServerMsg>(&mut client)
+        else {
+            panic!("the client was not told to cancel it");
+        };
+        assert_eq!(request_id, c.request_id);
+        deliver(
+            &replies,
+            ClientMsg::HostCommandOutcome {
+                request_id,
+                outcome: Outcome::Cancelled,
+            },
+        );
+        assert!(eventually(|| result_of(&d, body.request_id).is_some()));
+        assert_eq!(result_of(&d, body.request_id), Some(Outcome::Cancelled));
+    }
+
+    #[test]
+    fn a_record_the_reader_could_not_have_verified_is_refused_and_runs_nothing() {
+        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (mut client, _replies) = register(&e, "notty");
+        client
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let body = request("notty", &["/bin/echo", "hi"]);
+        // Signed, but for another body; another key; another anchor.
+        let mut forged = body.clone();
+        forged.kind = Kind::Request(esc::Request {
+            argv: v(&["/bin/echo", "hi"]),
+            justification: "not what was signed".into(),
+            cwd: "/".into(),
+            timeout_secs: 0,
+            requester: Default::default(),
+        });
+        let other_key = ed25519_compact::KeyPair::generate().sk;
+        let mut wrong_mac = envelope(&sk, &body);
+        wrong_mac.mac = [0; 32];
+        for (i, env) in [
+            envelope(&sk, &body),
+            envelope(&other_key, &forged),
+            wrong_mac,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let b = if i == 0 { forged.clone() } else { body.clone() };
+            e.handle(FromReader::Verified {
+                entry: format!("f{i}"),
+                body: b,
+                envelope: env,
+            });
+        }
+        assert!(lock(&e.cancels).is_empty(), "a forged record was accepted");
+        assert_eq!(lock(&e.pending).total, 0);
+        assert!(
+            read_frame::<_, ServerMsg>(&mut client).is_err(),
+            "a forged record ran"
+        );
+        assert_eq!(result_of(&d, body.request_id), None);
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains("does not verify"))
+                .count(),
+            3,
+            "{log}"
+        );
+        // The genuine record still runs: nothing of it was remembered.
+        e.handle(verified(&sk, &body, "ok"));
+        assert!(matches!(
+            read_frame::<_, ServerMsg>(&mut client),
+            Ok(ServerMsg::RunHostCommand(_))
+        ));
+    }
+
+    #[test]
     fn results_beyond_the_bound_are_removed_oldest_first() {
-        let (d, e, _dir) = mailbox();
+        let (d, e, _sk) = mailbox(vec![]);
         for i in 0..bounds::MAX_RESULTS + 10 {
             let mut id = [0u8; 16];
             id[..8].copy_from_slice(&(i as u64).to_be_bytes());
@@ -1093,75 +1450,6 @@ mod tests {
     }
 
     #[test]
-    fn links_fifos_and_oversized_entries_are_refused_and_removed() {
-        let (d, e, dir) = mailbox();
-        let r = d.path().join("mailbox/requests");
-        std::fs::write(d.path().join("target"), "x").unwrap();
-        std::os::unix::fs::symlink(d.path().join("target"), r.join("link.req")).unwrap();
-        nix::unistd::mkfifo(
-            &r.join("fifo.req"),
-            nix::sys::stat::Mode::from_bits_truncate(0o600),
-        )
-        .unwrap();
-        std::fs::write(r.join("big.req"), vec![0u8; esc::MAX_REQUEST + 1]).unwrap();
-        std::fs::write(r.join("junk.req"), vec![0u8; 200]).unwrap();
-        let hostile = OsStr::from_bytes(b"\x1b]0;pwned\x07\xff.req");
-        std::fs::write(r.join(hostile), vec![0u8; 200]).unwrap();
-        for n in ["link.req", "fifo.req", "big.req", "junk.req"] {
-            e.take(&dir, OsStr::new(n));
-        }
-        e.take(&dir, hostile);
-        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
-        for (n, why) in [
-            ("link.req", "symbolic link"),
-            ("fifo.req", "not a regular file"),
-            ("big.req", "over the limit"),
-            ("junk.req", "signature"),
-        ] {
-            assert!(
-                log.lines().any(|l| l.contains(n) && l.contains(why)),
-                "{n}: {log}"
-            );
-        }
-        // Escaped in the record, and the record itself is plain JSON text.
-        assert!(
-            log.contains(r#""entry":"\\x1b]0;pwned\\x07\\xff.req""#),
-            "{log}"
-        );
-        assert!(!log.contains('\u{1b}') && !log.contains("\\u001b"), "{log}");
-        assert_eq!(std::fs::read_dir(&r).unwrap().count(), 0);
-        assert_eq!(
-            std::fs::read_to_string(d.path().join("target")).unwrap(),
-            "x"
-        );
-    }
-
-    #[test]
-    fn directories_are_removed_or_refused_once() {
-        let (d, e, dir) = mailbox();
-        let r = d.path().join("mailbox/requests");
-        std::fs::create_dir(r.join("empty")).unwrap();
-        std::fs::create_dir_all(r.join("full/x")).unwrap();
-        for _ in 0..3 {
-            for n in e.entries() {
-                e.take(&dir, &n);
-            }
-        }
-        assert!(!r.join("empty").exists());
-        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
-        assert_eq!(
-            log.lines().filter(|l| l.contains("\"full\"")).count(),
-            1,
-            "{log}"
-        );
-        assert_eq!(
-            log.lines().filter(|l| l.contains("\"empty\"")).count(),
-            1,
-            "{log}"
-        );
-    }
-
-    #[test]
     fn rules_match_the_complete_vector_unless_trailing_is_granted() {
         let r = v(&["git", "fetch"]);
         assert!(rule_matches(&r, false, &v(&["git", "fetch"])));
@@ -1171,54 +1459,5 @@ mod tests {
         assert!(rule_matches(&r, true, &v(&["git", "fetch", "--all"])));
         assert!(!rule_matches(&r, true, &v(&["git", "push"])));
         assert!(!rule_matches(&[], true, &v(&["anything"])));
-    }
-
-    #[test]
-    fn execute_runs_the_vector_without_a_shell() {
-        let d = tempfile::tempdir().unwrap();
-        let o = execute(
-            &v(&["/usr/bin/printf", "%s|", "a;b", "$(id)", "x\ny"]),
-            d.path(),
-            None,
-            &|| false,
-            &AtomicBool::new(false),
-        );
-        assert_eq!(
-            o,
-            Outcome::Completed {
-                status: 0,
-                stdout: b"a;b|$(id)|x\ny|".to_vec(),
-                stderr: vec![],
-                truncated: false
-            }
-        );
-        let o = execute(
-            &v(&["/bin/sh", "-c", "echo e >&2; exit 3"]),
-            d.path(),
-            None,
-            &|| false,
-            &AtomicBool::new(false),
-        );
-        assert!(matches!(o, Outcome::Completed { status: 3, ref stderr, .. } if stderr == b"e\n"));
-        let t = Instant::now();
-        let o = execute(
-            &v(&["/bin/sleep", "30"]),
-            d.path(),
-            Some(Instant::now() + Duration::from_millis(200)),
-            &|| false,
-            &AtomicBool::new(false),
-        );
-        assert_eq!(o, Outcome::TimedOut);
-        assert!(t.elapsed() < Duration::from_secs(5));
-        assert!(matches!(
-            execute(
-                &v(&["/nonexistent"]),
-                d.path(),
-                None,
-                &|| false,
-                &AtomicBool::new(false)
-            ),
-            Outcome::Failed { .. }
-        ));
     }
 }

@@ -245,6 +245,8 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     ));
     report(ready, "ready");
 
+    // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
+    // started here, before the coordinator could confine itself.
     let escalations = Arc::new(Escalations::new(
         keys.pk,
         gen.sandbox_id.clone(),
@@ -254,6 +256,11 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         layout.root.join(lazaret_protocol::escalation::LOG_FILE),
         input.auto_approve.clone(),
     ));
+    if let Err(e) = escalations.start_reader(&input.libexec) {
+        log(format!(
+            "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
+        ));
+    }
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
     let ctx = Arc::new(SessionCtx::new(
@@ -264,6 +271,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     ));
     serve(&listener, &ctx, &stop, &mut supervisor);
     mailbox_stop.store(true, Ordering::Relaxed);
+    ctx.escalations.stop_reader();
 
     // No new session may join from here on.
     let _ = std::fs::remove_file(layout.socket());

@@ -6,7 +6,7 @@
 //! hand it the PTY slave or the pipes' far ends and get the bridge's pidfd
 //! back, for signals.
 
-use crate::escalation::{Decisions, Escalations, SessionEntry, Terminal};
+use crate::escalation::{self, Client, Escalations, Replies, SessionEntry, Terminal};
 use crate::gate::Gate;
 use crate::lifecycle::log;
 use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
@@ -225,17 +225,19 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     let workdir = lazaret_protocol::session::sandbox_workdir(hello.workdir.as_deref());
     env.extend(workdir_env(&workdir));
     let gate = Arc::new(Gate::default());
-    let decisions = Arc::new(Mutex::new(HashMap::new()));
+    let replies = Replies::default();
     let _registration = Registration::new(
         ctx,
         sid,
         SessionEntry {
             anchor,
-            terminal: tty.as_ref().map(|_| Terminal {
+            client: Client {
                 writer: writer.clone(),
+                replies: replies.clone(),
+            },
+            terminal: tty.as_ref().map(|_| Terminal {
                 gate: gate.clone(),
                 prompt_lock: Arc::new(Mutex::new(())),
-                decisions: decisions.clone(),
             }),
             gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
@@ -263,10 +265,10 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             reader,
             writer,
             accepted,
-            (gate, decisions),
+            (gate, replies),
             latch,
         ),
-        None => run_pipes(ctx, bridge, reader, writer, accepted, latch),
+        None => run_pipes(ctx, bridge, reader, writer, accepted, latch, replies),
     }
 }
 
@@ -477,11 +479,7 @@ struct Registration<'a> {
 
 impl<'a> Registration<'a> {
     fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> Self {
-        ctx.escalations
-            .sessions
-            .lock()
-            .unwrap()
-            .insert(sid.to_string(), entry);
+        ctx.escalations.register(sid, entry);
         Self {
             ctx,
             sid: sid.to_string(),
@@ -491,16 +489,7 @@ impl<'a> Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        if let Some(e) = self
-            .ctx
-            .escalations
-            .sessions
-            .lock()
-            .unwrap()
-            .remove(&self.sid)
-        {
-            e.gone.store(true, Ordering::SeqCst);
-        }
+        self.ctx.escalations.unregister(&self.sid);
     }
 }
 
@@ -573,7 +562,7 @@ fn run_pty(
     mut reader: UnixStream,
     writer: Writer,
     accepted: ServerMsg,
-    (gate, decisions): (Arc<Gate>, Decisions),
+    (gate, replies): (Arc<Gate>, Replies),
     latch: Arc<StartLatch>,
 ) -> Result<(), String> {
     let ws = nix::pty::Winsize {
@@ -626,10 +615,8 @@ fn run_pty(
                     let _ = m.write_all(&[4]);
                 }
                 Ok(ClientMsg::Signal(_)) => {}
-                Ok(ClientMsg::Decision { request_id, argv }) => {
-                    if let Some(tx) = decisions.lock().unwrap().get(&request_id) {
-                        let _ = tx.send(argv);
-                    }
+                Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
+                    escalation::deliver(&replies, m)
                 }
                 Err(FrameError::Closed) | Err(_) => {
                     // The client is gone: hang up the session.
@@ -649,6 +636,7 @@ fn run_pty(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_pipes(
     ctx: &SessionCtx,
     bridge: Bridge<'_>,
@@ -656,6 +644,7 @@ fn run_pipes(
     writer: Writer,
     accepted: ServerMsg,
     latch: Arc<StartLatch>,
+    replies: Replies,
 ) -> Result<(), String> {
     let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
     let err = |e: rustix::io::Errno| format!("cannot create the session's pipes: {e}");
@@ -695,7 +684,12 @@ fn run_pipes(
                 }
             }
             Ok(ClientMsg::StdinEof) => stdin = None,
-            Ok(ClientMsg::Resize { .. }) | Ok(ClientMsg::Decision { .. }) => {}
+            Ok(ClientMsg::Resize { .. }) => {}
+            // No terminal: no prompt, but auto-approved commands run in
+            // this session's client.
+            Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
+                escalation::deliver(&replies, m)
+            }
             Ok(ClientMsg::Signal(sig)) => forward(match sig {
                 Signal::Interrupt => S::INT,
                 Signal::Quit => S::QUIT,

@@ -4,8 +4,9 @@
 //! body is a postcard [`Body`]. The signature is Ed25519 by the Domain
 //! generation's sandbox request-signing key; the MAC is HMAC-SHA256 keyed
 //! by the requesting session's Session Anchor. Both cover the exact body
-//! bytes, and the coordinator checks the signature over the bytes it owns
-//! before it parses anything. Fixed offsets: the envelope needs no parser.
+//! bytes, and the mailbox reader (`lazaret-mailbox`) checks the signature
+//! over the bytes it read before it parses anything. Fixed offsets: the
+//! envelope needs no parser.
 //!
 //! Results are written by the coordinator into a directory the sandbox
 //! can only read; the mount mode, not a signature, makes them authentic.
@@ -28,8 +29,8 @@ pub const MAX_AGE_MS: u64 = 5 * 60 * 1000;
 
 /// Bounds the coordinator keeps per Domain, whatever the sandbox sends
 /// (see the README's security model). Over one, a request is refused with
-/// [`Outcome::Refused`] (exit [`exit::REFUSED`]) at once, by the mailbox
-/// reader itself: no thread is started for it.
+/// [`Outcome::Refused`] (exit [`exit::REFUSED`]) at once, as the
+/// coordinator takes the reader's record: no thread is started for it.
 pub mod bounds {
     /// Accepted requests not yet resolved, in the whole Domain.
     pub const MAX_PENDING: usize = 64;
@@ -66,6 +67,58 @@ pub fn log_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect();
     v.push(root.join(LOG_FILE));
     v
+}
+
+/// One line of the escalation record (`escalations.log`), written as
+/// JSON: `time_unix_ms`, `sandbox_id`, then the event's fields, with the
+/// event's name in `event`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LogRecord {
+    pub time_unix_ms: u64,
+    pub sandbox_id: String,
+    #[serde(flatten)]
+    pub event: LogEvent,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum LogEvent {
+    /// A mailbox entry refused before anyone was asked.
+    Refused {
+        /// The entry's name, escaped ([`crate::display::escape`]).
+        entry: String,
+        reason: String,
+    },
+    /// An accepted request reached its Escalation Result.
+    Decision {
+        request_id: String,
+        session_id: String,
+        argv: Vec<String>,
+        justification: String,
+        requester_pid: u32,
+        requester_cmdline: Vec<String>,
+        /// The vector that ran (the developer may have edited it).
+        ran_argv: Option<Vec<String>>,
+        decided_by: String,
+        /// `completed, status N`, `denied`, `timed out`, ...
+        result: String,
+    },
+    /// The Escalation Mailbox reader ended: no request is read any more.
+    ReaderExited { reason: String },
+}
+
+impl Outcome {
+    /// The outcome in the record's words.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Completed { status, .. } => format!("completed, status {status}"),
+            Outcome::Denied { .. } => "denied".into(),
+            Outcome::TimedOut => "timed out".into(),
+            Outcome::Cancelled => "cancelled".into(),
+            Outcome::Failed { reason } => format!("failed: {reason}"),
+            Outcome::Refused { reason } => format!("refused: {reason}"),
+        }
+    }
 }
 
 const SIG: usize = 64;
@@ -193,6 +246,7 @@ pub fn seal(body: &Body, key: &SecretKey, anchor: &[u8; 32]) -> Vec<u8> {
 /// is known, with [`Verified::check_session`].
 pub struct Verified {
     pub body: Body,
+    sig: [u8; SIG],
     mac: [u8; 32],
     bytes: Vec<u8>,
 }
@@ -202,6 +256,47 @@ impl Verified {
         let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
         m.update(&self.bytes);
         m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)
+    }
+
+    /// The signature and MAC, to travel beside the typed body.
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            signature: self.sig.to_vec(),
+            mac: self.mac,
+        }
+    }
+}
+
+/// A record's signature and MAC apart from its bytes. The body's encoding
+/// is canonical ([`open`] refuses any other), so whoever holds the typed
+/// [`Body`] can check them again over its own encoding of it, without
+/// the sandbox's bytes: the coordinator does, so a reader that verified
+/// wrongly cannot make it act on a record nobody signed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Envelope {
+    pub signature: Vec<u8>,
+    pub mac: [u8; 32],
+}
+
+impl Envelope {
+    /// Checks the signature over `body`'s encoding with `key`, and, when
+    /// `anchor` is given, the session MAC.
+    pub fn check(
+        &self,
+        body: &Body,
+        key: &PublicKey,
+        anchor: Option<&[u8; 32]>,
+    ) -> Result<(), RecordError> {
+        let bytes = postcard::to_stdvec(body).map_err(|e| RecordError::Malformed(e.to_string()))?;
+        let sig = Signature::from_slice(&self.signature).map_err(|_| RecordError::BadSignature)?;
+        key.verify(&bytes, &sig)
+            .map_err(|_| RecordError::BadSignature)?;
+        if let Some(anchor) = anchor {
+            let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+            m.update(&bytes);
+            m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)?;
+        }
+        Ok(())
     }
 }
 
@@ -223,8 +318,14 @@ pub fn open(record: &[u8], key: &PublicKey) -> Result<Verified, RecordError> {
     if body.version != VERSION {
         return Err(RecordError::Malformed(format!("version {}", body.version)));
     }
+    // One encoding per body (no trailing bytes, no overlong integers), so
+    // the typed body alone carries what was signed (see [`Envelope`]).
+    if postcard::to_stdvec(&body).ok().as_deref() != Some(bytes) {
+        return Err(RecordError::Malformed("not in canonical encoding".into()));
+    }
     Ok(Verified {
         body,
+        sig: *sig,
         mac: mac.try_into().expect("32 bytes"),
         bytes: bytes.to_vec(),
     })
@@ -328,6 +429,33 @@ mod tests {
             Err(RecordError::TooLarge(_))
         ));
         assert!(open(b"garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage", &kp.pk).is_err());
+    }
+
+    #[test]
+    fn the_envelope_checks_the_typed_body_again_and_encodings_are_canonical() {
+        let kp = KeyPair::generate();
+        let anchor = [1u8; 32];
+        let v = open(&seal(&body(), &kp.sk, &anchor), &kp.pk).unwrap();
+        let env = v.envelope();
+        env.check(&body(), &kp.pk, Some(&anchor)).unwrap();
+        env.check(&body(), &kp.pk, None).unwrap();
+        let mut other = body();
+        other.session_id = "other".into();
+        assert_eq!(
+            env.check(&other, &kp.pk, None),
+            Err(RecordError::BadSignature)
+        );
+        assert_eq!(
+            env.check(&body(), &kp.pk, Some(&[2; 32])),
+            Err(RecordError::BadMac)
+        );
+        // Signed bytes with a trailing byte decode to the same body: refused.
+        let mut bytes = postcard::to_stdvec(&body()).unwrap();
+        bytes.push(0);
+        let mut rec = kp.sk.sign(&bytes, None).to_vec();
+        rec.extend_from_slice(&mac(&anchor, &bytes));
+        rec.extend_from_slice(&bytes);
+        assert!(matches!(open(&rec, &kp.pk), Err(RecordError::Malformed(_))));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 use serde::{de::DeserializeOwned, Serialize};
 use std::io::{self, Read, Write};
 
-/// The largest frame either side accepts.
-pub const MAX_FRAME: usize = 1 << 20;
+/// The largest frame either side accepts: room for a host command's
+/// outcome (two streams of [`crate::escalation::MAX_OUTPUT`]), which the
+/// CLI that ran it sends back to the coordinator.
+pub const MAX_FRAME: usize = crate::escalation::MAX_RESULT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

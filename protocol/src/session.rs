@@ -100,6 +100,24 @@ pub enum ClientMsg {
         request_id: String,
         argv: Option<Vec<String>>,
     },
+    /// How a host command this CLI ran for [`ServerMsg::RunHostCommand`]
+    /// ended.
+    HostCommandOutcome {
+        request_id: String,
+        outcome: crate::escalation::Outcome,
+    },
+}
+
+/// An approved host command, for the requesting session's CLI to run: the
+/// exact vector, by execve without a shell, in the host workspace.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostCommand {
+    pub request_id: String,
+    pub argv: Vec<String>,
+    /// Who approved it: "the developer" or "auto-approval rule N".
+    pub decided_by: String,
+    /// Milliseconds the command may run; `None`: no timeout.
+    pub timeout_ms: Option<u64>,
 }
 
 /// What the developer is asked to decide (DX-4). `cwd`, `argv`,
@@ -143,6 +161,14 @@ pub enum ServerMsg {
     Prompt(EscalationPrompt),
     /// The prompted request ended without a decision (it was cancelled).
     PromptWithdrawn {
+        request_id: String,
+    },
+    /// Run an approved host command (see [`HostCommand`]); answered with
+    /// [`ClientMsg::HostCommandOutcome`].
+    RunHostCommand(HostCommand),
+    /// The request was cancelled, or its session is ending: kill the
+    /// command's process group.
+    CancelHostCommand {
         request_id: String,
     },
     /// The command could not be started (runsc failed before it ran): a

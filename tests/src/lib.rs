@@ -32,6 +32,7 @@ pub const BINARIES: &[&str] = &[
     "lazaret-supervisor",
     "lazaret-exec-bridge",
     "lazaret-netpolicy",
+    "lazaret-mailbox",
 ];
 
 /// Returns `Some(env)` when the end-to-end prerequisites hold; otherwise

@@ -1,0 +1,385 @@
+//! Approved host commands, run by the requesting session's `lazaret` CLI.
+//!
+//! The coordinator decides (the developer's answer at this terminal, or an
+//! auto-approval rule it matched) and tells this CLI to run the exact
+//! vector ([`ServerMsg::RunHostCommand`]). They run here, not in the
+//! coordinator, because the coordinator is to be confined (landlock and
+//! seccomp are inherited, and it must not exec); this process is the one
+//! the developer started, with the developer's authority, and it already
+//! owns the prompt.
+//!
+//! A command runs by execve of the vector, without a shell, in the host
+//! workspace, with a minimal environment, stdin from `/dev/null`, its
+//! output captured up to [`esc::MAX_OUTPUT`] per stream, in its own
+//! process group. The group is killed on cancellation
+//! ([`ServerMsg::CancelHostCommand`]), at its timeout, and when this CLI
+//! ends its session ([`Runner::end_all`]); `PR_SET_PDEATHSIG` ends the
+//! command if the CLI dies.
+//!
+//! [`ServerMsg::RunHostCommand`]: lazaret_protocol::session::ServerMsg::RunHostCommand
+//! [`ServerMsg::CancelHostCommand`]: lazaret_protocol::session::ServerMsg::CancelHostCommand
+
+use lazaret_protocol::display;
+use lazaret_protocol::escalation::{self as esc, Outcome};
+use lazaret_protocol::frame::write_frame;
+use lazaret_protocol::session::{ClientMsg, HostCommand};
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The `PATH` of approved host commands: nothing of the developer's
+/// shell leaks in by accident.
+pub const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Commands one session runs at once (the coordinator allows fewer
+/// pending requests per session; this holds against a confused one).
+pub const MAX_RUNNING: usize = 64;
+
+/// The host commands of one Client Session.
+#[derive(Clone)]
+pub struct Runner {
+    writer: Arc<Mutex<UnixStream>>,
+    workspace: PathBuf,
+    /// Cancellation flags of the running commands, by request ID.
+    running: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Runner {
+    pub fn new(writer: Arc<Mutex<UnixStream>>, workspace: PathBuf) -> Self {
+        Self {
+            writer,
+            workspace,
+            running: Arc::default(),
+        }
+    }
+
+    /// Starts `c` on a thread of its own; its outcome goes back to the
+    /// coordinator as [`ClientMsg::HostCommandOutcome`].
+    pub fn start(&self, c: HostCommand) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let admitted = {
+            let mut running = lock(&self.running);
+            if running.len() >= MAX_RUNNING || running.contains_key(&c.request_id) {
+                false
+            } else {
+                running.insert(c.request_id.clone(), cancel.clone());
+                true
+            }
+        };
+        if !admitted {
+            return self.answer(
+                c.request_id,
+                Outcome::Failed {
+                    reason: format!(
+                        "this session's lazaret already runs {MAX_RUNNING} host commands, or this one"
+                    ),
+                },
+            );
+        }
+        let me = self.clone();
+        let id = c.request_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("host-command".into())
+            .spawn(move || {
+                let deadline = c
+                    .timeout_ms
+                    .map(|ms| Instant::now() + Duration::from_millis(ms));
+                let o = execute(&c.argv, &me.workspace, deadline, &cancel);
+                lock(&me.running).remove(&c.request_id);
+                me.answer(c.request_id, o);
+            });
+        if let Err(e) = spawned {
+            // The closure never ran: answer for it.
+            lock(&self.running).remove(&id);
+            self.answer(
+                id,
+                Outcome::Failed {
+                    reason: format!("lazaret cannot start a thread for it: {e}"),
+                },
+            );
+        }
+    }
+
+    /// Kills the command's group, if it still runs; its thread answers.
+    pub fn cancel(&self, request_id: &str) {
+        if let Some(flag) = lock(&self.running).get(request_id) {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The session ends: every command's group is killed, and this waits
+    /// (briefly) for their threads to have done it.
+    pub fn end_all(&self) {
+        for flag in lock(&self.running).values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !lock(&self.running).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answer(&self, request_id: String, outcome: Outcome) {
+        let _ = write_frame(
+            &mut *lock(&self.writer),
+            &ClientMsg::HostCommandOutcome {
+                request_id,
+                outcome,
+            },
+        );
+    }
+}
+
+/// Runs `argv` to its outcome (see the module's documentation).
+pub fn execute(
+    argv: &[String],
+    workspace: &Path,
+    timeout: Option<Instant>,
+    cancel: &AtomicBool,
+) -> Outcome {
+    let Some(program) = argv.first() else {
+        return Outcome::Failed {
+            reason: "empty command".into(),
+        };
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .current_dir(workspace)
+        .env_clear()
+        .env("PATH", HOST_PATH)
+        .env("LANG", "C.UTF-8")
+        .env("LAZARET_ESCALATION", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for k in ["HOME", "USER", "LOGNAME"] {
+        if let Ok(v) = std::env::var(k) {
+            cmd.env(k, v);
+        }
+    }
+    // SAFETY: prctl is async-signal-safe. The command dies with the thread
+    // that waits for it, so it cannot outlive its request or this CLI.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::Failed {
+                reason: format!("cannot run {} on the host: {e}", display::quoted(program)),
+            }
+        }
+    };
+    let capture = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let Some(mut r) = r else {
+                return (Vec::new(), false);
+            };
+            let mut kept = Vec::new();
+            let _ = (&mut r).take(esc::MAX_OUTPUT as u64).read_to_end(&mut kept);
+            // Drain the rest so the command never blocks on a full pipe.
+            let dropped = std::io::copy(&mut r, &mut std::io::sink()).unwrap_or(0);
+            (kept, dropped > 0)
+        })
+    };
+    let out = capture(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = capture(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let kill = || {
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    };
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => {
+                kill();
+                return Outcome::Failed {
+                    reason: e.to_string(),
+                };
+            }
+        }
+        if cancel.load(Ordering::SeqCst) {
+            kill();
+            let _ = child.wait();
+            return Outcome::Cancelled;
+        }
+        if timeout.is_some_and(|d| Instant::now() > d) {
+            kill();
+            let _ = child.wait();
+            return Outcome::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The group may have left children behind: they end with the request.
+    kill();
+    let (stdout, t1) = out.join().unwrap_or_default();
+    let (stderr, t2) = err.join().unwrap_or_default();
+    use std::os::unix::process::ExitStatusExt;
+    Outcome::Completed {
+        status: status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        stdout,
+        stderr,
+        truncated: t1 || t2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_protocol::frame::read_frame;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn execute_runs_the_vector_without_a_shell() {
+        let d = tempfile::tempdir().unwrap();
+        let no = AtomicBool::new(false);
+        let o = execute(
+            &v(&["/usr/bin/printf", "%s|", "a;b", "$(id)", "x\ny"]),
+            d.path(),
+            None,
+            &no,
+        );
+        assert_eq!(
+            o,
+            Outcome::Completed {
+                status: 0,
+                stdout: b"a;b|$(id)|x\ny|".to_vec(),
+                stderr: vec![],
+                truncated: false
+            }
+        );
+        let o = execute(
+            &v(&["/bin/sh", "-c", "echo e >&2; exit 3"]),
+            d.path(),
+            None,
+            &no,
+        );
+        assert!(matches!(o, Outcome::Completed { status: 3, ref stderr, .. } if stderr == b"e\n"));
+        let o = execute(
+            &v(&["/bin/sleep", "30"]),
+            d.path(),
+            Some(Instant::now() + Duration::from_millis(200)),
+            &no,
+        );
+        assert_eq!(o, Outcome::TimedOut);
+        assert!(matches!(
+            execute(&v(&["/nonexistent"]), d.path(), None, &no),
+            Outcome::Failed { .. }
+        ));
+        // Run in the workspace, with the minimal environment.
+        let o = execute(
+            &v(&[
+                "/bin/sh",
+                "-c",
+                "pwd; echo $PATH; echo ${LAZARET_ESCALATION}",
+            ]),
+            d.path(),
+            None,
+            &no,
+        );
+        let want = format!(
+            "{}\n{HOST_PATH}\n1\n",
+            d.path().canonicalize().unwrap().display()
+        );
+        assert!(
+            matches!(o, Outcome::Completed { status: 0, ref stdout, .. } if *stdout == want.as_bytes()),
+            "{o:?}"
+        );
+    }
+
+    #[test]
+    fn cancel_and_end_all_kill_the_group_and_answer() {
+        let d = tempfile::tempdir().unwrap();
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let r = Runner::new(Arc::new(Mutex::new(ours)), d.path().into());
+        let pidfile = d.path().join("grandchild");
+        let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+        r.start(HostCommand {
+            request_id: "a".into(),
+            argv: v(&["/bin/sh", "-c", &script]),
+            decided_by: "test".into(),
+            timeout_ms: None,
+        });
+        let mut pid = None;
+        for _ in 0..500 {
+            pid = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok());
+            if pid.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = pid.expect("the command started");
+        r.cancel("a");
+        let m: ClientMsg = read_frame(&mut theirs).unwrap();
+        assert_eq!(
+            m,
+            ClientMsg::HostCommandOutcome {
+                request_id: "a".into(),
+                outcome: Outcome::Cancelled
+            }
+        );
+        // The background child of the group was killed too (a zombie until
+        // reaped by init at most).
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.contains(") Z "))
+        };
+        let mut ok = false;
+        for _ in 0..500 {
+            if gone() {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(ok, "the command's group outlived its cancellation");
+        r.start(HostCommand {
+            request_id: "b".into(),
+            argv: v(&["/bin/sleep", "60"]),
+            decided_by: "test".into(),
+            timeout_ms: None,
+        });
+        r.end_all();
+        let m: ClientMsg = read_frame(&mut theirs).unwrap();
+        assert_eq!(
+            m,
+            ClientMsg::HostCommandOutcome {
+                request_id: "b".into(),
+                outcome: Outcome::Cancelled
+            }
+        );
+        assert!(lock(&r.running).is_empty());
+    }
+}

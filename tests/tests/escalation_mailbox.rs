@@ -1,0 +1,231 @@
+//! Least authority around Host Escalation, end to end: the Escalation
+//! Mailbox is read by `lazaret-mailbox`, a separate confined process (the
+//! coordinator's child), and approved host commands run as children of
+//! the requesting session's `lazaret` CLI, not of the coordinator. When
+//! the reader dies, the coordinator says so and the Domain still stops.
+
+use lazaret_tests::{assert_domain_gone, eventually, require_env, text, Workspace};
+use std::process::Stdio;
+use std::time::Duration;
+
+fn rules(ws: &Workspace, argv: &str) {
+    ws.write_config(&format!(
+        "[[profiles.default.escalation.auto_approve]]\nargv = {argv}\n"
+    ));
+}
+
+/// The Domain's process whose command line names `binary`.
+fn domain_process(domain_id: &str, binary: &str) -> Option<i32> {
+    lazaret_tests::processes_mentioning(domain_id)
+        .into_iter()
+        .find(|(_, c)| c.split(' ').next().is_some_and(|p| p.ends_with(binary)))
+        .map(|(p, _)| p)
+}
+
+/// Live children of `parent` named `comm`.
+fn children_named(parent: i32, comm: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let mut f = after.split(' ');
+        let (state, ppid) = (f.next(), f.next().and_then(|p| p.parse::<i32>().ok()));
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if ppid == Some(parent) && state != Some("Z") && name.trim_end() == comm {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn status_field(pid: i32, key: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// The Domain's mailbox reader, once the coordinator has started it.
+fn mailbox_reader(domain: &str) -> Option<(i32, i32)> {
+    let mut found = None;
+    eventually(Duration::from_secs(60), || {
+        found = domain_process(domain, "lazaret-coordinator").and_then(|c| {
+            children_named(c, "lazaret-mailbox")
+                .first()
+                .map(|m| (c, *m))
+        });
+        found.is_some()
+    });
+    found
+}
+
+#[test]
+fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
+    let env = require_env!();
+    let ws = env.workspace("esc-reader");
+    rules(&ws, r#"["/bin/echo", "hi"]"#);
+    let domain = ws.domain_id("default");
+    // One session holds the Domain while the reader is inspected; it
+    // escalates first, so the reader has done its work by then.
+    let session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "lazaret-escalate -- /bin/echo hi; echo rc=$?; sleep 600",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (coordinator, reader) =
+        mailbox_reader(&domain).expect("no lazaret-mailbox child of the coordinator");
+    assert_ne!(coordinator, reader);
+    assert_eq!(status_field(reader, "NoNewPrivs:").as_deref(), Some("1"));
+    assert_eq!(status_field(reader, "Seccomp:").as_deref(), Some("2"));
+    assert_eq!(
+        status_field(reader, "CapEff:").as_deref(),
+        Some("0000000000000000")
+    );
+    assert_eq!(
+        status_field(reader, "CapPrm:").as_deref(),
+        Some("0000000000000000")
+    );
+    // It holds stdio, the request directory and its socket, nothing else
+    // (the input memfd is closed once read).
+    let fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{reader}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read_link(e.path())
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let requests = std::fs::canonicalize(
+        ws.domain_root("default")
+            .join("run/control/mailbox/requests"),
+    )
+    .unwrap();
+    for (fd, target) in &fds {
+        match fd.as_str() {
+            "0" | "1" | "2" => {}
+            "4" => assert_eq!(target, &requests.display().to_string(), "{fds:?}"),
+            "5" => assert!(target.starts_with("socket:"), "{fds:?}"),
+            _ => panic!("the reader holds more than it needs: {fds:?}"),
+        }
+    }
+    // Escalation works through it: once its decision is recorded, the
+    // session sleeps, and ends on SIGTERM.
+    let recorded = eventually(Duration::from_secs(60), || {
+        lazaret_protocol::escalation::log_files(&ws.domain_root("default"))
+            .iter()
+            .any(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .contains("\"event\":\"decision\"")
+            })
+    });
+    assert!(recorded, "the request was never decided");
+    let sid = session.id();
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(sid.to_string())
+        .status();
+    let out = session.wait_with_output().unwrap();
+    assert!(
+        text(&out.stdout).starts_with("hi\nrc=0\n"),
+        "{} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_domain_gone(&domain);
+    assert!(
+        eventually(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{reader}"
+        ))
+        .exists()
+            || children_named(coordinator, "lazaret-mailbox").is_empty()),
+        "the reader outlived its Domain"
+    );
+}
+
+#[test]
+fn approved_commands_run_as_children_of_the_requesting_cli() {
+    let env = require_env!();
+    let ws = env.workspace("esc-parent");
+    rules(&ws, r#"["/bin/sh", "-c", "echo $PPID"]"#);
+    let session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "lazaret-escalate -- /bin/sh -c 'echo $PPID'; echo rc=$?",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The test user's `lazaret` (setpriv execs it: the same process).
+    let cli = session.id();
+    let out = session.wait_with_output().unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("{cli}\nrc=0\n"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn when_the_reader_dies_the_coordinator_says_so_and_the_domain_still_stops() {
+    let env = require_env!();
+    let ws = env.workspace("esc-reader-dies");
+    let domain = ws.domain_id("default");
+    let errfile = ws.base.join("stderr");
+    let mut session = ws
+        .lazaret(&["run", "--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errfile).unwrap())
+        .spawn()
+        .unwrap();
+    let (_, reader) = mailbox_reader(&domain).expect("no lazaret-mailbox child of the coordinator");
+    let _ = std::process::Command::new("kill")
+        .arg("-KILL")
+        .arg(reader.to_string())
+        .status();
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(
+            &errfile
+        )
+        .unwrap_or_default()
+        .contains("Escalation Mailbox reader ended")),
+        "the session was not told: {}",
+        std::fs::read_to_string(&errfile).unwrap_or_default()
+    );
+    let log: String = lazaret_protocol::escalation::log_files(&ws.domain_root("default"))
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    assert!(log.contains("\"event\":\"reader_exited\""), "{log}");
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(session.id().to_string())
+        .status();
+    let _ = session.wait();
+    assert_domain_gone(&domain);
+}
