@@ -218,6 +218,16 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
         ))
         .stderr(Stdio::from(log))
         .current_dir("/");
+    // Only what the Domain's processes read: the developer's other
+    // variables (API keys, the session's own `-e` values) stay with this
+    // CLI. The Git ones let the mount router find Git's configuration as
+    // host Git would.
+    cmd.env_clear();
+    for k in COORDINATOR_ENV {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
     fds::pass_fds(&mut cmd, vec![(input_fd, 3), (ready_w, 4)]);
     // SAFETY: fork, _exit and setsid are async-signal-safe. The
     // intermediate child exits at once, so the coordinator is nobody's
@@ -289,6 +299,25 @@ fn git_identity(p: &lazaret_config::GitIdentity) -> (Option<String>, Option<Stri
     };
     (pick(&p.name, "user.name"), pick(&p.email, "user.email"))
 }
+
+/// The variables the coordinator and the processes it starts get from the
+/// startup leader's environment.
+const COORDINATOR_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "RUST_BACKTRACE",
+    // Test-only fault points (lazaret_state::fault).
+    "LAZARET_FAULT_POINT",
+];
 
 /// Where the host's system CA bundle is, by distribution.
 const SYSTEM_CA_BUNDLES: &[&str] = &[

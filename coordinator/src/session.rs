@@ -142,6 +142,33 @@ pub fn sandbox_argv(argv: Option<&[String]>, workdir: &str) -> Vec<String> {
     v
 }
 
+/// A client's session variables, checked again here (the CLI checks them
+/// first): names the kernel accepts, none of Lazaret's own, no NUL, within
+/// [`SessionEnv`]'s bounds.
+pub fn check_session_env(e: &lazaret_protocol::session::SessionEnv) -> Result<(), String> {
+    use lazaret_protocol::session::SessionEnv;
+    let bytes: usize = e.0.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if e.0.len() > SessionEnv::MAX_VARS || bytes > SessionEnv::MAX_BYTES {
+        return Err(format!(
+            "the session's variables are over the bound ({} variables, {bytes} bytes)",
+            e.0.len()
+        ));
+    }
+    for (k, v) in &e.0 {
+        let bad_name = k.is_empty()
+            || k.contains(['=', '\0'])
+            || k.starts_with(|c: char| c.is_ascii_digit())
+            || k.starts_with("LAZARET_");
+        if bad_name || v.contains('\0') {
+            return Err(format!(
+                "the session variable {} cannot be given",
+                lazaret_protocol::display::escape(k.as_bytes())
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Carries the session's starting directory to [`sandbox_argv`]'s script.
 pub const WORKDIR_ENV: &str = "LAZARET_WORKDIR";
 
@@ -212,6 +239,17 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
 
     let tty = hello.tty.clone();
     let mut env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
+    // The session's own variables (`lazaret run -e`, `pass_env`) win over
+    // the profile's; Lazaret's own names stay Lazaret's. They reach runsc
+    // in a sealed memfd only, and are never logged (names or values).
+    if let Err(why) = check_session_env(&hello.env) {
+        return refuse(why);
+    }
+    for (k, v) in &hello.env.0 {
+        let prefix = format!("{k}=");
+        env.retain(|e| !e.starts_with(&prefix));
+        env.push(format!("{k}={v}"));
+    }
     // The Session Anchor: given only to this session's processes, it binds
     // their escalation requests to this session (FR-10).
     let mut anchor = [0u8; 32];

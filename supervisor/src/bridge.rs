@@ -22,6 +22,9 @@ use std::process::{Command, Stdio};
 
 /// The exec bridge finds the holder's pidfd here.
 const HOLDER_PIDFD: i32 = 3;
+/// The session's process specification (`runsc exec --process`), in the
+/// bridge and so in runsc exec.
+const PROCESS_FD: i32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
@@ -125,8 +128,16 @@ pub fn start(
     if let Some(dir) = process_file.parent() {
         std::fs::create_dir_all(dir).map_err(write_err(&dir.to_path_buf()))?;
     }
-    std::fs::write(&process_file, serde_json::to_vec(&json).unwrap_or_default())
-        .map_err(write_err(&process_file))?;
+    // The specification may hold the session's own variables (API keys):
+    // it goes to runsc in a sealed memfd, never into a file.
+    let spec = memfd::sealed(
+        "session-process-json",
+        &serde_json::to_vec(&json).unwrap_or_default(),
+    )
+    .map_err(|e| BridgeError::Write {
+        path: process_file.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
 
     // runsc writes the pid file once the command's process exists.
     let runsc = plan.runsc.command(
@@ -136,7 +147,7 @@ pub fn start(
             "--pid-file",
             &pid_file.to_string_lossy(),
             "--process",
-            &process_file.to_string_lossy(),
+            &format!("/proc/self/fd/{PROCESS_FD}"),
             &plan.sandbox_id,
         ],
     );
@@ -178,7 +189,7 @@ pub fn start(
         path: plan.exec_bridge.clone(),
         source,
     })?;
-    fds::pass_fds(&mut cmd, vec![(holder, HOLDER_PIDFD)]);
+    fds::pass_fds(&mut cmd, vec![(holder, HOLDER_PIDFD), (spec, PROCESS_FD)]);
     // SAFETY: between fork and exec only async-signal-safe calls
     // (sigprocmask, prctl). The supervisor blocks the signals it takes
     // through its signalfd; the bridge must start with none blocked.

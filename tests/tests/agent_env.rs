@@ -79,3 +79,97 @@ echo x >> /.lazaret/host-ca.pem 2>/dev/null && echo writable || echo read-only
         text(&out.stderr)
     );
 }
+
+/// `lazaret run -e` and `pass_env`: the values reach the session's
+/// processes only; no file under the Domain Root and no host process's
+/// command line or environment holds them, even while the session runs.
+#[test]
+fn session_variables_reach_the_sandbox_and_nothing_on_the_host() {
+    let env = require_env!();
+    let ws = env.workspace("sessenv");
+    let secret = format!("sk-lazaret-{}", std::process::id());
+    ws.write_config("[profiles.default]\npass_env = [\"API_KEY\", \"NOT_SET_HERE\"]\n");
+    let child = ws
+        .lazaret(&[
+            "run",
+            "-e",
+            "OTHER=given",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$API_KEY $OTHER ${NOT_SET_HERE-unset}\"; sleep 4",
+        ])
+        .env("API_KEY", &secret)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the session runs: nothing on the host holds the value but the
+    // CLI's own environment (where the developer put it).
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let cli = child.id() as i32;
+    let out = env.sh(&format!(
+        "grep -rl -- '{secret}' '{}' 2>/dev/null || true",
+        ws.domain_root("default").display()
+    ));
+    assert_eq!(
+        text(&out.stdout),
+        "",
+        "files under the Domain Root hold the value"
+    );
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains(&secret),
+            "process {pid}'s command line holds the value"
+        );
+        // setpriv, then lazaret: the CLI and its launcher hold it.
+        if pid == cli
+            || std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "lazaret")
+        {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains(&secret),
+            "process {pid} ({}) has the value in its environment",
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+        );
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{secret} given unset\n"));
+    assert_domain_gone(&ws.domain_id("default"));
+    let out = env.sh(&format!(
+        "grep -rl -- '{secret}' '{}' 2>/dev/null || true",
+        ws.domain_root("default").display()
+    ));
+    assert_eq!(
+        text(&out.stdout),
+        "",
+        "files under the Domain Root hold the value"
+    );
+
+    // An unset name given with -e, and Lazaret's own names, are refused.
+    let out = ws
+        .lazaret(&["run", "-e", "NOPE", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("NOPE: not set"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = ws
+        .lazaret(&["run", "-e", "LAZARET_SESSION_ID=x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+}

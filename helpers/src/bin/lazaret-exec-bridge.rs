@@ -10,8 +10,8 @@
 //!
 //! It cannot confine itself: `runsc exec` is its child and would inherit
 //! landlock and seccomp (see `--print-confinement` for the reason). What it
-//! can drop, it drops first: every inherited descriptor but 0, 1, 2 and the
-//! pidfd, so `runsc exec` (which gets root's capabilities in the Domain's
+//! can drop, it drops first: every inherited descriptor but 0, 1, 2, the
+//! pidfd and the session's process memfd (fd 4), so `runsc exec` (which gets root's capabilities in the Domain's
 //! user namespace) inherits nothing else of the coordinator's.
 //!
 //! Exit codes: the command's status; 125 when the bridge itself fails.
@@ -22,6 +22,11 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 
 const HOLDER_PIDFD: i32 = 3;
+/// The session's process specification for `runsc exec --process` (a
+/// sealed memfd, read by runsc as `/proc/self/fd/4`): it may hold the
+/// session's own variables (`lazaret run -e`), which are never written to
+/// a file.
+const PROCESS_FD: i32 = 4;
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
@@ -30,7 +35,7 @@ fn main() {
     // Nothing owns a descriptor yet but std's 0-2: no drop closes these
     // again. Before joining the holder's namespaces, where runsc exec gets
     // root's capabilities.
-    lazaret_seccomp::process::close_inherited_fds(&[HOLDER_PIDFD])
+    lazaret_seccomp::process::close_inherited_fds(&[HOLDER_PIDFD, PROCESS_FD])
         .unwrap_or_else(|e| fail(&e.to_string()));
     // runsc exec inherits it.
     lazaret_helpers::limits::raise_nofile();
