@@ -369,9 +369,11 @@ impl Escalations {
     }
 
     /// Starts `lazaret-mailbox` (from `libexec`) over the request
-    /// directory, and a thread that takes its records. Call before the
-    /// coordinator confines itself: this is its only exec for escalations.
-    pub fn start_reader(self: &Arc<Self>, libexec: &Path) -> Result<(), ReaderError> {
+    /// directory. Call before the coordinator confines itself: this is its
+    /// only exec for escalations. The records are taken once
+    /// [`Escalations::take_from_reader`] is called with what this returns
+    /// (after confinement: no thread may exist before it).
+    pub fn start_reader(self: &Arc<Self>, libexec: &Path) -> Result<UnixStream, ReaderError> {
         use rustix::fs::{Mode, OFlags};
         let dir = rustix::fs::open(
             &self.requests,
@@ -438,9 +440,13 @@ impl Escalations {
         for (session_id, anchor) in known {
             self.tell_reader(&ToReader::SessionAdded { session_id, anchor });
         }
+        Ok(from_reader)
+    }
+
+    /// Starts the thread that takes the reader's records.
+    pub fn take_from_reader(self: &Arc<Self>, from_reader: UnixStream) {
         let me = self.clone();
         std::thread::spawn(move || me.take_records(from_reader));
-        Ok(())
     }
 
     /// Takes the reader's records until it ends.

@@ -213,24 +213,10 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     gen.holder = holder_pid.and_then(|p| procs::start_time(p).map(|t| (p, t)));
     gen.phase = Phase::Running;
     store.set_generation(&gen).map_err(|e| e.to_string())?;
-    let (link, mut supervisor) = match Link::start(channel) {
-        Ok(l) => (
-            l.clone(),
-            Supervisor {
-                child,
-                link: Some(l),
-                _holder: holder,
-            },
-        ),
-        Err(e) => {
-            let mut supervisor = Supervisor {
-                child,
-                link: None,
-                _holder: holder,
-            };
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(format!("cannot read the Runtime Supervisor's channel: {e}"));
-        }
+    let mut supervisor = Supervisor {
+        child,
+        link: None,
+        _holder: holder,
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
@@ -239,14 +225,9 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
             return Err(e);
         }
     };
-    log(format!(
-        "Domain {} generation {} ready: sandbox {}",
-        input.domain_id, gen.number, gen.sandbox_id
-    ));
-    report(ready, "ready");
 
     // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
-    // started here, before the coordinator could confine itself.
+    // started here, before the coordinator confines itself.
     let escalations = Arc::new(Escalations::new(
         keys.pk,
         gen.sandbox_id.clone(),
@@ -256,11 +237,44 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         layout.root.join(lazaret_protocol::escalation::LOG_FILE),
         input.auto_approve.clone(),
     ));
-    if let Err(e) = escalations.start_reader(&input.libexec) {
-        log(format!(
-            "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
-        ));
+    let from_reader = match escalations.start_reader(&input.libexec) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            log(format!(
+                "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
+            ));
+            None
+        }
+    };
+
+    // Start-up is over: every process the coordinator starts runs, and it
+    // has one thread, so landlock and seccomp bind all it will do.
+    let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
+    if let Err(e) = crate::confine::confine(&layout.root, catalog) {
+        escalations.stop_reader();
+        teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
+        return Err(format!("the coordinator cannot confine itself: {e}"));
     }
+
+    let link = match Link::start(channel) {
+        Ok(l) => {
+            supervisor.link = Some(l.clone());
+            l
+        }
+        Err(e) => {
+            escalations.stop_reader();
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
+            return Err(format!("cannot read the Runtime Supervisor's channel: {e}"));
+        }
+    };
+    if let Some(r) = from_reader {
+        escalations.take_from_reader(r);
+    }
+    log(format!(
+        "Domain {} generation {} ready: sandbox {}",
+        input.domain_id, gen.number, gen.sandbox_id
+    ));
+    report(ready, "ready");
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
     let ctx = Arc::new(SessionCtx::new(

@@ -12,8 +12,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let digest = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["--print-confinement"] => {
-            print!("{}", lazaret_mailbox::confine::describe());
-            std::process::exit(exit::OK);
+            lazaret_seccomp::binaries::print_and_exit("lazaret-mailbox");
         }
         ["--input-digest", d] if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => {
             d.to_string()

@@ -144,7 +144,7 @@ pub fn run(digest: &str) -> Result<(), RunError> {
         .map_err(|e| bad(format!("fd {}: {e}", fdno::CHANNEL)))?;
     let reader = read_input(&input, digest)?;
     drop(input);
-    let prog = confine::compile_seccomp()?;
-    confine::confine(requests.as_fd(), &prog)?;
+    let filters = confine::filters()?;
+    confine::confine(requests.as_fd(), &filters)?;
     serve(reader, requests, UnixStream::from(chan))
 }

@@ -27,7 +27,7 @@ fn in_confined_child(
     expect: Expect,
     act: fn(&OwnedFd) -> bool,
 ) -> bool {
-    let prog = confine::compile_seccomp().expect("the policy compiles");
+    let filters = confine::filters().expect("the policy compiles");
     let requests = rustix::fs::open(
         dir,
         OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
@@ -38,7 +38,7 @@ fn in_confined_child(
     // child only confines itself, makes a few syscalls and exits.
     match unsafe { fork() }.expect("fork") {
         ForkResult::Child => {
-            let code = match confine::confine(requests.as_fd(), &prog) {
+            let code = match confine::confine(requests.as_fd(), &filters) {
                 Ok(()) => {
                     if act(&requests) {
                         0

@@ -12,6 +12,7 @@ use landlock::{Access, AccessFs, AccessNet, BitFlags, ABI};
 pub const SUITE: &[&str] = &[
     "lazaret",
     "lazaret-coordinator",
+    "lazaret-mailbox",
     "lazaret-supervisor",
     "lazaret-exec-bridge",
     "lazaret-mount-router",
@@ -24,6 +25,7 @@ pub fn get(binary: &str) -> Option<Confinement> {
     Some(match binary {
         "lazaret" => cli(),
         "lazaret-coordinator" => coordinator(),
+        "lazaret-mailbox" => mailbox(),
         "lazaret-supervisor" => supervisor(),
         "lazaret-exec-bridge" => exec_bridge(),
         "lazaret-mount-router" => mount_router(),
@@ -238,6 +240,52 @@ pub fn coordinator() -> Confinement {
     }
 }
 
+// ---------------------------------------------------------------- mailbox
+
+/// The landlock ABI `lazaret-mailbox` requires (Linux 6.12).
+pub const MAILBOX_ABI: ABI = ABI::V6;
+pub const PLACE_MAILBOX_REQUESTS: &str = "the Escalation Mailbox's request directory";
+/// The reader's address space: the binary, one request of at most 64 KiB
+/// at a time, the session table and one pass's records, many times over.
+pub const MAILBOX_MAX_ADDRESS_SPACE: u64 = 256 << 20;
+/// Its descriptors: stdio, the three inherited ones, a listing, an entry.
+pub const MAILBOX_MAX_FILES: u64 = 32;
+
+pub fn mailbox() -> Confinement {
+    Confinement {
+        binary: "lazaret-mailbox",
+        runs_as: "the developer, started by lazaret-coordinator before the coordinator confines itself; fd 3 a sealed memfd (public key, sandbox ID, bounds; seals, size and SHA-256 from argv checked before parsing), fd 4 the request directory, fd 5 its end of a socketpair to the coordinator",
+        status: Status::Confined,
+        namespaces: "the developer's",
+        closes_fds: Some("0, 1, 2, the request directory and the socketpair, before confining"),
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![]),
+        landlock: Some(Landlock {
+            abi: MAILBOX_ABI,
+            fs: AccessFs::from_all(MAILBOX_ABI),
+            net: AccessNet::from_all(MAILBOX_ABI),
+            scoping: Scoping::Required,
+            rules: vec![Rule {
+                place: PLACE_MAILBOX_REQUESTS,
+                access: AccessFs::ReadFile
+                    | AccessFs::ReadDir
+                    | AccessFs::RemoveFile
+                    | AccessFs::RemoveDir,
+                required: true,
+            }],
+            require_full: true,
+            notes: vec!["TCP: no bind, no connect"],
+        }),
+        seccomp: true,
+        notes: vec![
+            "resource limits: 256 MiB of address space, 32 descriptors, no core files",
+            "reads, bounds, verifies (signature before parsing, generation, age, Session Anchor MAC) and decodes every mailbox entry; hands the coordinator typed records only, which the coordinator verifies again over its own encoding",
+            "single-threaded: no clone at all",
+        ],
+    }
+}
+
 // ---------------------------------------------------------------- unconfined
 
 pub fn cli() -> Confinement {
@@ -274,19 +322,22 @@ pub fn supervisor() -> Confinement {
         ),
         landlock: None,
         seccomp: false,
-        notes: vec![],
+        notes: vec![
+            "starts each Client Session's exec bridge on the coordinator's typed request: the coordinator names the session and hands the in-sandbox process as a sealed memfd; every runsc argument comes from the supervisor's own plan",
+            "`--scan-anchor` (run by `lazaret state`) lists the names in a State Anchor's upper, which the sandbox wrote, from a clone in the Domain's user namespace that is not yet confined; it never follows a link or reads a file's content",
+        ],
     }
 }
 
 pub fn exec_bridge() -> Confinement {
     Confinement {
         binary: "lazaret-exec-bridge",
-        runs_as: "the developer, started by lazaret-coordinator per Client Session with the PTY slave (or pipes) as 0-2 and the holder's pidfd on fd 3",
+        runs_as: "the developer, started by lazaret-supervisor on the coordinator's request, one per Client Session, with the PTY slave (or pipes) as 0-2, the holder's pidfd on fd 3 and the session's process specification (a sealed memfd, read by runsc exec) on fd 4",
         status: Status::Unconfined {
             reason: "runsc exec is its child and would inherit landlock and seccomp; runsc needs root's capabilities in the Domain user namespace it joins, its state directory and the sandbox's control socket, which no policy here describes yet; so it drops only its inherited descriptors, and holds no capability on the host",
         },
         namespaces: "joins the holder's user, mount, network and PID namespaces through the pidfd (never a PID), then runs runsc exec",
-        closes_fds: Some("0, 1, 2 and the holder's pidfd (fd 3), before joining"),
+        closes_fds: Some("0, 1, 2, the holder's pidfd (fd 3) and the process memfd (fd 4), before joining"),
         no_new_privs: false,
         not_dumpable: false,
         capabilities: Capabilities::Unchanged(

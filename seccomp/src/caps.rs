@@ -50,10 +50,19 @@ pub fn set_of(caps: &[Capability]) -> CapabilitySet {
 ///
 /// A bounding-set drop that fails with `EPERM` is an error only if the
 /// capability is still in the bounding set afterwards (a process without
-/// `CAP_SETPCAP` may already lack it).
+/// `CAP_SETPCAP` may already lack it). A process that never had
+/// `CAP_SETPCAP` (the developer's own processes) cannot change its
+/// bounding set at all: it leaves it as it is, which `no_new_privs` and
+/// the absence of exec make moot.
 pub fn keep_only(keep: &[Capability]) -> Result<(), ConfineError> {
     let keep = set_of(keep);
+    let may_drop_bounding = rustix::thread::capabilities(None)
+        .map(|c| c.effective.contains(CapabilitySet::SETPCAP))
+        .unwrap_or(false);
     for bit in 0..64u32 {
+        if !may_drop_bounding {
+            break;
+        }
         let set = CapabilitySet::from_bits_retain(1u64 << bit);
         if keep.contains(set) {
             continue;

@@ -115,7 +115,7 @@ impl Confinement {
         let _ = writeln!(s, "process: {}", process.join("; "));
         match &self.capabilities {
             Capabilities::Keep(k) if k.is_empty() => {
-                let _ = writeln!(s, "capabilities: none (all sets empty, bounding set too)");
+                let _ = writeln!(s, "capabilities: none (effective, permitted, inheritable and ambient sets empty; the bounding set too where CAP_SETPCAP allows)");
             }
             Capabilities::Keep(k) => {
                 let names: Vec<&str> = k.iter().map(|c| c.name).collect();

@@ -29,6 +29,7 @@ const CONFINED: &[&str] = &[
     "lazaret-netpolicy",
     "lazaret-mount-router",
     "lazaret-coordinator",
+    "lazaret-mailbox",
 ];
 
 /// Candidates for "a forbidden system call": the first one the binary's

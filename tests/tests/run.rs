@@ -321,11 +321,16 @@ fn a_runsc_failure_at_start_is_a_lazaret_error() {
     let wrapper = runsc_wrapper(
         &ws,
         "runsc-bad-cwd",
-        r##"prev=
+        // The specification comes in a sealed memfd: the wrapper hands
+        // runsc an edited copy instead.
+        r##"n=$#; prev=
 for a in "$@"; do
-  if [ "$prev" = --process ]; then sed -i 's#"cwd":"/workspace"#"cwd":"/workspace/no-such-dir"#' "$a"; fi
-  prev=$a
-done"##,
+  if [ "$prev" = --process ]; then
+    t=$(mktemp); sed 's#"cwd":"/workspace"#"cwd":"/workspace/no-such-dir"#' "$a" > "$t"; a=$t
+  fi
+  set -- "$@" "$a"; prev=$a
+done
+shift "$n""##,
     );
     ws.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", wrapper.display()));
     let out = ws.run_sh("echo RAN");
