@@ -7,7 +7,9 @@ use crate::run::Resolved;
 use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
 use lazaret_protocol::display;
-use lazaret_protocol::plan::{CoordinatorInput, NetworkInput, RunscInvocation, VolumeSpec};
+use lazaret_protocol::plan::{
+    CoordinatorInput, CoordinatorReadiness, NetworkInput, RunscInvocation, VolumeSpec,
+};
 use std::io::{BufRead, IsTerminal};
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
@@ -188,8 +190,8 @@ pub(crate) fn network_input(
 
 fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliError> {
     let bytes = postcard::to_stdvec(input).map_err(|e| CliError::Start(e.to_string()))?;
-    let input_fd =
-        memfd::sealed("coordinator-input", &bytes).map_err(|e| CliError::Start(e.to_string()))?;
+    let (input_fd, digest) = memfd::sealed_with_digest("coordinator-input", &bytes)
+        .map_err(|e| CliError::Start(e.to_string()))?;
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| CliError::Start(e.to_string()))?;
     let log_path = r.domain_root.join("coordinator.log");
@@ -211,6 +213,8 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     // The Domain ID in argv only names the process for `ps` and tests.
     cmd.arg("--domain")
         .arg(&input.domain_id)
+        .arg("--input-digest")
+        .arg(&digest)
         .stdin(Stdio::null())
         .stdout(Stdio::from(
             log.try_clone()
@@ -263,16 +267,14 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             log_path.display()
         )));
     }
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(ready).read_line(&mut line);
-    let line = line.trim();
-    if line == "ready" {
-        return Ok(());
-    }
+    let mut ready = ready;
+    let why = match lazaret_protocol::frame::read_frame(&mut ready) {
+        Ok(CoordinatorReadiness::Ready) => return Ok(()),
+        Ok(CoordinatorReadiness::Failed(why)) => why,
+        Err(_) => "the coordinator exited during start-up".to_string(),
+    };
     Err(CliError::Start(format!(
-        "{} (details in {})",
-        line.strip_prefix("error ")
-            .unwrap_or("the coordinator exited during start-up"),
+        "{why} (details in {})",
         log_path.display()
     )))
 }

@@ -8,7 +8,8 @@ use lazaret_helpers::channel::{self, Channel, ChannelError};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::plan::{
-    AnchorMount, CoordinatorInput, MountKind, MountPurpose, PlannedMount, RootLayout, SandboxPlan,
+    AnchorMount, CoordinatorInput, CoordinatorReadiness, MountKind, MountPurpose, PlannedMount,
+    RootLayout, SandboxPlan,
 };
 use lazaret_protocol::supervisor::FromSupervisor;
 use lazaret_state::anchors::{AnchorDirs, Anchors};
@@ -47,7 +48,7 @@ pub fn main() -> i32 {
     let input = match read_input() {
         Ok(i) => i,
         Err(msg) => {
-            report(&mut ready, &format!("error {msg}"));
+            report(&mut ready, CoordinatorReadiness::Failed(msg.clone()));
             log(&msg);
             return exit::BAD_INPUT;
         }
@@ -55,23 +56,32 @@ pub fn main() -> i32 {
     match run(&input, &mut ready) {
         Ok(()) => exit::OK,
         Err(msg) => {
-            report(&mut ready, &format!("error {msg}"));
+            report(&mut ready, CoordinatorReadiness::Failed(msg.clone()));
             log(format!("error: {msg}"));
             exit::START_FAILED
         }
     }
 }
 
-fn report(ready: &mut Option<std::fs::File>, line: &str) {
+fn report(ready: &mut Option<std::fs::File>, r: CoordinatorReadiness) {
     if let Some(f) = ready.as_mut() {
-        let _ = writeln!(f, "{}", line.replace('\n', " "));
+        let _ = lazaret_protocol::frame::write_frame(f, &r);
     }
     *ready = None;
 }
 
+/// The input memfd on fd 3, checked against `--input-digest HEX` before
+/// it is parsed.
 fn read_input() -> Result<CoordinatorInput, String> {
+    let args: Vec<String> = std::env::args().collect();
+    let digest = args
+        .iter()
+        .position(|a| a == "--input-digest")
+        .and_then(|i| args.get(i + 1))
+        .ok_or("no --input-digest: the coordinator is started by lazaret")?;
     let fd = fds::inherited(fdno::INPUT).map_err(|e| format!("no input on fd 3: {e}"))?;
-    let bytes = memfd::read_sealed("coordinator-input", &fd, 1 << 20).map_err(|e| e.to_string())?;
+    let bytes = memfd::read_checked("coordinator-input", &fd, 1 << 20, digest)
+        .map_err(|e| e.to_string())?;
     postcard::from_bytes(&bytes).map_err(|e| format!("coordinator input: {e}"))
 }
 
@@ -274,7 +284,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         "Domain {} generation {} ready: sandbox {}",
         input.domain_id, gen.number, gen.sandbox_id
     ));
-    report(ready, "ready");
+    report(ready, CoordinatorReadiness::Ready);
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
     let ctx = Arc::new(SessionCtx::new(

@@ -192,8 +192,20 @@ pub struct IdMap {
     pub sub_gid: (u32, u32),
 }
 
+/// What a new Session Coordinator tells the startup leader on its
+/// readiness pipe: one postcard frame ([`crate::frame`]), then the pipe
+/// closes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum CoordinatorReadiness {
+    /// The Domain's sandbox runs and the coordinator serves sessions.
+    Ready,
+    /// Start-up failed; the reason, for the developer.
+    Failed(String),
+}
+
 /// What the `lazaret` CLI hands to a new Session Coordinator, as a sealed
-/// memfd: the validated profile, already resolved against the host.
+/// memfd (its SHA-256 on the command line, `--input-digest`): the
+/// validated profile, already resolved against the host.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CoordinatorInput {
     pub domain_id: String,
