@@ -10,7 +10,7 @@ use lazaret_protocol::display;
 use lazaret_protocol::plan::{
     CoordinatorInput, CoordinatorReadiness, NetworkInput, RunscInvocation, VolumeSpec,
 };
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

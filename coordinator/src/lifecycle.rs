@@ -16,7 +16,6 @@ use lazaret_state::anchors::{AnchorDirs, Anchors};
 use lazaret_state::meta::{AnchorMeta, DomainMeta};
 use lazaret_state::store::{Generation, Phase, Store};
 use lazaret_state::DomainLayout as Layout;
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
