@@ -155,10 +155,7 @@ pub fn check_session_env(e: &lazaret_protocol::session::SessionEnv) -> Result<()
         ));
     }
     for (k, v) in &e.0 {
-        let bad_name = k.is_empty()
-            || k.contains(['=', '\0'])
-            || k.starts_with(|c: char| c.is_ascii_digit())
-            || k.starts_with("LAZARET_");
+        let bad_name = lazaret_config::env_name(k).is_err() || k.starts_with("LAZARET_");
         if bad_name || v.contains('\0') {
             return Err(format!(
                 "the session variable {} cannot be given",

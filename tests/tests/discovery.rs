@@ -68,6 +68,35 @@ fn a_subdirectory_runs_in_the_repositorys_domain_and_starts_there() {
     );
     assert_domain_gone(&ws.domain_id("default"));
 
+    // A repository the sandbox makes in a subdirectory is the sandbox's
+    // own: the host never sees it, so the workspace stays the top level.
+    let out = ws.run_sh("cd src/deep && git init -q . && test -d .git && echo made");
+    assert_eq!(text(&out.stdout), "made\n", "{}", text(&out.stderr));
+    assert!(
+        !deep.join(".git").exists(),
+        "the sandbox's .git reached the host"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+    let out = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "pwd; git rev-parse --show-toplevel",
+        ])
+        .current_dir(&deep)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "/workspace/src/deep\n/workspace/src/deep\n",
+        "inside, the sandbox's own repository is found first; on the host, the top level: {}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+
     // `--workspace` still chooses explicitly: the subdirectory itself.
     let out = ws
         .lazaret(&["run", "--workspace", "src", "--", "sh", "-c", "pwd; ls"])
