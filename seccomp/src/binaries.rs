@@ -26,6 +26,7 @@ pub fn get(binary: &str) -> Option<Confinement> {
         "lazaret" => cli(),
         "lazaret-coordinator" => coordinator(),
         "lazaret-mailbox" => mailbox(),
+        "lazaret-supervisor-scan" => supervisor_scan(),
         "lazaret-supervisor" => supervisor(),
         "lazaret-exec-bridge" => exec_bridge(),
         "lazaret-mount-router" => mount_router(),
@@ -286,6 +287,54 @@ pub fn mailbox() -> Confinement {
     }
 }
 
+// ---------------------------------------------------------------- supervisor --scan-anchor
+
+/// `lazaret-supervisor --scan-anchor`'s clone, which lists the names of a
+/// State Anchor's upper (written by the sandbox) for `lazaret state`. Not
+/// a binary of its own: printed in the supervisor's notes, applied and
+/// tested by this name.
+pub const SCAN_ABI: ABI = ABI::V6;
+pub const PLACE_SCAN_UPPER: &str = "the State Anchor's upper";
+pub const PLACE_SCAN_LOWER: &str = "the image's directory beneath it (the lower)";
+
+pub fn supervisor_scan() -> Confinement {
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    Confinement {
+        binary: "lazaret-supervisor-scan",
+        runs_as: "a clone of lazaret-supervisor --scan-anchor (run by lazaret state), root of the Domain user namespace",
+        status: Status::Confined,
+        namespaces: "the Domain's user namespace (mapped like the sandbox's)",
+        closes_fds: None,
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![caps::DAC_READ_SEARCH]),
+        landlock: Some(Landlock {
+            abi: SCAN_ABI,
+            fs: AccessFs::from_all(SCAN_ABI),
+            net: AccessNet::from_all(SCAN_ABI),
+            scoping: Scoping::Required,
+            rules: vec![
+                Rule {
+                    place: PLACE_SCAN_UPPER,
+                    access: read,
+                    required: true,
+                },
+                Rule {
+                    place: PLACE_SCAN_LOWER,
+                    access: read,
+                    required: false,
+                },
+            ],
+            require_full: true,
+            notes: vec!["TCP: no bind, no connect; nothing writable"],
+        }),
+        seccomp: true,
+        notes: vec![
+            "lists names and their lstat only (never a file's content, never a link's target); writes one bounded JSON summary to the supervisor's pipe",
+        ],
+    }
+}
+
 // ---------------------------------------------------------------- unconfined
 
 pub fn cli() -> Confinement {
@@ -324,7 +373,7 @@ pub fn supervisor() -> Confinement {
         seccomp: false,
         notes: vec![
             "starts each Client Session's exec bridge on the coordinator's typed request: the coordinator names the session and hands the in-sandbox process as a sealed memfd; every runsc argument comes from the supervisor's own plan",
-            "`--scan-anchor` (run by `lazaret state`) lists the names in a State Anchor's upper, which the sandbox wrote, from a clone in the Domain's user namespace that is not yet confined; it never follows a link or reads a file's content",
+            "`--scan-anchor` (run by `lazaret state`) lists the names in a State Anchor's upper, which the sandbox wrote, from a clone in the Domain's user namespace that confines itself first (landlock: read beneath the upper and the lower only, no TCP, scoped; seccomp allow-list `lazaret-supervisor-scan`, kill; only CAP_DAC_READ_SEARCH; no_new_privs); the supervisor reads its summary bounded to 16 MiB",
         ],
     }
 }

@@ -30,6 +30,7 @@ const CONFINED: &[&str] = &[
     "lazaret-mount-router",
     "lazaret-coordinator",
     "lazaret-mailbox",
+    "lazaret-supervisor-scan",
 ];
 
 /// Candidates for "a forbidden system call": the first one the binary's

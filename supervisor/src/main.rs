@@ -494,6 +494,47 @@ fn remove_run_dir(plan: &SandboxPlan) -> bool {
     }
 }
 
+/// The confinement of `--scan-anchor`'s clone
+/// (`lazaret_seccomp::binaries::supervisor_scan`).
+const SCAN_CONFINEMENT: &str = "lazaret-supervisor-scan";
+
+/// The most bytes of a scan summary read back from the clone.
+const MAX_SCAN_SUMMARY: u64 = 16 << 20;
+
+/// Confines the scanning clone: read beneath `upper` and `lower` only.
+fn confine_scan(
+    upper: &Path,
+    lower: &Path,
+    filters: &[(&'static str, lazaret_seccomp::BpfProgram)],
+) -> Result<(), String> {
+    use lazaret_seccomp::binaries::{PLACE_SCAN_LOWER, PLACE_SCAN_UPPER};
+    use lazaret_seccomp::ruleset::Place;
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    let open = |p: &Path| {
+        rustix::fs::open(
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let up = open(upper).map_err(|e| format!("cannot open {}: {e}", upper.display()))?;
+    let low = open(lower).ok();
+    let mut places = vec![Place {
+        place: PLACE_SCAN_UPPER,
+        fd: up.as_fd(),
+    }];
+    if let Some(l) = &low {
+        places.push(Place {
+            place: PLACE_SCAN_LOWER,
+            fd: l.as_fd(),
+        });
+    }
+    lazaret_seccomp::binaries::supervisor_scan()
+        .apply(&places, filters)
+        .map_err(|e| format!("cannot confine the scan: {e}"))
+}
+
 /// `lazaret-supervisor --scan-anchor PATH UPPER LOWER`: prints the JSON
 /// summary of a State Anchor's upper (never file contents), scanned from
 /// inside the mapped user namespace where its directories are readable.
@@ -516,13 +557,24 @@ fn scan_anchor(args: &[String]) -> i32 {
             return exit::START_FAILED;
         }
     };
+    // Decoded here: the clone's allow-list need not allow decoding.
+    let filters = match lazaret_seccomp::filters(SCAN_CONFINEMENT) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
     let w_raw = w.as_raw_fd();
     // This process is single-threaded, so the clone may allocate.
     let child = userns::clone_mapped(&map, CloneFlags::empty(), || {
         // SAFETY: w_raw is the pipe's write end, inherited by the clone.
         let mut out = unsafe { std::fs::File::from_raw_fd(w_raw) };
-        let result = lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
-            .map_err(|e| e.to_string());
+        // The names it lists are the sandbox's: confined before the first.
+        let result = confine_scan(Path::new(upper), Path::new(lower), &filters).and_then(|()| {
+            lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
+                .map_err(|e| e.to_string())
+        });
         let _ = serde_json::to_writer(&mut out, &result);
         0
     });
@@ -535,7 +587,10 @@ fn scan_anchor(args: &[String]) -> i32 {
         }
     };
     let mut json = String::new();
-    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut json);
+    let _ = std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::from(r), MAX_SCAN_SUMMARY),
+        &mut json,
+    );
     let _ = nix::sys::wait::waitpid(child, None);
     match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(&json) {
         Ok(Ok(summary)) => {
