@@ -490,6 +490,12 @@ impl Bridge<'_> {
     }
 }
 
+/// The developer's message when the supervisor could not start a
+/// session's exec bridge.
+fn bridge_failed(e: &str) -> String {
+    format!("the command could not be started in the sandbox: {e}")
+}
+
 /// The bridge's status; 125 with a log line when the supervisor (and the
 /// sandbox with it) went away first.
 fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> i32 {
@@ -610,12 +616,23 @@ fn run_pty(
     // runsc chowns the slave it is given; it is ours alone, never the
     // developer's own terminal.
     let slave = [pty.slave];
-    let (bridge_fd, events) = bridge.start(ctx, true, &slave)?;
+    // Accepted before the bridge starts: once runsc exec may run the
+    // command, a client that loses this coordinator must say so, never
+    // start the command again in a new Domain (it retries only when
+    // nothing was accepted).
+    send(&writer, &accepted);
+    let (bridge_fd, events) = bridge.start(ctx, true, &slave).inspect_err(|e| {
+        send(
+            &writer,
+            &ServerMsg::Failed {
+                reason: bridge_failed(e),
+            },
+        );
+    })?;
     // Only the bridge holds the slave now: the reader ends with EIO once
     // the session's processes have closed it.
     drop(slave);
     let sid = bridge.sid;
-    send(&writer, &accepted);
     let watching = latch.watch(&writer);
 
     let master = std::fs::File::from(pty.master);
@@ -687,11 +704,19 @@ fn run_pipes(
     let (out_r, out_w) = pipe().map_err(err)?;
     let (err_r, err_w) = pipe().map_err(err)?;
     let far_ends = [in_r, out_w, err_w];
-    let (bridge_fd, events) = bridge.start(ctx, false, &far_ends)?;
+    // Accepted before the bridge starts (see `run_pty`).
+    send(&writer, &accepted);
+    let (bridge_fd, events) = bridge.start(ctx, false, &far_ends).inspect_err(|e| {
+        send(
+            &writer,
+            &ServerMsg::Failed {
+                reason: bridge_failed(e),
+            },
+        );
+    })?;
     // Only the bridge holds them now: the readers see EOF when it ends.
     drop(far_ends);
     let sid = bridge.sid;
-    send(&writer, &accepted);
     let watching = latch.watch(&writer);
     let out = pump(
         std::fs::File::from(out_r),
