@@ -55,7 +55,6 @@ pub enum BridgeError {
 pub struct Bridge {
     pub session: String,
     pub tracked: Tracked,
-    process_file: PathBuf,
 }
 
 impl Bridge {
@@ -69,22 +68,12 @@ impl Bridge {
             (None, None) => ExitStatus::Exited(125),
         })
     }
-
-    /// Removes the session's process file (the pid file stays: the
-    /// coordinator reads it to tell runsc's diagnostics from the command's
-    /// output).
-    pub fn forget(self) {
-        let _ = std::fs::remove_file(&self.process_file);
-    }
 }
 
-/// The runsc `--process` and `--pid-file` of a session.
-fn session_files(plan: &SandboxPlan, session: &str) -> (PathBuf, PathBuf) {
-    let dir = plan.run_dir.join("sessions");
-    (
-        dir.join(format!("{session}.json")),
-        dir.join(format!("{session}.pid")),
-    )
+/// The runsc `--pid-file` of a session (the coordinator reads it to tell
+/// runsc's diagnostics from the command's output).
+fn pid_file(plan: &SandboxPlan, session: &str) -> PathBuf {
+    plan.run_dir.join("sessions").join(format!("{session}.pid"))
 }
 
 /// Starts the exec bridge of `req.session`. `fds`: the sealed process
@@ -120,13 +109,12 @@ pub fn start(
         req.tty,
         &plan.limits,
     );
-    let (process_file, pid_file) = session_files(plan, &req.session);
-    let write_err = |path: &PathBuf| {
-        let path = path.clone();
-        move |source| BridgeError::Write { path, source }
-    };
-    if let Some(dir) = process_file.parent() {
-        std::fs::create_dir_all(dir).map_err(write_err(&dir.to_path_buf()))?;
+    let pid_file = pid_file(plan, &req.session);
+    if let Some(dir) = pid_file.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| BridgeError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     }
     // The specification may hold the session's own variables (API keys):
     // it goes to runsc in a sealed memfd, never into a file.
@@ -135,7 +123,7 @@ pub fn start(
         &serde_json::to_vec(&json).unwrap_or_default(),
     )
     .map_err(|e| BridgeError::Write {
-        path: process_file.clone(),
+        path: "the session's process memfd".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
 
@@ -212,6 +200,5 @@ pub fn start(
     Ok(Bridge {
         session: req.session.clone(),
         tracked: Tracked::new(child)?,
-        process_file,
     })
 }

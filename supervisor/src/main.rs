@@ -407,7 +407,6 @@ impl Supervisor {
             &[],
             MAX_RECORD,
         );
-        b.forget();
     }
 
     /// After the sandbox is gone, its bridges end (their `runsc exec` dies
