@@ -1,5 +1,6 @@
-//! `lazaret image prepare REF | list [--json] | rm ID | gc`: the prepared
-//! images of the Storage Root and their Storage Catalog records.
+//! `lazaret image prepare REF | list [--json] | rm ID | gc | commit NAME`:
+//! the prepared images of the Storage Root and their Storage Catalog
+//! records.
 //!
 //! Exit status: 0 on success, 125 when the command failed (the message
 //! says what to do next).
@@ -39,12 +40,29 @@ enum ImageCmd {
     },
     /// Remove a prepared image (refused while a Domain generation leases it)
     Rm {
-        /// The prepared-artifact ID, or a unique prefix of it
+        /// The prepared-artifact ID, a unique prefix of it, or `local:NAME`
         id: String,
     },
     /// Remove every prepared image no Domain leases, and leftovers of
     /// interrupted preparations
     Gc,
+    /// Make a new prepared image from a Domain's image and its State
+    /// Anchors (what was installed in it), usable by any profile as
+    /// `image = "local:NAME"`; the Domain must not be running
+    Commit {
+        /// The name: the image becomes `local:NAME`
+        name: String,
+        /// The Domain's Agent Profile
+        #[arg(long, default_value = "default")]
+        profile: String,
+        /// The Domain's Agent Workspace (default: the current directory's
+        /// repository)
+        #[arg(long, short = 'w', conflicts_with = "domain")]
+        workspace: Option<PathBuf>,
+        /// A Domain ID, as `lazaret state list` shows it
+        #[arg(long)]
+        domain: Option<String>,
+    },
 }
 
 /// Progress on stderr: an `indicatif` bar on a terminal, plain lines
@@ -194,6 +212,53 @@ fn run_inner(args: ImageArgs) -> Result<(), CliError> {
             let (store, _) = store(&args, true)?;
             let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
             println!("{id}");
+        }
+        ImageCmd::Commit {
+            name,
+            profile,
+            workspace,
+            domain,
+        } => {
+            let name = name
+                .strip_prefix(lazaret_image::commit::LOCAL_PREFIX)
+                .unwrap_or(name);
+            lazaret_image::commit::check_name(name)?;
+            let (store, _) = store(&args, true)?;
+            let which = crate::state_cmd::Which::new(
+                profile.clone(),
+                workspace.clone(),
+                domain.clone(),
+                args.config.clone(),
+            );
+            let d = crate::state_cmd::for_commit(&which, store.storage_root())?;
+            let paths: Vec<&str> = d.layers.iter().map(|l| l.path.as_str()).collect();
+            eprintln!(
+                "lazaret: committing Domain {} (profile {}, workspace {}): image {} and State Anchors {}",
+                d.id,
+                d.meta.profile,
+                lazaret_protocol::display::message(&d.meta.workspace),
+                d.meta.image,
+                paths.join(", ")
+            );
+            eprintln!(
+                "lazaret: everything those paths hold goes into the image, credentials stored there included (keep logins in `shared_paths`)"
+            );
+            let mut report = Report::new();
+            let result = store.commit(
+                &d.base,
+                &d.layers,
+                name,
+                lazaret_image::Limits::default(),
+                &mut report,
+            );
+            report.done();
+            let (image, done) = result?;
+            eprintln!(
+                "lazaret: committed as local:{name}: {} entries, {} from the State Anchors; use it with `image = \"local:{name}\"` in any profile",
+                done.entries,
+                human(done.bytes)
+            );
+            println!("{}", image.id);
         }
         ImageCmd::Gc => {
             let (store, _) = store(&args, true)?;

@@ -85,6 +85,80 @@ pub struct Which {
     common: Common,
 }
 
+impl Which {
+    pub(crate) fn new(
+        profile: String,
+        workspace: Option<PathBuf>,
+        domain: Option<String>,
+        config: Option<PathBuf>,
+    ) -> Which {
+        Which {
+            profile,
+            workspace,
+            domain,
+            common: Common { config },
+        }
+    }
+}
+
+/// What `lazaret image commit` takes from a Domain, found with the Domain
+/// locked (inactive) until this is dropped.
+pub(crate) struct ForCommit {
+    _lock: std::fs::File,
+    pub id: String,
+    pub meta: DomainMeta,
+    /// The prepared image the Domain's State Anchors lie over.
+    pub base: String,
+    pub layers: Vec<lazaret_image::commit::AnchorLayer>,
+}
+
+/// Locks the (inactive) Domain `which` names and reads its image and the
+/// current generation of its State Anchors, for `lazaret image commit`.
+pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
+    let domain = resolve(which)?;
+    let lock = lock_inactive(&domain).map_err(|(_, msg)| CliError::Session(msg))?;
+    let Some(meta) = domain.meta.clone() else {
+        return Err(CliError::Session(format!(
+            "Domain {} has never started: run `lazaret run` in it first",
+            domain.id
+        )));
+    };
+    let rootfs = Path::new(&meta.image_rootfs);
+    let base = lazaret_image::artifact_id_of_rootfs(rootfs)
+        .filter(|_| lazaret_image::storage_root_of_rootfs(rootfs) == Some(storage_root))
+        .ok_or_else(|| {
+            CliError::Session(format!(
+                "Domain {}'s image lower {} is not a prepared image of this Storage Root",
+                domain.id,
+                display::escape_os(rootfs.as_os_str())
+            ))
+        })?
+        .to_string();
+    let store =
+        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors =
+        Anchors::new(&domain.layout, &store).map_err(|e| CliError::Session(e.to_string()))?;
+    anchors
+        .recover(&mut |p: &Path| remove_tree(p))
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    let layers = anchors
+        .current()
+        .map_err(|e| CliError::Session(e.to_string()))?
+        .into_iter()
+        .map(|a| lazaret_image::commit::AnchorLayer {
+            path: a.path,
+            upper: a.upper,
+        })
+        .collect();
+    Ok(ForCommit {
+        _lock: lock,
+        id: domain.id,
+        meta,
+        base,
+        layers,
+    })
+}
+
 fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
     Ok(storage_root_and_config(common)?.0)
 }
@@ -722,35 +796,40 @@ fn reset(
 }
 
 /// Moves the Ignored Workspace State aside in one rename (the next start
-/// finds none and makes an empty one), then removes it. Interrupted, the
-/// Domain has either its old state or none; the coordinator removes a
-/// leftover `ignored.discard-*` at its next start.
+/// finds none and makes an empty one), then removes it; the same for what
+/// the sandbox keeps private in a linked worktree's Git directory.
+/// Interrupted, the Domain has either its old state or none; the
+/// coordinator removes a leftover `<name>.discard-*` at its next start.
 fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
+    use lazaret_state::DomainLayout as Layout;
     let root = lazaret_state::beneath::Root::open(&domain.layout.root)
         .map_err(|e| CliError::Session(e.to_string()))?;
-    match root.kind(Path::new("ignored")) {
-        Ok(None) => return Ok(()),
-        Ok(Some(lazaret_state::beneath::Kind::Dir)) => {}
-        Ok(Some(_)) => {
-            return Err(CliError::Session(format!(
-                "{} is not a real directory: run `lazaret state verify` and remove it by hand",
-                domain.layout.ignored().display()
-            )))
+    for name in [Layout::IGNORED, Layout::LINKED_GIT] {
+        match root.kind(Path::new(name)) {
+            Ok(None) => continue,
+            Ok(Some(lazaret_state::beneath::Kind::Dir)) => {}
+            Ok(Some(_)) => {
+                return Err(CliError::Session(format!(
+                    "{} is not a real directory: run `lazaret state verify` and remove it by hand",
+                    domain.layout.root.join(name).display()
+                )))
+            }
+            Err(e) => return Err(CliError::Session(e.to_string())),
         }
-        Err(e) => return Err(CliError::Session(e.to_string())),
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let aside = format!("{name}.discard-{nanos}");
+        root.rename(Path::new(""), name, &aside).map_err(|e| {
+            CliError::Session(format!(
+                "cannot move the Ignored Workspace State aside: {e}"
+            ))
+        })?;
+        lazaret_state::fault::point("reset-ignored-aside");
+        remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)?;
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let aside = format!("ignored.discard-{nanos}");
-    root.rename(Path::new(""), "ignored", &aside).map_err(|e| {
-        CliError::Session(format!(
-            "cannot move the Ignored Workspace State aside: {e}"
-        ))
-    })?;
-    lazaret_state::fault::point("reset-ignored-aside");
-    remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)
+    Ok(())
 }
 
 /// `lazaret escalations [--json]`: the Domain's record of Host Escalation

@@ -495,6 +495,13 @@ fn start_sandbox(
     let mut plan = plan(input, &run, gen, anchors, mounts);
     plan.network = network;
     plan.router = Some(route_workspace(input, layout, &mut plan)?);
+    // Read before the sandbox exists; both pointer files are read-only to
+    // every sandbox (Git Sentry).
+    if let Some(linked) =
+        lazaret_gitconfig::linked::linked(&input.workspace).map_err(|e| e.to_string())?
+    {
+        plan.git_router = Some(present_linked_git(input, layout, &linked, &mut plan)?);
+    }
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let (plan_fd, digest) =
         memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
@@ -636,6 +643,7 @@ pub fn plan(
         id_map: input.id_map.clone(),
         network: None,
         router: None,
+        git_router: None,
         limits: input.limits.clone(),
     }
 }
@@ -654,9 +662,11 @@ fn route_workspace(
     // A reset interrupted after moving the state aside left it here.
     if let Ok(rd) = std::fs::read_dir(&layout.root) {
         for e in rd.flatten() {
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with("ignored.discard-")
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if [Layout::IGNORED, Layout::LINKED_GIT]
+                .iter()
+                .any(|d| name.starts_with(&format!("{d}.discard-")))
             {
                 if let Err(err) = remove_tree(&input.libexec, &e.path()) {
                     log(err);
@@ -690,8 +700,82 @@ fn route_workspace(
         mountpoint,
         isolate_ignored: input.isolate_ignored,
         protected_paths: input.protected_paths.clone(),
-        rules_baseline,
+        rules_baseline: Some(rules_baseline),
         state_max_bytes: input.limits.ignored_state,
+        git_dir: None,
+    })
+}
+
+/// Where linked Git directories appear inside: the host's path beneath it.
+const LINKED_GIT_INSIDE: &str = "/.lazaret/git";
+
+/// A linked worktree or a submodule checkout (see
+/// [`lazaret_gitconfig::linked`]): a second router presents only its Git
+/// directory (a worktree's common directory, which holds its own) with
+/// Git Sentry's rules, at `/.lazaret/git/<host path>`, and `/workspace/.git`
+/// is a read-only file of ours naming the workspace's Git directory there.
+/// Git resolves the relative names it finds (`commondir`, a submodule's
+/// `core.worktree`) from that place, so the host's layout is mirrored
+/// beneath `/.lazaret/git`: the workspace's own host path there is a link
+/// to `/workspace`. Nothing else of the main repository is visible.
+fn present_linked_git(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    linked: &lazaret_gitconfig::linked::LinkedGit,
+    plan: &mut SandboxPlan,
+) -> Result<lazaret_protocol::plan::RouterPlan, String> {
+    let run = layout.run().join("linked-git");
+    // The router's root: `.git` in it is where the router binds the Git
+    // directory, in its own mount namespace only.
+    let root = run.join("root");
+    mkdir_private(&root.join(".git"))?;
+    let mountpoint = run.join("mount");
+    mkdir_private(&mountpoint)?;
+    let state = layout.linked_git();
+    mkdir_private(&state)?;
+    let control = control_dir(layout);
+    let mirror = |host: &Path| {
+        control
+            .join("git")
+            .join(host.strip_prefix("/").unwrap_or(host))
+    };
+    let inside = |host: &Path| format!("{LINKED_GIT_INSIDE}{}", host.display());
+    mkdir_private(&mirror(&linked.present))?;
+    let link = mirror(&linked.workspace);
+    if let Some(parent) = link.parent() {
+        mkdir_private(parent)?;
+    }
+    std::os::unix::fs::symlink("/workspace", &link)
+        .map_err(|e| format!("cannot create {}: {e}", link.display()))?;
+    let dot_git = control.join("dot-git");
+    std::fs::write(&dot_git, format!("gitdir: {}\n", inside(&linked.git_dir)))
+        .map_err(|e| format!("cannot write {}: {e}", dot_git.display()))?;
+    plan.mounts.push(PlannedMount {
+        destination: inside(&linked.present),
+        kind: MountKind::Bind {
+            source: mountpoint.join(".git"),
+            read_only: false,
+        },
+        purpose: MountPurpose::Workspace,
+    });
+    plan.mounts.push(PlannedMount {
+        destination: "/workspace/.git".into(),
+        kind: MountKind::Bind {
+            source: dot_git,
+            read_only: true,
+        },
+        purpose: MountPurpose::Control,
+    });
+    Ok(lazaret_protocol::plan::RouterPlan {
+        binary: input.libexec.join("lazaret-mount-router"),
+        workspace: root,
+        state,
+        mountpoint,
+        isolate_ignored: false,
+        protected_paths: Vec::new(),
+        rules_baseline: None,
+        state_max_bytes: input.limits.ignored_state,
+        git_dir: Some(linked.present.clone()),
     })
 }
 

@@ -12,6 +12,8 @@
 //! so a setting only they make is not seen (callers say what that means
 //! for them).
 
+pub mod linked;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

@@ -60,6 +60,8 @@ pub enum ImageError {
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
 
+    #[error("no committed image `{reference}`: make it from a Domain with `lazaret image commit --profile PROFILE --workspace DIR NAME` (see `lazaret image list`)")]
+    NotCommitted { reference: String },
     #[error("no prepared image matches `{id}`: see `lazaret image list`")]
     UnknownArtifact { id: String },
 

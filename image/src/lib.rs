@@ -8,6 +8,10 @@
 //! the developer's subordinate IDs, so its ownership is the one the sandbox's
 //! user namespace sees (platform notes §3).
 //!
+//! `local:NAME` names an image made by `lazaret image commit` from a
+//! Domain's image and its State Anchors (`commit.rs`); it is never
+//! fetched or built, only looked up.
+//!
 //! Other references (`oci:`, `oci-archive:`, `docker-archive:`,
 //! `containers-storage:`, `docker://`) are copied by `skopeo` into an OCI
 //! layout in a staging directory, then unpacked by Lazaret's own checked
@@ -31,6 +35,7 @@
 //! ```
 
 mod catalog;
+pub mod commit;
 mod debian;
 mod error;
 mod manage;
@@ -210,6 +215,7 @@ impl Store {
             Reference::Default => {
                 debian::prepare_default(self, opts, &mut |l: &str| progress.line(l))
             }
+            Reference::Local { name } => self.committed(&name),
             r => oci::prepare_oci(self, reference, &r, opts, limits, progress),
         }
     }

@@ -76,8 +76,11 @@ impl Store {
     }
 
     /// Resolves a full ID or a unique prefix of one (recorded or only
-    /// present on disk).
+    /// present on disk), or `local:NAME` (the image last committed so).
     pub fn resolve_id(&self, id: &str) -> Result<String, ImageError> {
+        if let Some(name) = id.strip_prefix(crate::commit::LOCAL_PREFIX) {
+            return self.committed(name).map(|img| img.id);
+        }
         let mut all: Vec<String> = self
             .catalog()
             .artifacts()?

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The forms accepted, for error messages.
-pub const FORMS: &str = "`lazaret:default`, `oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]`, `docker-archive:FILE[:NAME:TAG]`, `containers-storage:NAME[:TAG]`, `docker://REGISTRY/NAME[:TAG]`";
+pub const FORMS: &str = "`lazaret:default`, `local:NAME` (made by `lazaret image commit`), `oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]`, `docker-archive:FILE[:NAME:TAG]`, `containers-storage:NAME[:TAG]`, `docker://REGISTRY/NAME[:TAG]`";
 
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub enum Reference {
     ContainersStorage { name: String },
     /// `docker://REGISTRY/NAME[:TAG|@DIGEST]`.
     Registry { name: String },
+    /// `local:NAME`: an image made by `lazaret image commit`.
+    Local { name: String },
 }
 
 fn split_tag(rest: &str) -> (&str, Option<String>) {
@@ -67,6 +69,12 @@ impl Reference {
             });
         };
         match transport {
+            "local" => {
+                crate::commit::check_name(rest)?;
+                Ok(Reference::Local {
+                    name: rest.to_string(),
+                })
+            }
             "oci" => {
                 let (p, tag) = split_tag(rest);
                 Ok(Reference::Oci {
@@ -121,6 +129,7 @@ impl Reference {
             Reference::DockerArchive { file, name } => with("docker-archive", file, name),
             Reference::ContainersStorage { name } => format!("containers-storage:{name}"),
             Reference::Registry { name } => format!("docker://{name}"),
+            Reference::Local { name } => format!("{}{name}", crate::commit::LOCAL_PREFIX),
         }
     }
 

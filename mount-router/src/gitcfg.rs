@@ -21,6 +21,7 @@
 //! allowing the files found here through landlock (`confine`).
 
 use crate::rules::Source;
+use lazaret_gitconfig::linked::common_dir as common_of;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -132,8 +133,8 @@ fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)
 pub enum GitCfgError {
     #[error("{0}; fix or remove the named file, or pass --excludes-file")]
     Config(String),
-    #[error("{path} is not a valid gitdir file: {reason}; repair the worktree link (`git worktree repair`)")]
-    GitFile { path: PathBuf, reason: String },
+    #[error("{0}")]
+    GitFile(String),
 }
 
 /// How `core.excludesFile` is chosen.
@@ -162,18 +163,8 @@ pub fn discover(
             (Some(dot_git.clone()), Some(common))
         }
         Ok(m) if m.is_file() => {
-            let text = std::fs::read(&dot_git).map_err(|e| GitCfgError::GitFile {
-                path: dot_git.clone(),
-                reason: e.to_string(),
-            })?;
-            let text = text.strip_suffix(b"\n").unwrap_or(&text);
-            let rel = text
-                .strip_prefix(b"gitdir: ")
-                .ok_or_else(|| GitCfgError::GitFile {
-                    path: dot_git.clone(),
-                    reason: "it does not start with `gitdir: `".into(),
-                })?;
-            let gd = workspace.join(std::ffi::OsStr::from_bytes(rel));
+            let gd = lazaret_gitconfig::linked::read_gitfile(&dot_git)
+                .map_err(|e| GitCfgError::GitFile(e.to_string()))?;
             let common = common_of(&gd);
             (Some(gd), Some(common))
         }
@@ -255,16 +246,4 @@ pub fn discover(
         setup.hook_paths = hook_paths(workspace, &h);
     }
     Ok(setup)
-}
-
-/// The common directory of the Git directory `gd` (`commondir` file, else
-/// `gd` itself).
-fn common_of(gd: &Path) -> PathBuf {
-    match std::fs::read(gd.join("commondir")) {
-        Ok(t) => {
-            let t = t.strip_suffix(b"\n").unwrap_or(&t);
-            gd.join(std::ffi::OsStr::from_bytes(t))
-        }
-        Err(_) => gd.to_path_buf(),
-    }
 }

@@ -108,6 +108,7 @@
 pub mod baseline;
 pub mod confine;
 pub mod gitcfg;
+pub mod linked;
 pub mod nodes;
 pub mod quota;
 pub mod router;
@@ -161,6 +162,12 @@ pub struct Args {
     /// by the ignore rules (Ignored Workspace State off)
     #[argh(switch)]
     pub sentry_only: bool,
+    /// present only this host Git directory (a linked worktree's common
+    /// directory or a submodule's Git directory) as the `.git` of
+    /// --workspace, which must hold only an empty `.git` directory;
+    /// implies --sentry-only
+    #[argh(option)]
+    pub git_dir: Option<PathBuf>,
     /// the most files open through the router at once; further opens
     /// fail with EMFILE (also bounded by RLIMIT_NOFILE, raised to the
     /// hard limit at start, less a reserve of 64)
@@ -240,6 +247,8 @@ pub enum Error {
     Confine(#[from] confine::ConfineError),
     #[error(transparent)]
     Shield(#[from] shield::ShieldError),
+    #[error(transparent)]
+    GitDir(#[from] linked::GitDirError),
     #[error("the FUSE session failed: {0}")]
     Session(std::io::Error),
 }
@@ -254,7 +263,7 @@ impl Error {
             | Error::ReadyFd(_)
             | Error::Protect(_)
             | Error::Git(_) => 2,
-            Error::Mount { .. } | Error::Confine(_) | Error::Shield(_) => 3,
+            Error::Mount { .. } | Error::Confine(_) | Error::Shield(_) | Error::GitDir(_) => 3,
             Error::Session(_) => 4,
         }
     }
@@ -290,24 +299,37 @@ pub struct Plan {
     pub baseline: Option<PathBuf>,
 }
 
-fn plan(args: &Args) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
+/// `--mountpoint`, canonical. Resolved before the FUSE mount: once
+/// mounted, a look at it waits for the router itself to answer.
+fn mountpoint(args: &Args) -> Result<PathBuf, Error> {
+    let mp = args
+        .mountpoint
+        .as_ref()
+        .ok_or(Error::Missing("--mountpoint"))?;
+    mp.canonicalize().map_err(|source| Error::Open {
+        what: "mount point",
+        path: mp.clone(),
+        source,
+    })
+}
+
+fn plan(args: &Args, mp: PathBuf) -> Result<(Plan, OwnedFd, OwnedFd), Error> {
     let ws = args
         .workspace
         .as_ref()
         .ok_or(Error::Missing("--workspace"))?;
     let st = args.state.as_ref().ok_or(Error::Missing("--state"))?;
-    let mp = args
-        .mountpoint
-        .as_ref()
-        .ok_or(Error::Missing("--mountpoint"))?;
     let (host_fd, ws) = open_root("workspace", ws)?;
     let (state_fd, st) = open_root("state directory", st)?;
-    let mp = mp.canonicalize().map_err(|source| Error::Open {
-        what: "mount point",
-        path: mp.clone(),
-        source,
-    })?;
-    for (a, b) in [(&st, &ws), (&ws, &st), (&mp, &st)] {
+    let mut pairs = vec![(&st, &ws), (&ws, &st), (&mp, &st)];
+    let git_dir = args
+        .git_dir
+        .as_ref()
+        .map(|g| g.canonicalize().unwrap_or_else(|_| g.clone()));
+    if let Some(g) = &git_dir {
+        pairs.extend([(&st, g), (g, &st), (&mp, g), (g, &mp)]);
+    }
+    for (a, b) in pairs {
         if beneath(a, b) {
             return Err(Error::Overlap {
                 inner: a.clone(),
@@ -377,7 +399,7 @@ fn protected_paths(args: &Args, plan: &Plan) -> Result<Vec<(Vec<u8>, &'static st
 pub fn run(args: Args) -> Result<(), Error> {
     if args.print_confinement {
         let p = if args.workspace.is_some() {
-            Some(plan(&args)?)
+            Some(plan(&args, mountpoint(&args)?)?)
         } else {
             None
         };
@@ -426,17 +448,36 @@ pub fn run(args: Args) -> Result<(), Error> {
     confine::sanitize(ready.as_ref().map(|f| f.as_fd()), args.die_with_parent)?;
     let nofile = confine::raise_nofile();
 
-    let (plan, host_fd, state_fd) = plan(&args)?;
-    let protected = protected_paths(&args, &plan)?;
     // The FUSE mount goes into the holder's mount namespace, where the
     // sandbox's bind finds it; then the router moves into its own, where
-    // what Git Sentry keeps is read-only to the kernel as well.
-    let fuse = sys::fuse_mount(&plan.mountpoint, "lazaret-router", args.allow_other).map_err(
-        |source| Error::Mount {
-            path: plan.mountpoint.clone(),
+    // what Git Sentry keeps is read-only to the kernel as well. With
+    // `--git-dir`, that move comes first: the Git directory is bound into
+    // the workspace there, before anything reads the workspace.
+    let mount = |mp: &Path| {
+        sys::fuse_mount(mp, "lazaret-router", args.allow_other).map_err(|source| Error::Mount {
+            path: mp.to_path_buf(),
             source,
-        },
-    )?;
+        })
+    };
+    let mp = mountpoint(&args)?;
+    let early = match &args.git_dir {
+        Some(g) => {
+            let ws = args
+                .workspace
+                .as_ref()
+                .ok_or(Error::Missing("--workspace"))?;
+            let fuse = mount(&mp)?;
+            linked::bind(ws, g)?;
+            Some(fuse)
+        }
+        None => None,
+    };
+    let (plan, host_fd, state_fd) = plan(&args, mp)?;
+    let protected = protected_paths(&args, &plan)?;
+    let fuse = match early {
+        Some(f) => f,
+        None => mount(&plan.mountpoint)?,
+    };
     let shields: Vec<Vec<u8>> = protected.iter().map(|(p, _)| p.clone()).collect();
     let shielded = shield::apply(
         &plan.workspace,
@@ -535,7 +576,7 @@ pub fn run(args: Args) -> Result<(), Error> {
                     .unwrap_or(usize::MAX)
                     .saturating_sub(router::RESERVED_FDS),
             ),
-            isolate_ignored: !args.sentry_only,
+            isolate_ignored: !args.sentry_only && args.git_dir.is_none(),
             protected: protected.iter().map(|(p, _)| p.clone()).collect(),
             state_max_bytes: args.state_max_bytes,
         },

@@ -44,6 +44,9 @@ pub struct SandboxPlan {
     /// workspace directly (a workspace that is no Git repository with
     /// Ignored Workspace State off).
     pub router: Option<RouterPlan>,
+    /// A second router presenting only the Git directory of a linked
+    /// worktree or submodule checkout (see `RouterPlan::git_dir`).
+    pub git_router: Option<RouterPlan>,
     /// The Domain's resource limits (`[profiles.NAME.limits]`).
     pub limits: SandboxLimits,
 }
@@ -81,10 +84,14 @@ pub struct RouterPlan {
     pub protected_paths: Vec<String>,
     /// Where the router remembers the host's own ignore rules across the
     /// sandbox's edits (`--rules-baseline`), in the Domain Root.
-    pub rules_baseline: PathBuf,
+    pub rules_baseline: Option<PathBuf>,
     /// Bytes of file data the Ignored Workspace State may hold
     /// (`--state-max-bytes`); `None`: unbounded.
     pub state_max_bytes: Option<u64>,
+    /// Present only this host Git directory, as `.git` beneath
+    /// `workspace` (`--git-dir`): a linked worktree's common directory or
+    /// a submodule checkout's Git directory.
+    pub git_dir: Option<PathBuf>,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar

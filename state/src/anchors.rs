@@ -217,6 +217,16 @@ impl<'a> Anchors<'a> {
         }
     }
 
+    /// The directories of every recorded anchor's current generation
+    /// (creates nothing).
+    pub fn current(&self) -> Result<Vec<AnchorDirs>, AnchorError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|(p, g)| self.dirs(&p, g))
+            .collect())
+    }
+
     /// The recorded anchors and their generations.
     pub fn list(&self) -> Result<Vec<(String, u64)>, AnchorError> {
         Ok(self

@@ -31,8 +31,20 @@ impl DomainLayout {
     /// Ignored Workspace State: what the sandbox wrote at Git-ignored
     /// workspace paths (persistent).
     pub fn ignored(&self) -> PathBuf {
-        self.root.join("ignored")
+        self.root.join(Self::IGNORED)
     }
+    /// What the sandbox keeps private in a linked worktree's or submodule
+    /// checkout's Git directory (hooks, a rewritten configuration, a new
+    /// worktree's Git directory), reset with the Ignored Workspace State
+    /// (persistent).
+    pub fn linked_git(&self) -> PathBuf {
+        self.root.join(Self::LINKED_GIT)
+    }
+
+    /// Relative to the Domain Root: the Ignored Workspace State.
+    pub const IGNORED: &'static str = "ignored";
+    /// Relative to the Domain Root: see [`DomainLayout::linked_git`].
+    pub const LINKED_GIT: &'static str = "linked-git";
 
     /// Relative to the Domain Root: where the State Anchors live.
     pub const ANCHORS: &'static str = "state/anchors";

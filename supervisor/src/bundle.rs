@@ -205,6 +205,7 @@ mod tests {
             },
             network: None,
             router: None,
+            git_router: None,
             limits: SandboxLimits {
                 memory: Some(4 << 30),
                 processes: Some(100),

@@ -656,12 +656,12 @@ fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
     }
 }
 
-/// Starts everything up to a running sandbox; returns runsc and, when
-/// Ignored Workspace State is on, the router's PID.
+/// Starts everything up to a running sandbox; returns runsc and the
+/// mount routers' PIDs.
 fn holder_start(
     plan: &SandboxPlan,
     uplink_r: i32,
-) -> Result<(std::process::Child, Option<u32>), String> {
+) -> Result<(std::process::Child, Vec<u32>), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -726,10 +726,10 @@ fn holder_start(
     mount_anchors(plan)?;
     // The router's mount must be live before runsc binds it; the router
     // is our child and lives in our PID namespace like everything else.
-    let router = match &plan.router {
-        Some(r) => Some(lazaret_supervisor::router::start(r)?),
-        None => None,
-    };
+    let mut routers = Vec::new();
+    for r in plan.router.iter().chain(&plan.git_router) {
+        routers.push(lazaret_supervisor::router::start(r)?);
+    }
 
     let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
@@ -822,7 +822,7 @@ fn holder_start(
                     let _ = child.kill();
                     return Err(format!("cannot bound the sandbox's memory: {e}"));
                 }
-                return Ok((child, router.as_ref().map(|r| r.id())));
+                return Ok((child, routers.iter().map(|r| r.id()).collect()));
             }
         }
         if Instant::now() > deadline {
@@ -910,7 +910,7 @@ fn runsc_state(plan: &SandboxPlan) -> Option<(String, Option<i32>)> {
     Some((status, pid))
 }
 
-fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, router: Option<u32>) -> isize {
+fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, routers: Vec<u32>) -> isize {
     let set = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
     loop {
         match set.wait() {
@@ -928,11 +928,11 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, router: Opti
                         // sandbox sees ENOTCONN, never host content): stop
                         // the Domain, so the next start brings it back.
                         Ok(s)
-                            if router.is_some()
-                                && s.pid()
-                                    == router.map(|p| nix::unistd::Pid::from_raw(p as i32)) =>
+                            if routers.iter().any(|p| {
+                                s.pid() == Some(nix::unistd::Pid::from_raw(*p as i32))
+                            }) =>
                         {
-                            eprintln!("lazaret-supervisor: the Ignored Workspace State router exited ({s:?}): stopping the sandbox");
+                            eprintln!("lazaret-supervisor: a mount router exited ({s:?}): stopping the sandbox");
                             stop(plan, runsc);
                             return exit::SANDBOX_LOST as isize;
                         }

@@ -27,8 +27,16 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
         .args(r.protected_paths.iter().flat_map(|p| ["--protect", p]))
-        .arg("--rules-baseline")
-        .arg(&r.rules_baseline)
+        .args(
+            r.rules_baseline
+                .iter()
+                .flat_map(|b| [std::ffi::OsStr::new("--rules-baseline"), b.as_os_str()]),
+        )
+        .args(
+            r.git_dir
+                .iter()
+                .flat_map(|g| [std::ffi::OsStr::new("--git-dir"), g.as_os_str()]),
+        )
         .args(
             r.state_max_bytes
                 .iter()

@@ -148,6 +148,7 @@ mod tests {
             },
             network: None,
             router: None,
+            git_router: None,
             limits: Default::default(),
         }
     }

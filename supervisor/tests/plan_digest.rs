@@ -39,6 +39,7 @@ fn plan(run: &Path) -> SandboxPlan {
         },
         network: None,
         router: None,
+        git_router: None,
         limits: SandboxLimits::default(),
     }
 }

@@ -1,0 +1,109 @@
+//! `lazaret image commit` (issue 14, item 5): what one Domain installed
+//! in its State Anchors becomes a prepared image, `local:NAME`, that
+//! another workspace's Domain starts from, with no install; the
+//! sandbox's writing is copied, never followed or trusted.
+
+use lazaret_tests::{assert_domain_gone, eventually, require_env, text};
+use std::time::Duration;
+
+#[test]
+fn a_domains_state_anchors_become_an_image_another_workspace_starts_from() {
+    let env = require_env!();
+    let a = env.workspace("commit-a");
+    // What an agent's setup leaves behind: a tool, its settings, a
+    // removed image file, a link the host must never follow, a setuid
+    // bit, and a file outside every persistent path.
+    let out = a.run_sh(
+        "printf '#!/bin/sh\\necho agent 1.2.3\\n' > /usr/local/bin/agent && chmod 4755 /usr/local/bin/agent \
+         && echo settings > /root/.agentrc && rm /etc/debian_version && ln -s /etc/shadow /root/evil \
+         && echo transient > /tmp/not-persistent && echo SETUP",
+    );
+    assert_eq!(text(&out.stdout), "SETUP\n", "{}", text(&out.stderr));
+    assert_domain_gone(&a.domain_id("default"));
+
+    // A bad name changes nothing.
+    let out = a
+        .lazaret(&["image", "commit", "Bad/Name"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("1 to 64 of a-z"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = a
+        .lazaret(&["image", "commit", "agentimg"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    assert_eq!(id.len(), 64, "{id}");
+    let err = text(&out.stderr);
+    assert!(err.contains("committed as local:agentimg"), "{err}");
+    assert!(
+        err.contains("/usr/local/bin/agent"),
+        "the cleared setuid bit is named: {err}"
+    );
+    let out = a.lazaret(&["image", "list"]).output().unwrap();
+    assert!(
+        text(&out.stdout).contains("local:agentimg"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Another workspace starts from it.
+    let b = env.workspace("commit-b");
+    b.write_config("[profiles.default]\nimage = \"local:agentimg\"\n");
+    let out = b.run_sh(
+        "agent; cat /root/.agentrc; test -e /etc/debian_version || echo GONE; readlink /root/evil; \
+         stat -c %a /usr/local/bin/agent; test -e /tmp/not-persistent || echo NOT-KEPT",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "agent 1.2.3\nsettings\nGONE\n/etc/shadow\n755\nNOT-KEPT\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&b.domain_id("default"));
+
+    // The image it was made from is unchanged.
+    let c = env.workspace("commit-c");
+    let out =
+        c.run_sh("test -e /etc/debian_version && test ! -e /usr/local/bin/agent && echo BASE");
+    assert_eq!(text(&out.stdout), "BASE\n", "{}", text(&out.stderr));
+    assert_domain_gone(&c.domain_id("default"));
+
+    // A running Domain is not committed.
+    let mut running = a.lazaret(&["run", "--", "sleep", "60"]).spawn().unwrap();
+    let domain = a.domain_root("default");
+    assert!(eventually(Duration::from_secs(60), || domain
+        .join("run/coordinator.sock")
+        .exists()));
+    let out = a.lazaret(&["image", "commit", "again"]).output().unwrap();
+    let _ = running.kill();
+    let _ = running.wait();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("is active"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_domain_gone(&a.domain_id("default"));
+
+    // Removed by name; a profile naming it then says how to make it.
+    let out = a
+        .lazaret(&["image", "rm", "local:agentimg"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), id);
+    let out = b.run_sh("true");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no committed image `local:agentimg`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
