@@ -57,7 +57,7 @@ enum ImageCmd {
         profile: String,
         /// The Domain's Agent Workspace (default: the current directory's
         /// repository)
-        #[arg(long, short = 'w', conflicts_with = "domain")]
+        #[arg(long, conflicts_with = "domain")]
         workspace: Option<PathBuf>,
         /// A Domain ID, as `lazaret state list` shows it
         #[arg(long)]
