@@ -318,6 +318,7 @@ fn session(
             .and_then(|p| p.to_str())
             .map(str::to_string),
         env: r.env.clone(),
+        control: None,
     };
     if write_frame(&mut w, &hello).is_err() {
         return Ok(None);

@@ -32,8 +32,14 @@ pub static ESCALATE_STATIC: &[u8] = include_bytes!(env!("LAZARET_ESCALATE_STATIC
 /// How long a started Domain waits for its first session before it stops.
 const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
+/// One timestamped line of the Domain's `coordinator.log` (what its
+/// helpers say goes to `helpers.log`).
 pub fn log(msg: impl std::fmt::Display) {
-    eprintln!("lazaret-coordinator[{}]: {msg}", std::process::id());
+    eprintln!(
+        "{} lazaret-coordinator[{}]: {msg}",
+        jiff::Timestamp::now().round(jiff::Unit::Millisecond).unwrap_or_else(|_| jiff::Timestamp::now()),
+        std::process::id()
+    );
 }
 
 pub fn main() -> i32 {
@@ -286,11 +292,22 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     report(ready, CoordinatorReadiness::Ready);
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
+    let status = lazaret_protocol::session::DomainStatus {
+        generation: gen.number,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        sessions: 0,
+        holder_pid,
+    };
     let ctx = Arc::new(SessionCtx::new(
         input.clone(),
         layout.run(),
         link,
         escalations,
+        stop.clone(),
+        status,
     ));
     serve(&listener, &ctx, &stop, &mut supervisor);
     mailbox_stop.store(true, Ordering::Relaxed);
@@ -324,7 +341,6 @@ fn serve(
     supervisor: &mut Supervisor,
 ) {
     let since = Instant::now();
-    let mut served = false;
     loop {
         if stop.load(Ordering::Relaxed) {
             log("asked to stop");
@@ -336,7 +352,7 @@ fn serve(
             ));
             return;
         }
-        if ctx.active() == 0 && (served || since.elapsed() > FIRST_SESSION_GRACE) {
+        if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
             log("no Client Session left");
             return;
         }
@@ -351,7 +367,6 @@ fn serve(
                     log(format!("refused a connection: {e}"));
                     continue;
                 }
-                served = true;
                 session::spawn(ctx.clone(), stream);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -359,6 +374,26 @@ fn serve(
         }
     }
 }
+
+/// The Domain's `helpers.log` (see [`HELPERS_LOG`]), opened for
+/// appending; begun anew past 1 MiB, like `coordinator.log`.
+fn helpers_log(layout: &Layout) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = layout.root.join(HELPERS_LOG);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.len() > 1 << 20) {
+        let _ = std::fs::remove_file(&path);
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// What the Domain's helpers say, in the Domain Root.
+pub const HELPERS_LOG: &str = "helpers.log";
 
 fn mkdir_private(p: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()
@@ -507,13 +542,21 @@ fn start_sandbox(
         memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (ours, theirs) = channel::pair().map_err(|e| e.to_string())?;
 
+    // What the supervisor and every helper under it (the holder, runsc,
+    // the routers, slirp4netns) say goes to a file of its own, so that
+    // `coordinator.log` holds the coordinator's timestamped events only.
+    let helpers_log = helpers_log(layout)?;
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
     // The Domain ID in argv only names the process for `ps` and tests.
     cmd.arg("--domain")
         .arg(&input.domain_id)
         .arg("--plan-digest")
         .arg(&digest)
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(
+            helpers_log.try_clone().map_err(|e| e.to_string())?,
+        ))
+        .stderr(Stdio::from(helpers_log));
     fds::pass_fds(
         &mut cmd,
         vec![
@@ -545,7 +588,7 @@ fn start_sandbox(
     if n == 0 {
         let _ = child.kill();
         let _ = child.wait();
-        return Err("the sandbox did not start within 60 s; see the coordinator log".into());
+        return Err("the sandbox did not start within 60 s; see helpers.log in the Domain Root (`lazaret logs --helpers`)".into());
     }
     let answer = ours.recv_checked::<FromSupervisor>(
         lazaret_protocol::supervisor::MAX_RECORD,

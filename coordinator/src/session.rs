@@ -13,7 +13,9 @@ use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::plan::CoordinatorInput;
-use lazaret_protocol::session::{ClientMsg, Hello, ServerMsg, Signal, PROTOCOL_VERSION};
+use lazaret_protocol::session::{
+    ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, PROTOCOL_VERSION,
+};
 use lazaret_protocol::supervisor::SessionProcess;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -34,6 +36,14 @@ pub struct SessionCtx {
     /// teardown.
     bridges: Mutex<HashMap<String, Arc<OwnedFd>>>,
     pub escalations: Arc<Escalations>,
+    /// Client Sessions past their `Hello` (control requests are not).
+    sessions: AtomicUsize,
+    /// Whether any Client Session was ever served.
+    served: std::sync::atomic::AtomicBool,
+    /// Set by `lazaret stop` (as by SIGTERM): the serve loop ends.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// This generation, for `lazaret ps` (`sessions` is filled in).
+    status: lazaret_protocol::session::DomainStatus,
 }
 
 impl SessionCtx {
@@ -42,6 +52,8 @@ impl SessionCtx {
         run_dir: PathBuf,
         link: Arc<Link>,
         escalations: Arc<Escalations>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        status: lazaret_protocol::session::DomainStatus,
     ) -> Self {
         Self {
             input,
@@ -50,11 +62,23 @@ impl SessionCtx {
             active: AtomicUsize::new(0),
             bridges: Mutex::new(HashMap::new()),
             escalations,
+            sessions: AtomicUsize::new(0),
+            served: std::sync::atomic::AtomicBool::new(false),
+            stop,
+            status,
         }
     }
 
+    /// Connections being served (sessions and control requests).
     pub fn active(&self) -> usize {
         self.active.load(Ordering::SeqCst)
+    }
+
+    /// Whether any Client Session was ever served (a control request,
+    /// such as `lazaret ps`, is none: it never makes a Domain in its first
+    /// session's grace period stop).
+    pub fn served(&self) -> bool {
+        self.served.load(Ordering::SeqCst)
     }
 
     /// Ends every live session (teardown).
@@ -187,6 +211,15 @@ impl Drop for Guard<'_> {
     }
 }
 
+/// Decrements its counter when dropped.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
     // Counted before the thread starts, so that the serve loop never sees a
     // moment with an accepted connection and no active session.
@@ -228,12 +261,29 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             hello.version
         ));
     }
+    if let Some(c) = hello.control {
+        let answer = match c {
+            Control::Status => ServerMsg::Status(DomainStatus {
+                sessions: u32::try_from(ctx.sessions.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
+                ..ctx.status.clone()
+            }),
+            Control::Stop => {
+                log("asked to stop by lazaret stop");
+                ctx.stop.store(true, Ordering::SeqCst);
+                ServerMsg::Stopping
+            }
+        };
+        return write_frame(&mut *writer.lock().unwrap(), &answer).map_err(|e| e.to_string());
+    }
     if hello.config_fingerprint != ctx.input.config_fingerprint {
         return refuse(
             "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
         );
     }
 
+    ctx.served.store(true, Ordering::SeqCst);
+    ctx.sessions.fetch_add(1, Ordering::SeqCst);
+    let _counted = Counted(&ctx.sessions);
     let tty = hello.tty.clone();
     let mut env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
     // The session's own variables (`lazaret run -e`, `pass_env`) win over

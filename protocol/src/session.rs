@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Terminal facts of the client, present when the session gets a PTY.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -29,6 +29,34 @@ pub struct Hello {
     pub workdir: Option<String>,
     /// Variables for this session's processes only.
     pub env: SessionEnv,
+    /// `Some`: no session, one control request (`lazaret ps`, `lazaret
+    /// stop`); answered with one record, then the connection closes. The
+    /// configuration need not match the running Domain's.
+    pub control: Option<Control>,
+}
+
+/// A control request ([`Hello::control`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Control {
+    /// Answered with [`ServerMsg::Status`].
+    Status,
+    /// End every session and tear the Domain down; answered with
+    /// [`ServerMsg::Stopping`] at once (the Domain lock is free once it
+    /// is down).
+    Stop,
+}
+
+/// What a running Domain says of itself (`lazaret ps`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DomainStatus {
+    pub generation: u64,
+    /// When this generation became ready, seconds since the epoch.
+    pub started: u64,
+    /// Client Sessions now served.
+    pub sessions: u32,
+    /// The sandbox holder's PID (PID 1 of the Domain's PID namespace),
+    /// for the memory of the Domain's processes.
+    pub holder_pid: Option<i32>,
 }
 
 /// Environment variables the developer gives one session's processes
@@ -176,4 +204,8 @@ pub enum ServerMsg {
     Failed {
         reason: String,
     },
+    /// The answer to [`Control::Status`].
+    Status(DomainStatus),
+    /// The answer to [`Control::Stop`].
+    Stopping,
 }

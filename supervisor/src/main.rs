@@ -809,7 +809,7 @@ fn holder_start(
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
-                "runsc failed to start it ({status}); runsc's own messages are in the coordinator log, and `lazaret doctor` checks what runsc needs"
+                "runsc failed to start it ({status}); runsc's own messages are in helpers.log in the Domain Root (`lazaret logs --helpers`), and `lazaret doctor` checks what runsc needs"
             ));
         }
         if let Some((status, pid)) = runsc_state(plan) {

@@ -67,7 +67,7 @@ fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
     let _ = child.kill();
     let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
     Err(format!(
-        "{what} did not become ready within {} s ({status}); see its messages in the coordinator log",
+        "{what} did not become ready within {} s ({status}); see its messages in helpers.log in the Domain Root (`lazaret logs --helpers`)",
         SLIRP_READY.as_secs()
     ))
 }

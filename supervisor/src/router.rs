@@ -75,7 +75,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
     let _ = child.kill();
     let _ = child.wait();
     Err(format!(
-        "the Ignored Workspace State router did not start (see its message in the coordinator log){}",
+        "the mount router did not start (see its message in helpers.log in the Domain Root: `lazaret logs --helpers`){}",
         if n == 0 { ": no answer within 15 s" } else { "" }
     ))
 }

@@ -396,10 +396,10 @@ impl Drop for Workspace<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // Keep the evidence of a failure.
-            if let Ok(log) =
-                std::fs::read_to_string(self.domain_root("default").join("coordinator.log"))
-            {
-                eprintln!("--- coordinator.log ---\n{log}");
+            for name in ["coordinator.log", "helpers.log"] {
+                if let Ok(log) = std::fs::read_to_string(self.domain_root("default").join(name)) {
+                    eprintln!("--- {name} ---\n{log}");
+                }
             }
             return;
         }

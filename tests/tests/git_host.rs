@@ -64,9 +64,10 @@ fn forged_git_config_runs_nothing_at_restart() {
         !marker.exists(),
         "a Lazaret process ran the sandbox's core.fsmonitor on the host"
     );
-    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log"))
-        .unwrap_or_default();
-    assert!(!log.contains("fsmonitor"), "{log}");
+    for name in ["coordinator.log", "helpers.log"] {
+        let log = std::fs::read_to_string(ws.domain_root("default").join(name)).unwrap_or_default();
+        assert!(!log.contains("fsmonitor"), "{name}: {log}");
+    }
 }
 
 /// Property 3: paths named in sandbox-writable Git files never make a host
