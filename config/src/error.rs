@@ -145,6 +145,20 @@ pub enum Invalid {
     },
     #[error("sandbox path `{path}` is already used by volume {first}")]
     DuplicateSandbox { path: String, first: usize },
+    #[error("shared path `{path}` is already listed at shared_paths[{first}]")]
+    DuplicateShared { path: String, first: usize },
+    #[error("shared path `{path}` and shared_paths[{first}] `{other}` lie one beneath the other: share only the outer one")]
+    NestedShared {
+        path: String,
+        other: String,
+        first: usize,
+    },
+    #[error("shared path `{path}` and volume {volume} (mounted at `{sandbox}`) lie one at or beneath the other: keep one of them")]
+    SharedOverVolume {
+        path: String,
+        volume: usize,
+        sandbox: String,
+    },
     #[error("environment variable name is empty")]
     EmptyEnvName,
     #[error("environment variable name `{0}` contains `=`")]
