@@ -147,18 +147,10 @@ pub enum Invalid {
     DuplicateSandbox { path: String, first: usize },
     #[error("shared path `{path}` is already listed at shared_paths[{first}]")]
     DuplicateShared { path: String, first: usize },
-    #[error("shared path `{path}` and shared_paths[{first}] `{other}` lie one beneath the other: share only the outer one")]
-    NestedShared {
-        path: String,
-        other: String,
-        first: usize,
-    },
-    #[error("shared path `{path}` and volume {volume} (mounted at `{sandbox}`) lie one at or beneath the other: keep one of them")]
-    SharedOverVolume {
-        path: String,
-        volume: usize,
-        sandbox: String,
-    },
+    #[error("shared path `{path}` lies beneath or above shared_paths[{first}]: share only the outer one")]
+    NestedShared { path: String, first: usize },
+    #[error("shared path `{path}` lies at, beneath or above the mount point of volume {volume}: keep one of them")]
+    SharedOverVolume { path: String, volume: usize },
     #[error("environment variable name is empty")]
     EmptyEnvName,
     #[error("environment variable name `{0}` contains `=`")]

@@ -564,7 +564,6 @@ fn shared_paths_are_loaded_and_refused_by_file_line_and_key() {
         reason,
         Invalid::NestedShared {
             path: "/root/.claude/sub".into(),
-            other: "/root/.claude".into(),
             first: 0
         }
     );

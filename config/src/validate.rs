@@ -139,7 +139,6 @@ fn shared_paths(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
             } else if is_at_or_beneath(path, earlier) || is_at_or_beneath(earlier, path) {
                 Invalid::NestedShared {
                     path: path.clone(),
-                    other: earlier.clone(),
                     first,
                 }
             } else {
@@ -154,7 +153,6 @@ fn shared_paths(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
                     Invalid::SharedOverVolume {
                         path: path.clone(),
                         volume,
-                        sandbox: v.sandbox.clone(),
                     },
                 ));
             }
@@ -441,7 +439,6 @@ mod tests {
                 1,
                 Invalid::NestedShared {
                     path: "/root/.claude/x".into(),
-                    other: "/root/.claude".into(),
                     first: 0,
                 },
             ),
@@ -451,7 +448,6 @@ mod tests {
                 2,
                 Invalid::NestedShared {
                     path: "/root/.claude".into(),
-                    other: "/root/.claude/x".into(),
                     first: 1,
                 },
             ),
@@ -462,7 +458,6 @@ mod tests {
                 Invalid::SharedOverVolume {
                     path: "/data/x".into(),
                     volume: 0,
-                    sandbox: "/data".into(),
                 },
             ),
             (
@@ -472,7 +467,6 @@ mod tests {
                 Invalid::SharedOverVolume {
                     path: "/srv".into(),
                     volume: 1,
-                    sandbox: "/srv/cache".into(),
                 },
             ),
             (
@@ -482,11 +476,10 @@ mod tests {
                 Invalid::SharedOverVolume {
                     path: "/data".into(),
                     volume: 0,
-                    sandbox: "/data".into(),
                 },
             ),
         ] {
-            assert_eq!(shared(&paths, volumes), Err((at(index), why)), "{paths:?}");
+            assert_eq!(shared(paths, volumes), Err((at(index), why)), "{paths:?}");
         }
         for reserved in ["/workspace", "/.lazaret", "/proc", "/sys", "/dev", "/tmp"] {
             for path in [reserved.to_owned(), format!("{reserved}/x")] {

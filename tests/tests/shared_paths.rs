@@ -218,7 +218,7 @@ fn a_bad_shared_path_names_file_line_and_key_and_nothing_starts() {
             "[profiles.default]\nshared_paths = [\n  \"/root/.claude\",\n  \"/root/.claude/x\",\n]\n",
             4,
             "profiles.default.shared_paths[1]",
-            "lie one beneath the other",
+            "lies beneath or above shared_paths[0]",
         ),
         (
             "[profiles.default]\n\nshared_paths = [\"/workspace/.claude\"]\n",
