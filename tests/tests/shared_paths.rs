@@ -249,3 +249,41 @@ fn a_bad_shared_path_names_file_line_and_key_and_nothing_starts() {
         );
     }
 }
+
+#[test]
+fn an_image_committed_from_a_domain_holds_nothing_of_its_shared_paths() {
+    let env = require_env!();
+    let one = env.workspace("shared-commit-one");
+    let two = env.workspace("shared-commit-two");
+    let profiles = Profiles::new(&one);
+    let name = format!("shared-{}", profiles.agent.trim_start_matches("agent-"));
+    one.write_config(&profiles.config());
+    let agent = profiles.agent.as_str();
+    let out = run(
+        &one,
+        agent,
+        &format!("echo token-4711 > {SHARED}/credentials && echo installed > /root/installed"),
+    );
+    ok(&out);
+    let out = one
+        .lazaret(&["image", "commit", "--profile", agent, &name])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // A profile without shared paths, on that image: the State Anchor's
+    // file is there, the login is not.
+    two.write_config(&format!("[profiles.{agent}]\nimage = \"local:{name}\"\n"));
+    let out = run(
+        &two,
+        agent,
+        &format!("cat /root/installed; ls -A {SHARED} 2>/dev/null; echo done"),
+    );
+    assert_eq!(ok(&out), "installed\ndone\n");
+    let out = one
+        .lazaret(&["image", "rm", &format!("local:{name}")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    profiles.remove(env);
+}
