@@ -131,6 +131,12 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
                 read_only: v.read_only,
             })
             .collect(),
+        shared_paths: crate::shared_paths::prepare(
+            &r.storage_root,
+            &r.profile_name,
+            &r.profile.shared_paths,
+            rustix::process::getuid().as_raw(),
+        )?,
         libexec: libexec()?,
         network,
         limits: lazaret_protocol::plan::SandboxLimits {

@@ -13,6 +13,7 @@ mod net_cmd;
 mod prompt;
 mod run;
 mod session_env;
+mod shared_paths;
 mod state_cmd;
 mod terminal;
 

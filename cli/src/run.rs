@@ -231,6 +231,9 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
             lazaret_protocol::display::escape(r.workspace.as_os_str().as_bytes())
         );
     }
+    if let Some(line) = crate::shared_paths::notice(&r.profile_name, &r.profile.shared_paths) {
+        eprintln!("{line}");
+    }
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.

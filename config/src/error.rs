@@ -145,6 +145,12 @@ pub enum Invalid {
     },
     #[error("sandbox path `{path}` is already used by volume {first}")]
     DuplicateSandbox { path: String, first: usize },
+    #[error("shared path `{path}` is already listed at shared_paths[{first}]")]
+    DuplicateShared { path: String, first: usize },
+    #[error("shared path `{path}` lies beneath or above shared_paths[{first}]: share only the outer one")]
+    NestedShared { path: String, first: usize },
+    #[error("shared path `{path}` lies at, beneath or above the mount point of volume {volume}: keep one of them")]
+    SharedOverVolume { path: String, volume: usize },
     #[error("environment variable name is empty")]
     EmptyEnvName,
     #[error("environment variable name `{0}` contains `=`")]

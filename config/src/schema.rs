@@ -75,6 +75,12 @@ pub struct Profile {
     /// The bundle to trust; default: the host's system bundle.
     pub host_ca_file: Option<PathBuf>,
     pub volumes: Vec<Volume>,
+    /// Sandbox directories kept in one host directory per (profile, path)
+    /// and mounted read-write into every Domain of this profile, so that
+    /// (for example) an agent's login made in one workspace is there in
+    /// all of them. What one of these Domains writes there, the others
+    /// read: Domain isolation does not hold for these paths, by design.
+    pub shared_paths: Vec<String>,
     pub network: Network,
     pub escalation: Escalation,
     /// Who Git inside commits as.
@@ -98,6 +104,7 @@ impl Default for Profile {
             trust_host_ca: false,
             host_ca_file: None,
             volumes: Vec::new(),
+            shared_paths: Vec::new(),
             network: Network::default(),
             escalation: Escalation::default(),
             git_identity: GitIdentity::default(),

@@ -533,6 +533,51 @@ fn reserved_persistent_path_is_refused() {
 }
 
 #[test]
+fn shared_paths_are_loaded_and_refused_by_file_line_and_key() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "ok.toml",
+        "[profiles.claude-code]\nshared_paths = [\"/root/.claude\"]\n",
+    );
+    let loaded = fx.load(&file).unwrap();
+    assert_eq!(
+        loaded.config.profile("claude-code").unwrap().shared_paths,
+        ["/root/.claude"]
+    );
+    assert!(loaded
+        .config
+        .profile("default")
+        .unwrap()
+        .shared_paths
+        .is_empty());
+
+    let text =
+        "[profiles.p]\nshared_paths = [\n  \"/root/.claude\",\n  \"/root/.claude/sub\",\n]\n";
+    let file = fx.write("nested.toml", text);
+    let reason = assert_invalid(
+        &fx.load_err(&file),
+        &fx.canonical(&file),
+        4,
+        "profiles.p.shared_paths[1]",
+    );
+    assert_eq!(
+        reason,
+        Invalid::NestedShared {
+            path: "/root/.claude/sub".into(),
+            first: 0
+        }
+    );
+
+    let file = fx.write("tmp.toml", "[profiles.p]\n\nshared_paths = [\"/tmp/x\"]\n");
+    let err = fx.load_err(&file);
+    assert_invalid(&err, &fx.canonical(&file), 3, "profiles.p.shared_paths[0]");
+    assert!(
+        err.to_string().contains("`/tmp/x` is `/tmp` or beneath it"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_profile_name_is_refused() {
     let fx = Fixture::new();
     let file = fx.write("c.toml", "[profiles.ok]\n[profiles.-bad]\n");

@@ -18,6 +18,12 @@ const VOLUME_RESERVED: [&str; 5] = ["/workspace", "/proc", "/sys", "/dev", "/.la
 /// Persistent paths additionally exclude `/tmp`, which is scratch by design.
 const PERSISTENT_RESERVED: [&str; 6] = ["/workspace", "/proc", "/sys", "/dev", "/tmp", "/.lazaret"];
 
+/// Shared paths exclude what persistent paths exclude, `/tmp` included:
+/// it is the sandbox's memory-bounded scratch space, and sharing a part of
+/// it would move scratch files (sockets, locks, build output) onto
+/// unbounded host disk and into every other workspace of the profile.
+const SHARED_RESERVED: [&str; 6] = PERSISTENT_RESERVED;
+
 const MAX_PROFILE_NAME: usize = 64;
 
 pub(crate) type Failure = (KeyPath, Invalid);
@@ -90,6 +96,7 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         }
         seen.insert(&volume.sandbox, i);
     }
+    shared_paths(profile, at)?;
 
     profile
         .limits
@@ -109,6 +116,46 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         }
         for (j, arg) in rule.argv.iter().enumerate() {
             no_nul(arg).map_err(|e| (argv_at.index(j), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// `shared_paths`: sandbox paths, none at or beneath another one or a
+/// volume's mount point. Volumes are mounted first: a shared path beneath
+/// one would need its mount point made inside a host directory (refused
+/// by a read-only volume, an empty directory left in a writable one), and
+/// one above a volume would hide it.
+fn shared_paths(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
+    for (i, path) in profile.shared_paths.iter().enumerate() {
+        let here = at.key("shared_paths").index(i);
+        sandbox_path(path, &SHARED_RESERVED).map_err(|e| (here.clone(), e))?;
+        for (first, earlier) in profile.shared_paths[..i].iter().enumerate() {
+            let why = if earlier == path {
+                Invalid::DuplicateShared {
+                    path: path.clone(),
+                    first,
+                }
+            } else if is_at_or_beneath(path, earlier) || is_at_or_beneath(earlier, path) {
+                Invalid::NestedShared {
+                    path: path.clone(),
+                    first,
+                }
+            } else {
+                continue;
+            };
+            return Err((here, why));
+        }
+        for (volume, v) in profile.volumes.iter().enumerate() {
+            if is_at_or_beneath(path, &v.sandbox) || is_at_or_beneath(&v.sandbox, path) {
+                return Err((
+                    here,
+                    Invalid::SharedOverVolume {
+                        path: path.clone(),
+                        volume,
+                    },
+                ));
+            }
         }
     }
     Ok(())
@@ -316,6 +363,139 @@ mod tests {
         assert_eq!(env_name("A=B"), Err(Invalid::EnvNameEquals("A=B".into())));
         assert_eq!(env_name("1X"), Err(Invalid::EnvNameDigit("1X".into())));
         assert_eq!(env_name("A\0"), Err(Invalid::Nul));
+    }
+
+    fn shared(paths: &[&str], volumes: &[&str]) -> Result<(), (String, Invalid)> {
+        let mut config = Config::builtin();
+        let profile = config.profiles.get_mut("default").unwrap();
+        profile.shared_paths = paths.iter().map(|p| (*p).to_owned()).collect();
+        profile.volumes = volumes
+            .iter()
+            .map(|v| crate::schema::Volume {
+                host: "/srv/v".into(),
+                sandbox: (*v).to_owned(),
+                read_only: true,
+            })
+            .collect();
+        validate(&config).map_err(|(at, why)| (at.to_string(), why))
+    }
+
+    #[test]
+    fn shared_paths_inside_state_anchors_are_the_normal_case() {
+        assert_eq!(shared(&["/root/.claude", "/root/.codex"], &[]), Ok(()));
+        assert_eq!(shared(&["/root/.claude", "/root/.claude2"], &[]), Ok(()));
+        assert_eq!(shared(&["/home/u/.config/x"], &["/data"]), Ok(()));
+        assert_eq!(shared(&["/root"], &[]), Ok(()), "a whole anchor");
+    }
+
+    #[test]
+    fn shared_paths_are_refused_with_their_index() {
+        let at = |i: usize| format!("profiles.default.shared_paths[{i}]");
+        for (paths, volumes, index, why) in [
+            (
+                &["root/.claude"][..],
+                &[][..],
+                0,
+                Invalid::NotAbsolute("root/.claude".into()),
+            ),
+            (&["/"], &[], 0, Invalid::RootPath),
+            (
+                &["/root/.claude/"],
+                &[],
+                0,
+                Invalid::NotNormalized("/root/.claude/".into()),
+            ),
+            (
+                &["/root//.claude"],
+                &[],
+                0,
+                Invalid::NotNormalized("/root//.claude".into()),
+            ),
+            (
+                &["/root/./.claude"],
+                &[],
+                0,
+                Invalid::NotNormalized("/root/./.claude".into()),
+            ),
+            (
+                &["/root/../etc"],
+                &[],
+                0,
+                Invalid::ParentComponent("/root/../etc".into()),
+            ),
+            (&["/a\0b"], &[], 0, Invalid::Nul),
+            (
+                &["/root/.claude", "/root/.claude"],
+                &[],
+                1,
+                Invalid::DuplicateShared {
+                    path: "/root/.claude".into(),
+                    first: 0,
+                },
+            ),
+            (
+                &["/root/.claude", "/root/.claude/x"],
+                &[],
+                1,
+                Invalid::NestedShared {
+                    path: "/root/.claude/x".into(),
+                    first: 0,
+                },
+            ),
+            (
+                &["/opt", "/root/.claude/x", "/root/.claude"],
+                &[],
+                2,
+                Invalid::NestedShared {
+                    path: "/root/.claude".into(),
+                    first: 1,
+                },
+            ),
+            (
+                &["/data/x"],
+                &["/data"],
+                0,
+                Invalid::SharedOverVolume {
+                    path: "/data/x".into(),
+                    volume: 0,
+                },
+            ),
+            (
+                &["/srv"],
+                &["/data", "/srv/cache"],
+                0,
+                Invalid::SharedOverVolume {
+                    path: "/srv".into(),
+                    volume: 1,
+                },
+            ),
+            (
+                &["/data"],
+                &["/data"],
+                0,
+                Invalid::SharedOverVolume {
+                    path: "/data".into(),
+                    volume: 0,
+                },
+            ),
+        ] {
+            assert_eq!(shared(paths, volumes), Err((at(index), why)), "{paths:?}");
+        }
+        for reserved in ["/workspace", "/.lazaret", "/proc", "/sys", "/dev", "/tmp"] {
+            for path in [reserved.to_owned(), format!("{reserved}/x")] {
+                assert_eq!(
+                    shared(&[&path], &[]),
+                    Err((
+                        at(0),
+                        Invalid::Reserved {
+                            path: path.clone(),
+                            reserved
+                        }
+                    )),
+                );
+            }
+        }
+        assert_eq!(shared(&["/workspace2", "/tmpx"], &[]), Ok(()));
     }
 
     #[test]

@@ -665,6 +665,18 @@ pub fn plan(
             purpose: MountPurpose::Volume,
         });
     }
+    // After the volumes and the State Anchors (the bundle mounts anchors
+    // first), so `/root/.claude` lands on top of the `/root` anchor.
+    for s in &input.shared_paths {
+        mounts.push(PlannedMount {
+            destination: s.sandbox.clone(),
+            kind: MountKind::Bind {
+                source: s.host.clone(),
+                read_only: false,
+            },
+            purpose: MountPurpose::SharedPath,
+        });
+    }
     SandboxPlan {
         sandbox_id: gen.sandbox_id.clone(),
         runsc: input.runsc.clone(),

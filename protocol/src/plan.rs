@@ -188,6 +188,9 @@ pub enum MountPurpose {
     Control,
     /// `/etc/resolv.conf`: the resolvers of the network policy.
     Network,
+    /// A profile's shared path: one host directory mounted read-write into
+    /// every Domain of the profile (pinned like a volume).
+    SharedPath,
 }
 
 /// `0 -> uid` and `1.. -> subordinate range`, the same shape for gids.
@@ -240,6 +243,9 @@ pub struct CoordinatorInput {
     /// the CLI.
     pub host_ca: Option<Vec<u8>>,
     pub volumes: Vec<VolumeSpec>,
+    /// The profile's shared paths, each with its host directory (made by
+    /// the CLI): mounted read-write after the volumes.
+    pub shared_paths: Vec<SharedPathSpec>,
     /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
     pub auto_approve: Vec<(Vec<String>, bool)>,
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
@@ -272,4 +278,12 @@ pub struct VolumeSpec {
     pub host: PathBuf,
     pub sandbox: String,
     pub read_only: bool,
+}
+
+/// One `shared_paths` entry: the sandbox path and the profile's host
+/// directory for it (beneath the Storage Root, `profiles/<profile>/shared/`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SharedPathSpec {
+    pub sandbox: String,
+    pub host: PathBuf,
 }

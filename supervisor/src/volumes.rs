@@ -24,7 +24,9 @@ pub fn pin(plan: &SandboxPlan) -> Result<SandboxPlan, String> {
         let MountKind::Bind { source, .. } = &mut m.kind else {
             continue;
         };
-        if m.purpose != MountPurpose::Volume {
+        // A shared path's host directory is written by every Domain of
+        // its profile: pinned the same way.
+        if !matches!(m.purpose, MountPurpose::Volume | MountPurpose::SharedPath) {
             continue;
         }
         let fd = lazaret_helpers::hostpath::open_volume(source).map_err(|e| e.to_string())?;
