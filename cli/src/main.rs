@@ -9,6 +9,7 @@ mod error;
 mod host_command;
 mod image_cmd;
 mod leader;
+mod lifecycle_cmd;
 mod net_cmd;
 mod prompt;
 mod run;
@@ -56,6 +57,42 @@ enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Running Domains: profile, workspace, sessions, uptime, memory
+    Ps {
+        /// Print JSON (one array of records)
+        #[arg(long)]
+        json: bool,
+        /// Config file (for the Storage Root)
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// End a running Domain's sessions, tear it down, and wait until it is down
+    Stop {
+        /// Every running Domain
+        #[arg(long, conflicts_with_all = ["domain", "workspace"])]
+        all: bool,
+        #[command(flatten)]
+        which: state_cmd::Which,
+    },
+    /// A Domain's timestamped coordinator events (or its helpers' output)
+    Logs {
+        /// Keep printing what is added until the Domain stops
+        #[arg(short, long)]
+        follow: bool,
+        /// What the helpers said (supervisor, runsc, routers, slirp4netns)
+        #[arg(long)]
+        helpers: bool,
+        #[command(flatten)]
+        which: state_cmd::Which,
+    },
+}
+
+/// The exit status of a command's result, reporting an error.
+fn report(r: Result<i32, error::CliError>) -> i32 {
+    r.unwrap_or_else(|e| {
+        error::report(&e);
+        error::LAZARET_FAILED
+    })
 }
 
 fn main() {
@@ -65,6 +102,16 @@ fn main() {
     }
     terminal::install_panic_restore();
     let cli = Cli::parse();
+    if !matches!(cli.command, Cmd::Run(_)) {
+        // Printing commands end quietly when their reader goes away
+        // (`lazaret state list | head`), as other Unix tools do. `run`
+        // keeps SIGPIPE ignored: a closed session socket must not kill it
+        // before it restores the terminal.
+        // SAFETY: no other thread exists yet; SIG_DFL is a valid action.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let code = match cli.command {
         Cmd::Run(args) => {
             // The coordinator this session may start inherits it too.
@@ -108,6 +155,13 @@ fn main() {
                     .and_then(|l| l.config.runtime.runsc.clone());
             doctor::run(runsc.as_deref())
         }
+        Cmd::Ps { json, config } => report(lifecycle_cmd::ps(config, json)),
+        Cmd::Stop { all, which } => report(lifecycle_cmd::stop(&which, all)),
+        Cmd::Logs {
+            follow,
+            helpers,
+            which,
+        } => report(lifecycle_cmd::logs(&which, follow, helpers)),
     };
     terminal::restore();
     std::process::exit(code);

@@ -38,6 +38,30 @@ pub enum StateCmd {
         which: Which,
         #[arg(long)]
         json: bool,
+        /// List the paths added, changed and deleted (up to 1000 of each
+        /// per State Anchor), not only their counts
+        #[arg(long)]
+        paths: bool,
+    },
+    /// Remove an inactive Domain: its State Anchors, Ignored Workspace
+    /// State, records and image leases (the workspace itself is untouched)
+    Rm {
+        /// Domain IDs, as `lazaret state list` shows them (default: the
+        /// Domain of --profile and --workspace)
+        domains: Vec<String>,
+        /// Do not ask for confirmation (the safety checks still apply)
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Remove every inactive Domain whose workspace no longer exists
+    Prune {
+        /// Do not ask for confirmation
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        common: Common,
     },
     /// Structural verification of an inactive Domain's state
     Verify {
@@ -86,6 +110,10 @@ pub struct Which {
 }
 
 impl Which {
+    pub(crate) fn config(&self) -> Option<PathBuf> {
+        self.common.config.clone()
+    }
+
     pub(crate) fn new(
         profile: String,
         workspace: Option<PathBuf>,
@@ -159,6 +187,25 @@ pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit
     })
 }
 
+/// Every Domain of the Storage Root, by ID.
+pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliError> {
+    let root = storage_root(&Common {
+        config: config.clone(),
+    })?;
+    let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| DomainIdV1::parse(n).is_some())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| resolve(&Which::new(String::new(), None, Some(name), config.clone())))
+        .collect()
+}
+
 fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
     Ok(storage_root_and_config(common)?.0)
 }
@@ -180,15 +227,15 @@ fn storage_root_and_config(common: &Common) -> Result<(PathBuf, lazaret_config::
     Ok((root, loaded.config))
 }
 
-struct Domain {
-    id: String,
-    layout: DomainLayout,
-    meta: Option<DomainMeta>,
+pub(crate) struct Domain {
+    pub id: String,
+    pub layout: DomainLayout,
+    pub meta: Option<DomainMeta>,
 }
 
 /// Resolves a Domain through trusted metadata only: the ID is derived or
 /// parsed, never taken as a path.
-fn resolve(which: &Which) -> Result<Domain, CliError> {
+pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
     let root = storage_root(&which.common)?;
     let id = match &which.domain {
         Some(d) => DomainIdV1::parse(d).ok_or_else(|| {
@@ -294,16 +341,33 @@ fn is_active(domain: &Domain) -> bool {
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
 }
 
-/// The coordinator holding a Domain, if one runs.
-fn holder(domain_id: &str) -> Option<i32> {
-    processes(domain_id)
-        .into_iter()
-        .find(|(_, c)| c.contains("lazaret-coordinator"))
-        .map(|(p, _)| p)
+/// The process holding the Domain lock, read from `/proc/locks` by the
+/// lock file's device and inode (what it holds, never its command line).
+fn lock_holder(lock: &Path) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(lock).ok()?;
+    let (major, minor) = (rustix::fs::major(m.dev()), rustix::fs::minor(m.dev()));
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        // `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (pid, id) = (f.get(4)?, f.get(5)?);
+        let mut parts = id.split(':');
+        let (ma, mi, ino) = (parts.next()?, parts.next()?, parts.next()?);
+        (f.get(1) == Some(&"FLOCK")
+            && u32::from_str_radix(ma, 16).ok()? == major
+            && u32::from_str_radix(mi, 16).ok()? == minor
+            && ino.parse::<u64>().ok()? == m.ino())
+        .then(|| pid.parse().ok())
+        .flatten()
+    })
 }
 
-/// Live processes (not zombies, not us) whose argv names the Domain.
-fn processes(needle: &str) -> Vec<(i32, String)> {
+/// Live processes (not zombies, not us) that hold something beneath the
+/// Domain Root: an open file, their working or root directory. Processes
+/// whose descriptors cannot be read (another user's) are not ours to
+/// find; the mount check covers what the kernel still holds.
+fn users_of(root: &Path) -> Vec<(i32, String)> {
     let me = std::process::id() as i32;
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -315,11 +379,24 @@ fn processes(needle: &str) -> Vec<(i32, String)> {
         if pid == me || zombie {
             continue;
         }
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmd: Vec<u8> = cmd.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
-        if cmd.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-            // Sandbox processes choose their own command lines.
-            out.push((pid, display::escape(cmd.trim_ascii())));
+        let holds = |p: PathBuf| std::fs::read_link(p).is_ok_and(|t| t.starts_with(root));
+        let base = e.path();
+        let mut what = None;
+        if holds(base.join("cwd")) || holds(base.join("root")) {
+            what = Some("its working directory".to_string());
+        } else if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+            what = fds
+                .flatten()
+                .find(|fd| holds(fd.path()))
+                .map(|fd| format!("descriptor {}", fd.file_name().to_string_lossy()));
+        }
+        if let Some(what) = what {
+            // Sandbox processes choose their own names.
+            let comm = std::fs::read(base.join("comm")).unwrap_or_default();
+            out.push((
+                pid,
+                format!("{} ({what})", display::escape(comm.trim_ascii())),
+            ));
         }
     }
     out
@@ -347,9 +424,13 @@ fn mounts(root: &Path) -> Vec<String> {
 }
 
 /// The exclusive lifecycle lock: the Domain `flock` a running coordinator
-/// holds. Refused, naming the holder, when the Domain is active; then
-/// establishes that no process or mount uses its state.
+/// holds. A Domain that serves sessions is refused, naming its
+/// coordinator; one that is stopping (or starting, before its first
+/// session) is waited for, up to [`crate::lifecycle_cmd::STOP_WAIT`], with
+/// a message. Then establishes that no process or mount uses its state.
 fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
+    use crate::lifecycle_cmd::{ask, STOP_WAIT};
+    use lazaret_protocol::session::{Control, ServerMsg};
     let lock = rustix::fs::open(
         domain.layout.lock(),
         rustix::fs::OFlags::CREATE
@@ -365,17 +446,41 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
         )
     })?;
     let lock = std::fs::File::from(lock);
-    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        let who = match holder(&domain.id) {
+    let try_lock =
+        || rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok();
+    if !try_lock() {
+        let who = match lock_holder(&domain.layout.lock()) {
             Some(pid) => format!("lazaret-coordinator (pid {pid}) holds it"),
             None => "another lazaret process holds it".into(),
         };
-        return Err((
-            REFUSED,
-            format!("Domain {} is active: {who}; end its sessions (or wait for them to end) and try again", domain.id),
-        ));
+        if let Some(ServerMsg::Status(s)) = ask(&domain.layout.root, Control::Status) {
+            if s.sessions > 0 {
+                return Err((
+                    REFUSED,
+                    format!(
+                        "Domain {} is active: {who}, serving {} session(s); end them, or `lazaret stop --domain {}`, and try again",
+                        domain.id, s.sessions, domain.id
+                    ),
+                ));
+            }
+        }
+        eprintln!(
+            "lazaret: Domain {} is stopping (or starting): waiting up to {} s",
+            domain.id,
+            STOP_WAIT.as_secs()
+        );
+        let deadline = std::time::Instant::now() + STOP_WAIT;
+        while !try_lock() {
+            if std::time::Instant::now() > deadline {
+                return Err((
+                    REFUSED,
+                    format!("Domain {} is still active after {} s: {who}; end its sessions (`lazaret stop --domain {}`) and try again", domain.id, STOP_WAIT.as_secs(), domain.id),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
-    let users = processes(&domain.id);
+    let users = users_of(&domain.layout.root);
     if !users.is_empty() {
         let list: Vec<String> = users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect();
         return Err((
@@ -514,7 +619,7 @@ fn ignored_bytes(domain: &Domain) -> Option<u64> {
     Some(s.bytes)
 }
 
-fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB"];
     let mut v = b as f64;
     let mut u = 0;
@@ -606,7 +711,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             }
             Ok(0)
         }
-        StateCmd::Inspect { which, json } => {
+        StateCmd::Inspect { which, json, paths } => {
             let domain = resolve(&which)?;
             let (_, config) = storage_root_and_config(&which.common)?;
             let v = view(&domain, true, &config)?;
@@ -639,6 +744,9 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                     c.deleted_count,
                     human_bytes(c.bytes)
                 );
+                if !paths {
+                    continue;
+                }
                 // Each path is already in its escaped form (the scan's
                 // output, see `Summary`); `message` only guards it.
                 for (mark, list) in [("+", &c.added), ("~", &c.changed), ("-", &c.deleted)] {
@@ -686,7 +794,118 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             yes,
             which,
         } => reset(&which, paths, all, ignored, yes),
+        StateCmd::Rm {
+            domains,
+            yes,
+            which,
+        } => {
+            let targets = if domains.is_empty() {
+                vec![resolve(&which)?]
+            } else {
+                domains
+                    .iter()
+                    .map(|d| {
+                        resolve(&Which::new(
+                            String::new(),
+                            None,
+                            Some(d.clone()),
+                            which.config(),
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            remove_domains(&targets, yes, &which.common)
+        }
+        StateCmd::Prune { yes, common } => {
+            let gone: Vec<Domain> = all_domains(common.config.clone())?
+                .into_iter()
+                .filter(|d| {
+                    d.meta
+                        .as_ref()
+                        .is_some_and(|m| std::fs::symlink_metadata(&m.workspace).is_err())
+                })
+                .collect();
+            if gone.is_empty() {
+                println!("no Domain has lost its workspace");
+                return Ok(0);
+            }
+            remove_domains(&gone, yes, &common)
+        }
     }
+}
+
+/// Removes each of `domains` (asking first, unless `yes`): locked
+/// inactive, moved aside in one rename (an interrupted removal leaves
+/// `domains/.trash-*`, removed by the next `rm` or `prune`), its image
+/// leases released, then deleted as ID 0 of the mapped user namespace.
+fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32, CliError> {
+    for d in domains {
+        let m = d.meta.as_ref();
+        println!(
+            "Domain {}: profile {}, workspace {}",
+            d.id,
+            m.map(|m| m.profile.as_str()).unwrap_or("?"),
+            display::message(m.map(|m| m.workspace.as_str()).unwrap_or("?"))
+        );
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!("lazaret: not removed: pass --yes to remove without a terminal to ask at");
+            return Ok(REFUSED);
+        }
+        print!(
+            "Remove {} Domain(s) with their State Anchors and Ignored Workspace State? [y/N] ",
+            domains.len()
+        );
+        let _ = std::io::stdout().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            println!("nothing was removed");
+            return Ok(REFUSED);
+        }
+    }
+    let root = storage_root(common)?;
+    let domains_dir = root.join("domains");
+    // Leftovers of an interrupted removal.
+    for e in std::fs::read_dir(&domains_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(".trash-") {
+            remove_tree(&e.path()).map_err(CliError::Session)?;
+        }
+    }
+    let mut code = 0;
+    for d in domains {
+        let lock = match lock_inactive(d) {
+            Ok(l) => l,
+            Err((c, msg)) => {
+                eprintln!("lazaret: {}", display::message(&msg));
+                code = c;
+                continue;
+            }
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_nanos())
+            .unwrap_or(0);
+        let trash = domains_dir.join(format!(".trash-{}-{nanos}", d.id));
+        std::fs::rename(&d.layout.root, &trash).map_err(|e| {
+            CliError::Session(format!(
+                "cannot move {} aside: {e}",
+                d.layout.root.display()
+            ))
+        })?;
+        drop(lock);
+        if let Err(e) = lazaret_image::Catalog::open(&root).release_domain(&d.id, None) {
+            eprintln!("lazaret: Domain {}: its image leases stay recorded ({e}); `lazaret image gc` drops them", d.id);
+        }
+        remove_tree(&trash).map_err(CliError::Session)?;
+        println!("removed Domain {}", d.id);
+    }
+    Ok(code)
 }
 
 fn reset(
@@ -784,6 +1003,21 @@ fn reset(
         let switches = anchors
             .reset(&targets, &mut |p: &Path| remove_tree(p))
             .map_err(|e| CliError::Session(e.to_string()))?;
+        // `state list` and `inspect` read the generations from meta.json:
+        // they show the new, empty ones at once, not the removed ones.
+        if let Some(mut meta) = domain.meta.clone() {
+            for (p, _, new) in &switches {
+                if let Some(a) = meta.anchors.iter_mut().find(|a| &a.path == p) {
+                    a.generation = *new;
+                }
+            }
+            if let Err(e) = lazaret_state::meta::write(&domain.layout.meta(), &meta) {
+                eprintln!(
+                    "lazaret: cannot update {}: {e} (the next start rewrites it)",
+                    domain.layout.meta().display()
+                );
+            }
+        }
         for (p, old, new) in switches {
             println!("reset {p}: generation {old} -> {new} (empty)");
         }

@@ -37,7 +37,9 @@ const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 pub fn log(msg: impl std::fmt::Display) {
     eprintln!(
         "{} lazaret-coordinator[{}]: {msg}",
-        jiff::Timestamp::now().round(jiff::Unit::Millisecond).unwrap_or_else(|_| jiff::Timestamp::now()),
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Millisecond)
+            .unwrap_or_else(|_| jiff::Timestamp::now()),
         std::process::id()
     );
 }

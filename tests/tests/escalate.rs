@@ -633,8 +633,8 @@ fn a_flood_from_inside_stays_within_the_bounds_and_others_keep_working() {
     );
     // The rules file over its bound hides its directory, and says so once.
     assert!(stdout.contains("deep-hidden"), "{stdout}");
-    let clog = std::fs::read_to_string(ws.domain_root("default").join("helpers.log"))
-        .unwrap_or_default();
+    let clog =
+        std::fs::read_to_string(ws.domain_root("default").join("helpers.log")).unwrap_or_default();
     assert_eq!(
         clog.lines()
             .filter(|l| l.contains("\"deep/.gitignore\""))

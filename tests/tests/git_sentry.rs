@@ -336,8 +336,8 @@ fn hook_managers_hooks_path_and_protected_paths_are_read_only() {
         ],
     );
     assert!(out.contains("FREE-OK"), "{out}");
-    let log = std::fs::read_to_string(ws.domain_root("default").join("helpers.log"))
-        .unwrap_or_default();
+    let log =
+        std::fs::read_to_string(ws.domain_root("default").join("helpers.log")).unwrap_or_default();
     assert!(
         log.contains(".husky (husky)") && log.contains("tools/ci.sh (protected_paths)"),
         "the router does not say what it protects: {log}"

@@ -246,7 +246,7 @@ fn list_and_inspect_print_json_without_contents() {
         !s.contains("very-secret-content-4711"),
         "inspect printed a file's content"
     );
-    let human = state(&ws, &["inspect"]);
+    let human = state(&ws, &["inspect", "--paths"]);
     assert!(!text(&human.stdout).contains("very-secret-content-4711"));
 }
 
@@ -286,7 +286,7 @@ fn sandbox_chosen_names_reach_the_terminal_escaped() {
         ("/root/bs\\\\x1b", b"/root/bs\\x1b"),
     ];
 
-    let human = state(&ws, &["inspect"]);
+    let human = state(&ws, &["inspect", "--paths"]);
     assert!(human.status.success(), "{}", text(&human.stderr));
     assert_terminal_safe("state inspect", &human.stdout);
     for (shown, _) in names {

@@ -1,0 +1,204 @@
+//! Everyday lifecycle commands (issue 15, item 1): `lazaret ps`, `stop`,
+//! `logs`, `state rm` and `state prune`; commands that need an inactive
+//! Domain wait for one that is stopping; processes are found by what they
+//! hold, never by their command line; records refresh after a reset.
+
+use lazaret_tests::{assert_domain_gone, eventually, require_env, text};
+use std::process::Stdio;
+use std::time::Duration;
+
+#[test]
+fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
+    let env = require_env!();
+    let ws = env.workspace("ps-stop");
+    let id = ws.domain_id("default");
+    let mut session = ws
+        .lazaret(&["run", "--", "sleep", "120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(60), || {
+        let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|d| d["domain_id"] == id.as_str() && d["sessions"] == 1)
+        })
+    }));
+    let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(row["profile"], "default");
+    assert_eq!(row["workspace"], ws.path.to_str().unwrap());
+    assert_eq!(row["state"], "running");
+    assert!(row["memory_bytes"].as_u64().unwrap() > 1 << 20, "{row}");
+    let out = ws.lazaret(&["ps"]).output().unwrap();
+    let table = text(&out.stdout);
+    assert!(table.starts_with("DOMAIN"), "{table}");
+    assert!(
+        table.contains(&id[..12]) && table.contains("running"),
+        "{table}"
+    );
+
+    // Nothing that needs an inactive Domain proceeds while it serves one.
+    let out = ws
+        .lazaret(&["state", "reset", "--all", "--yes"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("serving 1 session(s)"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = ws.lazaret(&["stop"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("stopped Domain {id}\n"));
+    // Its session ended as a stopped container's does (SIGKILL).
+    let status = session.wait().unwrap();
+    assert_eq!(status.code(), Some(137));
+    assert_domain_gone(&id);
+    let out = ws.lazaret(&["ps"]).output().unwrap();
+    assert!(!text(&out.stdout).contains(&id[..12]));
+    let out = ws.lazaret(&["stop"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("is not running"));
+
+    // Coordinator events carry a UTC timestamp; the helpers' output is
+    // apart.
+    let out = ws.lazaret(&["logs"]).output().unwrap();
+    let log = text(&out.stdout);
+    assert!(log.contains("asked to stop by lazaret stop"), "{log}");
+    for line in log.lines() {
+        assert!(
+            line.len() > 25
+                && line.as_bytes()[4] == b'-'
+                && line[..25].contains('T')
+                && line[..25].contains('Z'),
+            "not timestamped: {line}"
+        );
+    }
+    assert!(!log.contains("slirp"), "{log}");
+    let out = ws.lazaret(&["logs", "--helpers"]).output().unwrap();
+    assert!(
+        text(&out.stdout).contains("lazaret-supervisor"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn reset_waits_for_a_stopping_domain_and_ignores_command_lines() {
+    let env = require_env!();
+    let ws = env.workspace("reset-wait");
+    let id = ws.domain_id("default");
+    let out = ws.run_sh("echo x > /usr/local/marker");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // At once: the Domain may still be tearing down.
+    let out = ws
+        .lazaret(&["state", "reset", "/usr", "--yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The records follow the reset at once: no "unreadable" generation.
+    let out = ws.lazaret(&["state", "inspect"]).output().unwrap();
+    let list = text(&out.stdout);
+    assert!(list.contains("/usr (generation 2)"), "{list}");
+    assert!(!list.contains("unreadable"), "{list}");
+    // A process that merely names the Domain is no user of it.
+    let mut namer = env
+        .command("/bin/sh")
+        .args(["-c", "sleep 60", &id])
+        .spawn()
+        .unwrap();
+    let out = ws
+        .lazaret(&["state", "reset", "--all", "--yes"])
+        .output()
+        .unwrap();
+    let _ = namer.kill();
+    let _ = namer.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `inspect` summarizes; `--paths` lists.
+    let out =
+        ws.run_sh("mkdir -p /opt/many && for i in $(seq 50); do echo $i > /opt/many/f$i; done");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_domain_gone(&id);
+    let out = ws.lazaret(&["state", "inspect"]).output().unwrap();
+    let short = text(&out.stdout);
+    assert!(
+        short.contains("/opt") && !short.contains("/opt/many/f1"),
+        "{short}"
+    );
+    let out = ws
+        .lazaret(&["state", "inspect", "--paths"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("/opt/many/f1"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn state_rm_and_prune_remove_inactive_domains_only() {
+    let env = require_env!();
+    let keep = env.workspace("prune-keep");
+    let gone = env.workspace("prune-gone");
+    for w in [&keep, &gone] {
+        let out = w.run_sh("echo x > /root/marker");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_domain_gone(&w.domain_id("default"));
+    }
+    let gone_root = gone.domain_root("default");
+    let gone_id = gone.domain_id("default");
+    assert!(gone_root.exists());
+    // The workspace goes away; prune asks, and without a terminal needs --yes.
+    let out = env.sh(&format!("rm -rf '{}'", gone.path.display()));
+    assert!(out.status.success());
+    let out = keep.lazaret(&["state", "prune"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--yes"), "{}", text(&out.stderr));
+    assert!(gone_root.exists(), "nothing is removed unasked");
+    let out = keep.lazaret(&["state", "prune", "--yes"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("removed Domain {gone_id}")));
+    assert!(!gone_root.exists());
+    assert!(keep.domain_root("default").exists());
+
+    // `state rm` refuses an active Domain, then removes it once inactive.
+    let mut session = keep
+        .lazaret(&["run", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sock = keep.domain_root("default").join("run/coordinator.sock");
+    assert!(eventually(Duration::from_secs(60), || sock.exists()));
+    assert!(eventually(Duration::from_secs(30), || {
+        let out = keep.lazaret(&["ps", "--json"]).output().unwrap();
+        text(&out.stdout).contains("\"sessions\": 1")
+    }));
+    let out = keep.lazaret(&["state", "rm", "--yes"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("is active"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(keep.domain_root("default").exists());
+    let _ = keep.lazaret(&["stop"]).output().unwrap();
+    let _ = session.wait();
+    let out = keep.lazaret(&["state", "rm", "--yes"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!keep.domain_root("default").exists());
+    // The workspace itself is untouched.
+    assert!(keep.path.join("README").exists());
+}
