@@ -25,7 +25,8 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
     // A copy of examples/ the test user can read (the checkout may not be),
     // and a TMPDIR of the user's own for the script's scratch files, so
     // what it leaves behind can be seen. Under /tmp: runsc does not start
-    // when TMPDIR is beneath the user's home (reported with issue 14).
+    // when TMPDIR is beneath a directory others cannot search, as the
+    // harness's 0700 cache is (reported with issue 14).
     let ws = env.workspace("examples");
     let dir = ws.base.join("examples");
     let out = env.sh(&format!(
