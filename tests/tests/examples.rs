@@ -1,7 +1,7 @@
 //! The example Agent Profiles (issue 14, item 5): `examples/check` installs
 //! the quickest agent, Codex CLI, from the npm registry in its setup
-//! profile, and its binary starts inside the sandbox and prints its
-//! version. It needs the package registries: when they cannot be reached
+//! profile, commits that Domain as an image, and in a new workspace the
+//! agent profile's sandbox starts its binary, which prints its version. It needs the package registries: when they cannot be reached
 //! (the script's exit 3), the test skips like any other missing
 //! prerequisite.
 
@@ -73,6 +73,12 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
         .strip_prefix("codex: ok, codex ")
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("not a success line: {line}"));
+    // The whole flow: setup, `image commit`, and the agent profile on the
+    // committed image in a new workspace (not the setup Domain).
+    assert!(
+        line.contains(" commit ") && !line.contains("setup Domain"),
+        "the version was not checked on the committed image: {line}"
+    );
     assert!(
         version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok()),
         "no version in: {line}"
