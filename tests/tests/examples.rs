@@ -84,7 +84,8 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
         "no version in: {line}"
     );
 
-    // What the check made is gone: its scratch directory, its images.
+    // What the check made is gone: its scratch directory, its image, its
+    // profile's shared paths.
     let left = std::fs::read_dir(&tmp)
         .expect("read TMPDIR")
         .flatten()
@@ -92,6 +93,12 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
         .collect::<Vec<_>>();
     assert!(left.is_empty(), "examples/check left {left:?} in TMPDIR");
     let _ = env.sh(&format!("rmdir '{}'", tmp.display()));
+    let shared = env.data_home.join("lazaret/profiles/lazaret-check-codex");
+    assert!(
+        !shared.exists(),
+        "examples/check left its profile's shared paths: {}",
+        shared.display()
+    );
     let out = ws.lazaret(&["image", "list"]).output().expect("image list");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
