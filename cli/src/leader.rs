@@ -315,7 +315,6 @@ const COORDINATOR_ENV: &[&str] = &[
     "HOME",
     "LANG",
     "LC_ALL",
-    "TMPDIR",
     "XDG_CONFIG_HOME",
     "XDG_DATA_HOME",
     "XDG_RUNTIME_DIR",

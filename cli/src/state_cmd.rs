@@ -200,10 +200,16 @@ pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliErr
         .filter(|n| DomainIdV1::parse(n).is_some())
         .collect();
     names.sort();
-    names
-        .into_iter()
-        .map(|name| resolve(&Which::new(String::new(), None, Some(name), config.clone())))
-        .collect()
+    let mut out = Vec::new();
+    for name in names {
+        match resolve(&Which::new(String::new(), None, Some(name.clone()), config.clone())) {
+            Ok(d) => out.push(d),
+            // Removed while we looked (`state rm` elsewhere): not listed.
+            Err(_) if !root.join("domains").join(&name).exists() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
@@ -680,7 +686,13 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                         config: common.config.clone(),
                     },
                 };
-                views.push(view(&resolve(&which)?, false, &config)?);
+                let domain = match resolve(&which) {
+                    Ok(d) => d,
+                    // Removed while we looked (`state rm` elsewhere).
+                    Err(_) if !root.join("domains").join(which.domain.as_deref().unwrap_or("")).exists() => continue,
+                    Err(e) => return Err(e),
+                };
+                views.push(view(&domain, false, &config)?);
             }
             if json {
                 println!(
