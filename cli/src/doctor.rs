@@ -282,7 +282,6 @@ pub fn eval_setuid(what: &str, found: Option<(&Path, FileStat)>) -> Check {
 /// IDs a sandbox needs mapped: 1..=65534 (65534 is `nobody`, the Sentry's
 /// user).
 const SUBID_NEEDED: u32 = 65534;
-const SUBID_SIZE: u32 = 65536;
 
 fn check_subuid(ctx: &Ctx, what: &str) -> Check {
     subid(ctx, what, "/etc/subuid", "uid")
@@ -297,30 +296,7 @@ fn subid(ctx: &Ctx, what: &str, file: &str, kind: &str) -> Check {
     eval_subid(what, file, kind, &ctx.user, range, free_subid_start_now())
 }
 
-fn free_subid_start_now() -> u32 {
-    let read = |f| std::fs::read_to_string(f).unwrap_or_default();
-    free_subid_start(&[&read("/etc/subuid"), &read("/etc/subgid")])
-}
-
-/// The first subordinate ID above every range in the given subuid/subgid
-/// texts, at least 100000.
-pub fn free_subid_start(texts: &[&str]) -> u32 {
-    texts
-        .iter()
-        .flat_map(|t| t.lines())
-        .filter_map(|l| {
-            let mut p = l.trim().split(':');
-            let (_, start, count) = (p.next()?, p.next()?, p.next()?);
-            start.parse::<u32>().ok()?.checked_add(count.parse().ok()?)
-        })
-        .fold(100_000, u32::max)
-}
-
-/// The usermod command giving `user` fresh uid and gid ranges at `start`.
-pub fn usermod_fix(user: &str, start: u32) -> String {
-    let end = start.saturating_add(SUBID_SIZE - 1);
-    format!("sudo usermod --add-subuids {start}-{end} --add-subgids {start}-{end} {user}")
-}
+use lazaret_helpers::userns::{free_subid_start_now, usermod_fix};
 
 pub fn eval_subid(
     what: &str,
@@ -913,6 +889,7 @@ pub fn eval_git_bare_repository(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazaret_helpers::userns::free_subid_start;
     use std::collections::BTreeSet;
 
     fn chr(mode: u32) -> FileStat {

@@ -202,7 +202,12 @@ pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliErr
     names.sort();
     let mut out = Vec::new();
     for name in names {
-        match resolve(&Which::new(String::new(), None, Some(name.clone()), config.clone())) {
+        match resolve(&Which::new(
+            String::new(),
+            None,
+            Some(name.clone()),
+            config.clone(),
+        )) {
             Ok(d) => out.push(d),
             // Removed while we looked (`state rm` elsewhere): not listed.
             Err(_) if !root.join("domains").join(&name).exists() => {}
@@ -689,7 +694,14 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
                 let domain = match resolve(&which) {
                     Ok(d) => d,
                     // Removed while we looked (`state rm` elsewhere).
-                    Err(_) if !root.join("domains").join(which.domain.as_deref().unwrap_or("")).exists() => continue,
+                    Err(_)
+                        if !root
+                            .join("domains")
+                            .join(which.domain.as_deref().unwrap_or(""))
+                            .exists() =>
+                    {
+                        continue
+                    }
                     Err(e) => return Err(e),
                 };
                 views.push(view(&domain, false, &config)?);

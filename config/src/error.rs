@@ -104,20 +104,26 @@ pub enum ConfigError {
 
     /// SR-2: the config lies inside the workspace, so the agent could edit it.
     #[error(
-        "config file {} lies beneath the workspace {}, which is mounted into the sandbox: move it outside (for example to ~/.config/lazaret/config.toml)",
+        "config file {} lies beneath the workspace {}, which is mounted into the sandbox: {hint}",
         .config.display(), .workspace.display()
     )]
-    BeneathWorkspace { config: PathBuf, workspace: PathBuf },
+    BeneathWorkspace {
+        config: PathBuf,
+        workspace: PathBuf,
+        /// What to do, for where the config is (see `placement`).
+        hint: String,
+    },
 
     /// SR-2: the config lies inside a volume's host path.
     #[error(
-        "config file {} lies beneath the volume host path {}, which is mounted into the sandbox at {sandbox}: move it outside (for example to ~/.config/lazaret/config.toml) or change the volume",
+        "config file {} lies beneath the volume host path {}, which is mounted into the sandbox at {sandbox}: {hint}",
         .config.display(), .host.display()
     )]
     BeneathVolume {
         config: PathBuf,
         host: PathBuf,
         sandbox: String,
+        hint: String,
     },
 }
 

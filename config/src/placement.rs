@@ -28,22 +28,41 @@ pub fn check_not_mounted(
         source,
     })?;
     if config.starts_with(&workspace) {
+        let hint = if is_default_place(config) {
+            format!("run Lazaret in a project directory rather than {} (or pass --workspace DIR), or keep the config outside it and pass --config FILE", workspace.display())
+        } else {
+            "move it outside (for example to ~/.config/lazaret/config.toml)".into()
+        };
         return Err(ConfigError::BeneathWorkspace {
             config: config.clone(),
             workspace,
+            hint,
         });
     }
     for volume in &profile.volumes {
         let host = resolve_existing_prefix(&volume.host);
         if config.starts_with(&host) {
+            let hint = if is_default_place(config) {
+                "mount a narrower host directory that does not hold ~/.config/lazaret, or keep the config elsewhere and pass --config FILE".into()
+            } else {
+                "move it outside (for example to ~/.config/lazaret/config.toml) or change the volume".into()
+            };
             return Err(ConfigError::BeneathVolume {
                 config: config.clone(),
                 host,
                 sandbox: volume.sandbox.clone(),
+                hint,
             });
         }
     }
     Ok(())
+}
+
+/// Whether `config` is where Lazaret looks by default
+/// (`$XDG_CONFIG_HOME/lazaret/config.toml`, `~/.config/lazaret/config.toml`):
+/// then "move it there" is no advice.
+fn is_default_place(config: &Path) -> bool {
+    config.ends_with("lazaret/config.toml")
 }
 
 /// Canonicalize the longest existing ancestor of `path` and re-append the

@@ -842,6 +842,20 @@ fn config_beneath_workspace_is_refused() {
 }
 
 #[test]
+fn a_config_in_the_default_place_beneath_the_workspace_gets_advice_that_helps() {
+    // The workspace is the home directory: "move it to
+    // ~/.config/lazaret/config.toml" would name where it already is.
+    let fx = Fixture::new();
+    let loaded = loaded_from(&fx, "home/.config/lazaret/config.toml");
+    let profile = loaded.config.profile("default").unwrap();
+    let msg = check_not_mounted(&loaded, profile, &fx.path("home"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("run Lazaret in a project directory"), "{msg}");
+    assert!(!msg.contains("move it outside"), "{msg}");
+}
+
+#[test]
 fn workspace_given_through_symlink_is_still_detected() {
     let fx = Fixture::new();
     let loaded = loaded_from(&fx, "w/cfg.toml");

@@ -16,11 +16,13 @@ use std::process::Command;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
-    #[error("no subordinate {kind} range for user {user} in {file}: add one with `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}` (as root)", kind = if *.is_uid { "uid" } else { "gid" })]
+    #[error("no subordinate {kind} range for user {user} in {file}: add one with `{fix}` (a range no other user has; `lazaret doctor` checks)", kind = if *.is_uid { "uid" } else { "gid" })]
     NoRange {
         is_uid: bool,
         user: String,
         file: String,
+        /// The usermod command that adds a free range.
+        fix: String,
     },
     #[error("cannot read {file}: {source}")]
     Read {
@@ -74,6 +76,36 @@ pub fn subid_range(file: &Path, user: &str, uid: u32) -> Result<Option<(u32, u32
     Ok(None)
 }
 
+/// The size of the range the sandbox maps (its IDs 1..=65535, and 0).
+pub const SUBID_SIZE: u32 = 65536;
+
+/// The first subordinate ID above every range in `/etc/subuid` and
+/// `/etc/subgid` now: where a new range overlaps no other user's.
+pub fn free_subid_start_now() -> u32 {
+    let read = |f| std::fs::read_to_string(f).unwrap_or_default();
+    free_subid_start(&[&read("/etc/subuid"), &read("/etc/subgid")])
+}
+
+/// The first subordinate ID above every range in the given subuid/subgid
+/// texts, at least 100000.
+pub fn free_subid_start(texts: &[&str]) -> u32 {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| {
+            let mut p = l.trim().split(':');
+            let (_, start, count) = (p.next()?, p.next()?, p.next()?);
+            start.parse::<u32>().ok()?.checked_add(count.parse().ok()?)
+        })
+        .fold(100_000, u32::max)
+}
+
+/// The usermod command giving `user` fresh uid and gid ranges at `start`.
+pub fn usermod_fix(user: &str, start: u32) -> String {
+    let end = start.saturating_add(SUBID_SIZE - 1);
+    format!("sudo usermod --add-subuids {start}-{end} --add-subgids {start}-{end} {user}")
+}
+
 /// The ID map of the invoking user, from `/etc/subuid` and `/etc/subgid`.
 pub fn current_id_map() -> Result<IdMap, UsernsError> {
     let uid = rustix::process::getuid().as_raw();
@@ -88,6 +120,7 @@ pub fn current_id_map() -> Result<IdMap, UsernsError> {
             is_uid,
             user: user.clone(),
             file: file.to_string(),
+            fix: usermod_fix(&user, free_subid_start_now()),
         })
     };
     Ok(IdMap {
@@ -269,6 +302,27 @@ pub fn run_mapped(map: &IdMap, cmd: &mut Command) -> Result<std::process::ExitSt
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_missing_range_is_advised_where_no_other_user_has_one() {
+        // Two users hold 100000.. and 165536..: the advice starts above
+        // both, never at 100000.
+        let texts = [
+            "alice:100000:65536\nbob:165536:65536\n",
+            "alice:100000:65536\n",
+        ];
+        let start = free_subid_start(&texts);
+        assert_eq!(start, 231072);
+        let e = UsernsError::NoRange {
+            is_uid: true,
+            user: "carol".into(),
+            file: "/etc/subuid".into(),
+            fix: usermod_fix("carol", start),
+        };
+        let msg = e.to_string();
+        assert!(msg.contains("--add-subuids 231072-296607"), "{msg}");
+        assert!(!msg.contains("100000-165535"), "{msg}");
+    }
     use super::*;
 
     #[test]

@@ -30,7 +30,7 @@ pub enum ImageError {
         output: String,
     },
 
-    #[error("the registry of `{reference}` cannot be reached ({detail}); no registry is reachable from this machine: save the image elsewhere (`podman save --format oci-archive -o img.tar IMAGE`), copy the archive here and use `oci-archive:img.tar`")]
+    #[error("the registry of `{reference}` cannot be reached ({detail}); check the name and this machine's network (proxy, DNS, firewall), or, where no registry can be reached, save the image on a machine that reaches it (`podman save --format oci-archive -o img.tar IMAGE`), copy the archive here and use `oci-archive:img.tar`")]
     RegistryUnreachable { reference: String, detail: String },
 
     #[error("refused layer {layer}, entry `{entry}`: {reason}; nothing was published. the image is damaged or hostile: rebuild it from a trusted source")]
