@@ -317,8 +317,14 @@ fn unreachable_registry_fails_fast_and_clearly() {
         "{err}"
     );
     // The failure may be the name or the network, not this machine alone.
-    assert!(err.contains("check the name and this machine's network"), "{err}");
-    assert!(!err.contains("no registry is reachable from this machine"), "{err}");
+    assert!(
+        err.contains("check the name and this machine's network"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("no registry is reachable from this machine"),
+        "{err}"
+    );
     assert!(
         t.elapsed() < Duration::from_secs(40),
         "took {:?}",
