@@ -57,6 +57,44 @@ pub use unpack::Limits;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
+/// Entry points for the in-tree fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use sha2::{Digest, Sha256};
+    use std::path::Path;
+
+    /// Applies `tar` (an uncompressed layer whose digests match) to a
+    /// fresh rootfs in `dir`, with small limits; the outcome is ignored,
+    /// only a panic or a write outside `dir` is a finding.
+    pub fn unpack_layer(tar: &[u8], dir: &Path) {
+        let sha = |b: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(b)));
+        let blob = dir.join("blob");
+        let rootfs = dir.join("rootfs");
+        if std::fs::write(&blob, tar).is_err() || std::fs::create_dir(&rootfs).is_err() {
+            return;
+        }
+        let layer = crate::unpack::Layer {
+            blob,
+            digest: sha(tar),
+            size: tar.len() as u64,
+            diff_id: sha(tar),
+            compression: crate::unpack::Compression::None,
+        };
+        let limits = crate::Limits {
+            max_unpacked: 16 << 20,
+            max_entries: 10_000,
+        };
+        if let Ok(mut u) = crate::unpack::Unpacker::new(&rootfs, 65535, 65535, limits) {
+            let _ = u.apply_layer(&layer, &mut crate::progress::Silent);
+        }
+    }
+
+    /// Parses a reference the way a profile's `image` is.
+    pub fn reference(text: &str) {
+        let _ = crate::Reference::parse(text);
+    }
+}
+
 /// The built-in image.
 pub const DEFAULT_REFERENCE: &str = "lazaret:default";
 
