@@ -58,6 +58,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         return Ok(());
     }
 
+    lazaret_helpers::timeline::mark("cli", "leader-locked");
     let runsc = RunscInfo::detect(r.loaded.config.runtime.runsc.as_deref())?;
     // A network configuration that cannot be derived fails here, before
     // anything is prepared or started (the coordinator derives it again,
@@ -161,6 +162,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             )));
         }
     }
+    lazaret_helpers::timeline::mark("cli", "image-ready");
     spawn_coordinator(r, &input)
 }
 
@@ -275,7 +277,10 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     }
     let mut ready = ready;
     let why = match lazaret_protocol::frame::read_frame(&mut ready) {
-        Ok(CoordinatorReadiness::Ready) => return Ok(()),
+        Ok(CoordinatorReadiness::Ready) => {
+            lazaret_helpers::timeline::mark("cli", "coordinator-ready");
+            return Ok(());
+        }
         Ok(CoordinatorReadiness::Failed(why)) => why,
         Err(_) => "the coordinator exited during start-up".to_string(),
     };
@@ -315,6 +320,7 @@ const COORDINATOR_ENV: &[&str] = &[
     "HOME",
     "LANG",
     "LC_ALL",
+    lazaret_helpers::timeline::ENV,
     "XDG_CONFIG_HOME",
     "XDG_DATA_HOME",
     "XDG_RUNTIME_DIR",

@@ -224,7 +224,9 @@ pub fn connect(domain_root: &Path) -> std::io::Result<UnixStream> {
 }
 
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
+    lazaret_helpers::timeline::mark("cli", "start");
     let r = resolve(&args)?;
+    lazaret_helpers::timeline::mark("cli", "config-resolved");
     if !r.git {
         eprintln!(
             "lazaret: note: {} is not a Git repository's top level: Git Sentry has no Git directory to protect there (`.gitignore` files still route ignored paths to Ignored Workspace State)",
@@ -327,7 +329,9 @@ fn session(
         return Ok(None);
     }
     match read_frame::<_, ServerMsg>(&mut rd) {
-        Ok(ServerMsg::Accepted { .. }) => {}
+        Ok(ServerMsg::Accepted { .. }) => {
+            lazaret_helpers::timeline::mark("cli", "session-accepted")
+        }
         Ok(ServerMsg::Refused { reason }) => return Err(CliError::Session(reason)),
         Ok(other) => {
             return Err(CliError::Session(format!(
@@ -396,6 +400,7 @@ fn session(
                 let _ = err.write_all(&d);
             }
             Ok(ServerMsg::Exit { status }) => {
+                lazaret_helpers::timeline::mark("cli", "exit-received");
                 terminal::restore();
                 return Ok(Some(status));
             }

@@ -128,6 +128,7 @@ fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
 fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<(), String> {
     // A network configuration that cannot be derived stops the start
     // before anything is touched.
+    lazaret_helpers::timeline::mark("coordinator", "start");
     crate::network::derive(input, "validation")?;
     let layout = Layout::new(&input.domain_root);
     let _lock = lock_domain(&layout.lock())?;
@@ -145,6 +146,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let anchor_dirs = anchors
         .ensure(&input.persistent_paths)
         .map_err(|e| e.to_string())?;
+    lazaret_helpers::timeline::mark("coordinator", "recovered-anchors-ready");
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -196,6 +198,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     // The sandbox request-signing key of this generation: the secret half
     // is mounted read-only into the sandbox, the public half stays here.
     let keys = ed25519_compact::KeyPair::generate();
+    lazaret_helpers::timeline::mark("coordinator", "policy-derived");
     let started = start_sandbox(
         input,
         &layout,
@@ -212,6 +215,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         policy.as_ref(),
         started.as_ref().err(),
     );
+    lazaret_helpers::timeline::mark("coordinator", "sandbox-started");
     let Started {
         child,
         channel,
@@ -291,6 +295,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         "Domain {} generation {} ready: sandbox {}",
         input.domain_id, gen.number, gen.sandbox_id
     ));
+    lazaret_helpers::timeline::mark("coordinator", "ready");
     report(ready, CoordinatorReadiness::Ready);
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
@@ -548,6 +553,7 @@ fn start_sandbox(
     // the routers, slirp4netns) say goes to a file of its own, so that
     // `coordinator.log` holds the coordinator's timestamped events only.
     let helpers_log = helpers_log(layout)?;
+    lazaret_helpers::timeline::mark("coordinator", "supervisor-spawn");
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
     // The Domain ID in argv only names the process for `ps` and tests.
     cmd.arg("--domain")

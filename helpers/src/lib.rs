@@ -9,4 +9,5 @@ pub mod memfd;
 pub mod pidfd;
 pub mod runsc;
 pub mod sockpath;
+pub mod timeline;
 pub mod userns;

@@ -46,6 +46,9 @@ fn main() {
     // exec bridges.
     lazaret_helpers::limits::raise_nofile();
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 1 || args.get(1).map(String::as_str) == Some("--domain") {
+        lazaret_helpers::timeline::mark("supervisor", "start");
+    }
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
         lazaret_seccomp::binaries::print_and_exit("lazaret-supervisor");
     }
@@ -691,6 +694,7 @@ fn holder_start(
         None::<&str>,
     )
     .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))?;
+    lazaret_helpers::timeline::mark("holder", "namespaces-ready");
 
     // The network first: policy installed and probe passed, or no sandbox.
     let net = match &plan.network {
@@ -703,6 +707,7 @@ fn holder_start(
         }
     };
 
+    lazaret_helpers::timeline::mark("holder", "network-ready");
     let root = &plan.root;
     for d in [&root.upper, &root.work, &root.merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
@@ -723,7 +728,9 @@ fn holder_start(
     )
     .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
 
+    lazaret_helpers::timeline::mark("holder", "root-overlay-mounted");
     mount_anchors(plan)?;
+    lazaret_helpers::timeline::mark("holder", "anchors-mounted");
     // The router's mount must be live before runsc binds it; the router
     // is our child and lives in our PID namespace like everything else.
     let mut routers = Vec::new();
@@ -731,6 +738,7 @@ fn holder_start(
         routers.push(lazaret_supervisor::router::start(r)?);
     }
 
+    lazaret_helpers::timeline::mark("holder", "routers-ready");
     let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
     std::fs::write(
@@ -765,6 +773,7 @@ fn holder_start(
             &plan.sandbox_id,
         ],
     );
+    lazaret_helpers::timeline::mark("holder", "runsc-run-spawn");
     let mut cmd = Command::new(&argv[0]);
     // runsc chowns the stdio it is given to the Sentry's uid: it gets pipes,
     // never our log file, and a thread copies what it says to our stderr.
@@ -822,6 +831,7 @@ fn holder_start(
                     let _ = child.kill();
                     return Err(format!("cannot bound the sandbox's memory: {e}"));
                 }
+                lazaret_helpers::timeline::mark("holder", "sandbox-running");
                 return Ok((child, routers.iter().map(|r| r.id()).collect()));
             }
         }
