@@ -1,7 +1,7 @@
-//! The README's table of binaries and their authority is what the built
-//! binaries print: it runs `lazaret-authority-table --check` (which runs
-//! every binary of `lazaret_seccomp::binaries::SUITE` with
-//! `--print-confinement`) against README.md, and fails with both versions
+//! The table of binaries and their authority in docs/security-model.md is
+//! what the built binaries print: it runs `lazaret-authority-table --check`
+//! (which runs every binary of `lazaret_seccomp::binaries::SUITE` with
+//! `--print-confinement`) against that file, and fails with both versions
 //! of the table when they differ. Regenerate with `scripts/authority-table`.
 //!
 //! Needs the built binaries (`cargo build --workspace --bins`); without
@@ -18,7 +18,7 @@ fn target_dir() -> PathBuf {
 }
 
 #[test]
-fn readme_table_matches_the_binaries() {
+fn security_model_table_matches_the_binaries() {
     let dir = target_dir();
     let gen = dir.join("lazaret-authority-table");
     if !gen.is_file() {
@@ -32,16 +32,16 @@ fn readme_table_matches_the_binaries() {
         eprintln!("skipping: {reason}");
         return;
     }
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security-model.md");
     let out = Command::new(&gen)
         .arg("--check")
         .arg(&dir)
-        .arg(&readme)
+        .arg(&doc)
         .output()
         .expect("run lazaret-authority-table");
     assert!(
         out.status.success(),
-        "the README's authority table differs from what the binaries print (run scripts/authority-table):\n{}",
+        "the authority table in docs/security-model.md differs from what the binaries print (run scripts/authority-table):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
