@@ -6,6 +6,7 @@
 //! is active or in use, or the reset was not confirmed); 125 failure.
 
 use crate::error::CliError;
+use crate::global::{Global, Uses};
 use lazaret_config::EnvVars;
 use lazaret_protocol::display;
 use lazaret_protocol::DomainIdV1;
@@ -27,15 +28,15 @@ pub const REFUSED: i32 = 2;
 pub enum StateCmd {
     /// Every Domain with its profile, workspace, image, State Anchors and sizes
     List {
+        /// One JSON array of Domains instead of text
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        common: Common,
     },
     /// One Domain's metadata and a summary of its overlay changes (never file contents)
     Inspect {
         #[command(flatten)]
         which: Which,
+        /// One JSON document instead of text
         #[arg(long)]
         json: bool,
     },
@@ -63,41 +64,51 @@ pub enum StateCmd {
     },
 }
 
-#[derive(clap::Args)]
+/// The config that names the Storage Root (`--config`).
+#[derive(Default)]
 pub struct Common {
-    /// Config file (for the Storage Root)
-    #[arg(long)]
     config: Option<PathBuf>,
 }
 
-/// How the Domain is named: by (profile, workspace), or by its ID.
+/// How the Domain is named: by its ID (`--domain`), or by the shared
+/// `--profile` and `--workspace` (see [`Which::with`]).
 #[derive(clap::Args)]
 pub struct Which {
-    #[arg(long, default_value = "default")]
-    profile: String,
-    /// Agent Workspace (default: the current directory)
-    #[arg(long, conflicts_with = "domain")]
-    workspace: Option<PathBuf>,
-    /// A Domain ID, as `lazaret state list` shows it
+    /// A Domain ID, as `lazaret state list` shows it (instead of --profile
+    /// and --workspace)
     #[arg(long)]
     domain: Option<String>,
-    #[command(flatten)]
+    // The shared options, filled in by `Which::with`.
+    #[arg(skip)]
+    profile: String,
+    #[arg(skip)]
+    workspace: Option<PathBuf>,
+    #[arg(skip)]
     common: Common,
 }
 
 impl Which {
-    pub(crate) fn new(
-        profile: String,
-        workspace: Option<PathBuf>,
-        domain: Option<String>,
-        config: Option<PathBuf>,
-    ) -> Which {
+    /// The Domain `domain` (an ID) or the shared options name.
+    pub(crate) fn new(domain: Option<String>, g: &Global) -> Result<Which, CliError> {
         Which {
-            profile,
-            workspace,
             domain,
-            common: Common { config },
+            profile: String::new(),
+            workspace: None,
+            common: Common::default(),
         }
+        .with(g)
+    }
+
+    /// Completes the Domain's name with the shared options (`--profile`,
+    /// `--workspace`, `--config`); `--domain` stands alone.
+    pub(crate) fn with(mut self, g: &Global) -> Result<Which, CliError> {
+        g.check_domain_id(self.domain.as_deref())?;
+        self.profile = g.profile().to_string();
+        self.workspace = g.workspace.clone();
+        self.common = Common {
+            config: g.config.clone(),
+        };
+        Ok(self)
     }
 }
 
@@ -553,9 +564,13 @@ fn print_header(v: &DomainView) {
     }
 }
 
-pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
+pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
-        StateCmd::List { json, common } => {
+        StateCmd::List { json } => {
+            g.check("state list", Uses::Config)?;
+            let common = Common {
+                config: g.config.clone(),
+            };
             let (root, config) = storage_root_and_config(&common)?;
             let mut views = Vec::new();
             let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
@@ -607,6 +622,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             Ok(0)
         }
         StateCmd::Inspect { which, json } => {
+            let which = which.with(g)?;
             let domain = resolve(&which)?;
             let (_, config) = storage_root_and_config(&which.common)?;
             let v = view(&domain, true, &config)?;
@@ -653,6 +669,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             Ok(0)
         }
         StateCmd::Verify { which } => {
+            let which = which.with(g)?;
             let domain = resolve(&which)?;
             let _lock = match lock_inactive(&domain) {
                 Ok(l) => l,
@@ -685,7 +702,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             ignored,
             yes,
             which,
-        } => reset(&which, paths, all, ignored, yes),
+        } => reset(&which.with(g)?, paths, all, ignored, yes),
     }
 }
 
@@ -836,8 +853,8 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
 /// decisions (who or which rule decided, the requested and the run vector,
 /// the result), and of refused mailbox entries, oldest first across the
 /// record's rotations (`escalations.log.N` .. `.1`, then `escalations.log`).
-pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
-    let domain = resolve(which)?;
+pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError> {
+    let domain = resolve(&which.with(g)?)?;
     let mut text = String::new();
     for path in lazaret_protocol::escalation::log_files(&domain.layout.root) {
         match std::fs::read(&path) {
@@ -870,6 +887,9 @@ pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
     for r in records {
         // Every field may hold the sandbox's words: escaped.
         let s = |k: &str| display::escape(r[k].as_str().unwrap_or(""));
+        if let Some(ms) = r["time_unix_ms"].as_u64() {
+            print!("{}  ", crate::human::time_ms(ms));
+        }
         if s("event") == "refused" {
             // The entry name is recorded in its escaped form already.
             println!(
