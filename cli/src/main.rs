@@ -84,6 +84,16 @@ fn report(r: Result<i32, error::CliError>) -> i32 {
     }
 }
 
+/// `lazaret doctor | head` ends quietly, as `ls | head` does, instead of
+/// panicking on the failed write (Rust ignores SIGPIPE by default).
+fn default_sigpipe() {
+    // SAFETY: sets the disposition of one signal to its default before any
+    // thread is started; no handler runs, nothing else is touched.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     // Not a subcommand: every binary of the suite answers it the same way.
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
@@ -104,6 +114,12 @@ fn main() {
             });
         }
     };
+    match &cli.command {
+        // `run` relays its own SIGPIPE (128+13); `image prepare` writes to
+        // its children's pipes and reports their failure itself.
+        Cmd::Run(_) | Cmd::Image(_) => {}
+        _ => default_sigpipe(),
+    }
     let g = cli.global;
     let code = match cli.command {
         Cmd::Run(args) => {
