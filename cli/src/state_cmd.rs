@@ -200,6 +200,13 @@ struct Domain {
 /// Resolves a Domain through trusted metadata only: the ID is derived or
 /// parsed, never taken as a path.
 fn resolve(which: &Which) -> Result<Domain, CliError> {
+    if which.domain.is_none() && which.profile.is_empty() {
+        // A `Which` from clap names no profile until `Which::with` ran:
+        // never derive a Domain ID from the empty name.
+        return Err(CliError::Usage(
+            "internal error: the Domain was named before the shared options were read".into(),
+        ));
+    }
     let root = storage_root(&which.common)?;
     let id = match &which.domain {
         Some(d) => DomainIdV1::parse(d).ok_or_else(|| {
