@@ -222,7 +222,14 @@ fn json(out: &Output, what: &str) -> serde_json::Value {
 fn data_commands_print_json_and_human_times() {
     let env = require_env!();
     let ws = env.workspace("json");
-    let out = ws.run_sh("true");
+    // One record for `escalations`: a mailbox entry the coordinator
+    // refuses (and removes).
+    let out = ws.run_sh(
+        r#"e=/.lazaret/mailbox/requests/junk
+           echo junk > "$e"
+           i=0; while [ -e "$e" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+           test ! -e "$e""#,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_domain_gone(&ws.domain_id("default"));
     let id = ws.domain_id("default");
@@ -240,7 +247,14 @@ fn data_commands_print_json_and_human_times() {
         "{list}"
     );
     assert_eq!(ok(&["state", "inspect", "--json"])["domain_id"], id);
-    assert!(ok(&["escalations", "--json"]).is_array());
+    let records = ok(&["escalations", "--json"]);
+    let refused = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["event"] == "refused")
+        .unwrap_or_else(|| panic!("{records}"));
+    assert!(refused["time_unix_ms"].is_u64(), "{refused}");
     assert!(ok(&["image", "list", "--json"]).is_array());
     let net = ok(&["net", "show", "--json"]);
     assert_eq!(net["domain_id"], id, "{net}");
@@ -266,6 +280,18 @@ fn data_commands_print_json_and_human_times() {
         }
     }
     // Text output: times for people, not epoch seconds.
+    let out = ws.lazaret(&["escalations"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = text(&out.stdout);
+    let line = line
+        .lines()
+        .find(|l| l.contains("refused mailbox entry"))
+        .unwrap_or_else(|| panic!("{line}"));
+    // `2026-12-01 09:30:12 UTC (3 s ago)  refused mailbox entry ...`
+    assert!(
+        line.starts_with("20") && line.contains(" ago)  refused"),
+        "{line}"
+    );
     let out = ws.lazaret(&["net", "show"]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
