@@ -2,8 +2,9 @@
 //! the prepared images of the Storage Root and their Storage Catalog
 //! records.
 //!
-//! Exit status: 0 on success, 125 when the command failed (the message
-//! says what to do next).
+//! Exit status: 0 on success; 2 when `commit` is refused (the Domain is
+//! active or in use); 125 when the command failed (the message says what
+//! to do next).
 
 use crate::error::CliError;
 use crate::global::{Global, Uses};
@@ -280,7 +281,7 @@ pub fn run(mut args: ImageArgs, g: &Global) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             crate::error::report(&e);
-            crate::error::LAZARET_FAILED
+            e.exit_code()
         }
     }
 }

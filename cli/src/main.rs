@@ -79,7 +79,7 @@ fn report(r: Result<i32, error::CliError>) -> i32 {
         Err(e) => {
             terminal::restore();
             error::report(&e);
-            error::LAZARET_FAILED
+            e.exit_code()
         }
     }
 }

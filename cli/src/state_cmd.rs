@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const VERIFY_PROBLEMS: i32 = 1;
-pub const REFUSED: i32 = 2;
+pub const REFUSED: i32 = crate::error::REFUSED;
 
 #[derive(clap::Subcommand)]
 pub enum StateCmd {
@@ -127,7 +127,10 @@ pub(crate) struct ForCommit {
 /// current generation of its State Anchors, for `lazaret image commit`.
 pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
     let domain = resolve(which)?;
-    let lock = lock_inactive(&domain).map_err(|(_, msg)| CliError::Session(msg))?;
+    let lock = lock_inactive(&domain).map_err(|(code, msg)| match code {
+        REFUSED => CliError::Refused(msg),
+        _ => CliError::Session(msg),
+    })?;
     let Some(meta) = domain.meta.clone() else {
         return Err(CliError::Session(format!(
             "Domain {} has never started: run `lazaret run` in it first",

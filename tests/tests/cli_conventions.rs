@@ -374,6 +374,20 @@ fn exit_codes_follow_the_table() {
     // state: 0 done, 2 refused (not confirmed without a terminal).
     assert_eq!(code(&["state", "verify"]), Some(0));
     assert_eq!(code(&["state", "reset", "--all"]), Some(2));
+    // 2 as well for every command refused while the Domain is active.
+    let mut running = ws.lazaret(&["run", "--", "sleep", "60"]).spawn().unwrap();
+    let domain = ws.domain_root("default");
+    assert!(lazaret_tests::eventually(
+        std::time::Duration::from_secs(60),
+        || domain.join("run/coordinator.sock").exists()
+    ));
+    let verify = code(&["state", "verify"]);
+    let reset = code(&["state", "reset", "--all", "--yes"]);
+    let commit = code(&["image", "commit", "busy"]);
+    let _ = running.kill();
+    let _ = running.wait();
+    assert_eq!((verify, reset, commit), (Some(2), Some(2), Some(2)));
+    assert_domain_gone(&ws.domain_id("default"));
     // doctor: 0 or 1, as its JSON says.
     let out = ws.lazaret(&["doctor", "--json"]).output().unwrap();
     let doc = json(&out, "doctor --json");
