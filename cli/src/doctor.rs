@@ -106,6 +106,7 @@ pub type CheckFn = fn(&Ctx, &str) -> Check;
 
 /// Every prerequisite, in the order printed.
 pub const CHECKS: &[(&str, CheckFn)] = &[
+    ("Lazaret's helper binaries", check_helpers),
     ("runsc", check_runsc),
     ("newuidmap", check_newuidmap),
     ("newgidmap", check_newgidmap),
@@ -124,17 +125,61 @@ pub const CHECKS: &[(&str, CheckFn)] = &[
     ("host git safe.bareRepository", check_git_bare_repository),
 ];
 
-/// Runs every check, prints one line each, and returns the exit code: 0
-/// when all pass, 1 otherwise.
-pub fn run(runsc_override: Option<&Path>) -> i32 {
+/// Runs every check, prints one line each (or, with `json`, one JSON
+/// document once all ran), and returns the exit code: 0 when all pass, 1
+/// otherwise.
+pub fn run(runsc_override: Option<&Path>, json: bool) -> i32 {
     let ctx = Ctx::current(runsc_override);
     let mut checks = Vec::with_capacity(CHECKS.len());
     for (what, check) in CHECKS {
         let c = check(&ctx, what);
-        println!("{c}");
+        if !json {
+            println!("{c}");
+        }
         checks.push(c);
     }
-    exit_code(&checks)
+    let code = exit_code(&checks);
+    if json {
+        println!("{}", to_json(&checks, code));
+    }
+    code
+}
+
+/// One check as `lazaret doctor --json` shows it.
+#[derive(serde::Serialize)]
+struct CheckView<'a> {
+    check: &'a str,
+    /// `ok`, `warn` or `fail`.
+    status: &'static str,
+    detail: &'a str,
+    /// The command that fixes it; `null` when there is nothing to fix.
+    fix: Option<&'a str>,
+}
+
+/// `{"ok": bool, "exit_code": N, "checks": [...]}`, ASCII only: details
+/// may quote file contents.
+pub fn to_json(checks: &[Check], code: i32) -> String {
+    let views: Vec<CheckView> = checks
+        .iter()
+        .map(|c| CheckView {
+            check: &c.what,
+            status: match (c.ok, c.warn) {
+                (_, true) => "warn",
+                (true, false) => "ok",
+                (false, false) => "fail",
+            },
+            detail: &c.detail,
+            fix: (!c.fix.is_empty()).then_some(c.fix.as_str()),
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "ok": code == 0,
+        "exit_code": code,
+        "checks": views,
+    });
+    lazaret_protocol::display::ascii_json(
+        &serde_json::to_string_pretty(&doc).expect("a JSON value serialises"),
+    )
 }
 
 pub fn exit_code(checks: &[Check]) -> i32 {
@@ -142,6 +187,21 @@ pub fn exit_code(checks: &[Check]) -> i32 {
         0
     } else {
         1
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// `lazaret` runs its helpers from its own directory (as `scripts/install`
+/// lays them out): all of them must be there.
+fn check_helpers(_ctx: &Ctx, what: &str) -> Check {
+    match crate::leader::libexec() {
+        Ok(dir) => Check::pass(what, format!("beside lazaret in {}", dir.display())),
+        Err(e) => Check::fail(
+            what,
+            e.to_string(),
+            "reinstall Lazaret: scripts/install (or unpack the whole release tarball into one directory)",
+        ),
     }
 }
 
@@ -916,10 +976,37 @@ mod tests {
     }
 
     #[test]
+    fn json_has_every_check_with_status_and_fix() {
+        let checks = [
+            Check::pass("landlock", "ABI 7"),
+            Check::warn(
+                "git",
+                "unset",
+                "git config --global safe.bareRepository explicit",
+            ),
+            Check::fail("/dev/fuse", "missing \u{1b}", "sudo chmod 0666 /dev/fuse"),
+        ];
+        let text = to_json(&checks, exit_code(&checks));
+        assert!(text.is_ascii(), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["exit_code"], 1);
+        let c = v["checks"].as_array().unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[0]["status"], "ok");
+        assert_eq!(c[0]["fix"], serde_json::Value::Null);
+        assert_eq!(c[1]["status"], "warn");
+        assert_eq!(c[2]["status"], "fail");
+        assert_eq!(c[2]["check"], "/dev/fuse");
+        assert_eq!(c[2]["detail"], "missing \u{1b}");
+        assert_eq!(c[2]["fix"], "sudo chmod 0666 /dev/fuse");
+    }
+
+    #[test]
     fn the_table_has_every_check_once() {
         let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS.len(), 16);
+        assert_eq!(CHECKS.len(), 17);
     }
 
     #[test]

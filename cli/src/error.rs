@@ -3,6 +3,10 @@
 /// Lazaret itself failed (podman's convention).
 pub const LAZARET_FAILED: i32 = 125;
 
+/// Refused, nothing changed: the Domain is active or in use, or the
+/// developer did not confirm (README "Exit codes").
+pub const REFUSED: i32 = 2;
+
 /// Prints an error once, at the top of the command. The message may quote
 /// paths and values the sandbox chose: it reaches the terminal through
 /// [`lazaret_protocol::display::message`], so no control byte does.
@@ -48,6 +52,20 @@ pub enum CliError {
     /// A command-line argument that cannot be used as given.
     #[error("{0}")]
     Usage(String),
+    /// Refused as things are now (the Domain is active or in use);
+    /// exits [`REFUSED`].
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl CliError {
+    /// The exit code this error ends the command with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Refused(_) => REFUSED,
+            _ => LAZARET_FAILED,
+        }
+    }
 }
 
 impl From<lazaret_image::ImageError> for CliError {

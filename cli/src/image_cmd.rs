@@ -2,10 +2,12 @@
 //! the prepared images of the Storage Root and their Storage Catalog
 //! records.
 //!
-//! Exit status: 0 on success, 125 when the command failed (the message
-//! says what to do next).
+//! Exit status: 0 on success; 2 when `commit` is refused (the Domain is
+//! active or in use); 125 when the command failed (the message says what
+//! to do next).
 
 use crate::error::CliError;
+use crate::global::{Global, Uses};
 use indicatif::{ProgressBar, ProgressStyle};
 use lazaret_config::EnvVars;
 use lazaret_helpers::{runsc::RunscInfo, userns};
@@ -16,8 +18,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ImageArgs {
-    /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
-    #[arg(long, global = true)]
+    // The shared `--config`, filled in by `run`.
+    #[arg(skip)]
     config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: ImageCmd,
@@ -52,14 +54,8 @@ enum ImageCmd {
     Commit {
         /// The name: the image becomes `local:NAME`
         name: String,
-        /// The Domain's Agent Profile
-        #[arg(long, default_value = "default")]
-        profile: String,
-        /// The Domain's Agent Workspace (default: the current directory's
-        /// repository)
-        #[arg(long, conflicts_with = "domain")]
-        workspace: Option<PathBuf>,
-        /// A Domain ID, as `lazaret state list` shows it
+        /// A Domain ID, as `lazaret state list` shows it (instead of
+        /// --profile and --workspace)
         #[arg(long)]
         domain: Option<String>,
     },
@@ -172,7 +168,7 @@ fn store(args: &ImageArgs, need_ids: bool) -> Result<(Store, lazaret_config::Loa
     Ok((Store::new(&root, map), loaded))
 }
 
-fn run_inner(args: ImageArgs) -> Result<(), CliError> {
+fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
     match &args.cmd {
         ImageCmd::Prepare { reference } => {
             let (store, loaded) = store(&args, true)?;
@@ -213,23 +209,13 @@ fn run_inner(args: ImageArgs) -> Result<(), CliError> {
             let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
             println!("{id}");
         }
-        ImageCmd::Commit {
-            name,
-            profile,
-            workspace,
-            domain,
-        } => {
+        ImageCmd::Commit { name, domain } => {
             let name = name
                 .strip_prefix(lazaret_image::commit::LOCAL_PREFIX)
                 .unwrap_or(name);
             lazaret_image::commit::check_name(name)?;
             let (store, _) = store(&args, true)?;
-            let which = crate::state_cmd::Which::new(
-                profile.clone(),
-                workspace.clone(),
-                domain.clone(),
-                args.config.clone(),
-            );
+            let which = crate::state_cmd::Which::new(domain.clone(), g)?;
             let d = crate::state_cmd::for_commit(&which, store.storage_root())?;
             let paths: Vec<&str> = d.layers.iter().map(|l| l.path.as_str()).collect();
             eprintln!(
@@ -281,12 +267,21 @@ fn run_inner(args: ImageArgs) -> Result<(), CliError> {
 }
 
 /// Runs `lazaret image ...`; returns the exit status.
-pub fn run(args: ImageArgs) -> i32 {
-    match run_inner(args) {
+pub fn run(mut args: ImageArgs, g: &Global) -> i32 {
+    // Only `commit` acts on one Domain.
+    let (name, uses) = match &args.cmd {
+        ImageCmd::Prepare { .. } => ("image prepare", Uses::Config),
+        ImageCmd::List { .. } => ("image list", Uses::Config),
+        ImageCmd::Rm { .. } => ("image rm", Uses::Config),
+        ImageCmd::Gc => ("image gc", Uses::Config),
+        ImageCmd::Commit { .. } => ("image commit", Uses::Domain),
+    };
+    args.config = g.config.clone();
+    match g.check(name, uses).and_then(|()| run_inner(args, g)) {
         Ok(()) => 0,
         Err(e) => {
             crate::error::report(&e);
-            crate::error::LAZARET_FAILED
+            e.exit_code()
         }
     }
 }

@@ -1,12 +1,18 @@
 //! `lazaret`: the developer's command.
 //!
-//! Exit codes (as podman's `run`): the command's own status; 125 when
-//! Lazaret itself fails; 126 when the command cannot be invoked; 127 when
-//! it is not found. `lazaret doctor` exits 0 only when every check passes.
+//! Exit codes, one table for every command (README "Exit codes"): 0
+//! success; 1 `doctor` found a failing check, `state verify` found
+//! problems; 2 refused (`state reset` not confirmed, the Domain active or
+//! in use); 125 Lazaret itself failed, a bad command line included (as
+//! podman); and for `run`, the command's own status, 126 when it cannot be
+//! invoked, 127 when it is not found, 128+N when signal N killed it.
 
+mod completions;
 mod doctor;
 mod error;
+mod global;
 mod host_command;
+mod human;
 mod image_cmd;
 mod leader;
 mod lifecycle_cmd;
@@ -19,6 +25,7 @@ mod state_cmd;
 mod terminal;
 
 use clap::{Parser, Subcommand};
+use global::{Global, Uses};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -27,7 +34,9 @@ use std::path::PathBuf;
     version,
     about = "Run an AI coding agent in a rootless gVisor sandbox over the current workspace"
 )]
-struct Cli {
+pub(crate) struct Cli {
+    #[command(flatten)]
+    global: Global,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -45,6 +54,7 @@ enum Cmd {
     Escalations {
         #[command(flatten)]
         which: state_cmd::Which,
+        /// One JSON array of records instead of text
         #[arg(long)]
         json: bool,
     },
@@ -53,23 +63,25 @@ enum Cmd {
     Net(net_cmd::NetCmd),
     /// Check this machine's prerequisites, one line each
     Doctor {
-        /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
+        /// One JSON document with every check, its status and its fix
         #[arg(long)]
-        config: Option<PathBuf>,
+        json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (lazaret.1, lazaret-run.1, ...) into DIR
+    #[command(hide = true)]
+    Man { dir: PathBuf },
     /// Running Domains: profile, workspace, sessions, uptime, memory
     Ps {
         /// Print JSON (one array of records)
         #[arg(long)]
         json: bool,
-        /// Config file (for the Storage Root)
-        #[arg(long)]
-        config: Option<PathBuf>,
     },
     /// End a running Domain's sessions, tear it down, and wait until it is down
     Stop {
         /// Every running Domain
-        #[arg(long, conflicts_with_all = ["domain", "workspace"])]
+        #[arg(long, conflicts_with = "domain")]
         all: bool,
         #[command(flatten)]
         which: state_cmd::Which,
@@ -87,12 +99,16 @@ enum Cmd {
     },
 }
 
-/// The exit status of a command's result, reporting an error.
+/// A command's outcome, reported once.
 fn report(r: Result<i32, error::CliError>) -> i32 {
-    r.unwrap_or_else(|e| {
-        error::report(&e);
-        error::LAZARET_FAILED
-    })
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            terminal::restore();
+            error::report(&e);
+            e.exit_code()
+        }
+    }
 }
 
 fn main() {
@@ -101,7 +117,20 @@ fn main() {
         lazaret_seccomp::binaries::print_and_exit("lazaret");
     }
     terminal::install_panic_restore();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` are not errors; a bad command line
+            // is Lazaret's own error (125, as podman), never a status the
+            // command in the sandbox could have returned.
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() {
+                error::LAZARET_FAILED
+            } else {
+                0
+            });
+        }
+    };
     if !matches!(cli.command, Cmd::Run(_)) {
         // Printing commands end quietly when their reader goes away
         // (`lazaret state list | head`), as other Unix tools do. `run`
@@ -112,56 +141,54 @@ fn main() {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    let g = cli.global;
     let code = match cli.command {
         Cmd::Run(args) => {
             // The coordinator this session may start inherits it too.
             lazaret_helpers::limits::raise_nofile();
-            match run::run(args) {
-                Ok(code) => code,
-                Err(e) => {
-                    terminal::restore();
-                    error::report(&e);
-                    error::LAZARET_FAILED
-                }
-            }
+            report(run::run(args, &g))
         }
-        Cmd::Image(args) => image_cmd::run(args),
-        Cmd::State(cmd) => match state_cmd::run(cmd) {
-            Ok(code) => code,
-            Err(e) => {
-                error::report(&e);
-                error::LAZARET_FAILED
-            }
-        },
-        Cmd::Escalations { which, json } => match state_cmd::escalations(&which, json) {
-            Ok(code) => code,
-            Err(e) => {
-                error::report(&e);
-                error::LAZARET_FAILED
-            }
-        },
-        Cmd::Net(cmd) => match net_cmd::run(cmd) {
-            Ok(code) => code,
-            Err(e) => {
-                error::report(&e);
-                error::LAZARET_FAILED
-            }
-        },
-        Cmd::Doctor { config } => {
+        Cmd::Image(args) => image_cmd::run(args, &g),
+        Cmd::State(cmd) => report(state_cmd::run(cmd, &g)),
+        Cmd::Escalations { which, json } => report(state_cmd::escalations(which, &g, json)),
+        Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
+        Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
             let env = lazaret_config::EnvVars::from_process();
-            let runsc =
-                lazaret_config::load(config.as_deref(), &env, rustix::process::getuid().as_raw())
-                    .ok()
-                    .and_then(|l| l.config.runtime.runsc.clone());
-            doctor::run(runsc.as_deref())
-        }
-        Cmd::Ps { json, config } => report(lifecycle_cmd::ps(config, json)),
-        Cmd::Stop { all, which } => report(lifecycle_cmd::stop(&which, all)),
+            let runsc = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())
+                .ok()
+                .and_then(|l| l.config.runtime.runsc.clone());
+            doctor::run(runsc.as_deref(), json)
+        })),
+        Cmd::Completions { shell } => report(
+            g.check("completions", Uses::Nothing)
+                .and_then(|()| completions::print(shell)),
+        ),
+        Cmd::Man { dir } => report(
+            g.check("man", Uses::Nothing)
+                .and_then(|()| completions::man_pages(&dir)),
+        ),
+        Cmd::Ps { json } => report(
+            g.check("ps", Uses::Config)
+                .and_then(|()| lifecycle_cmd::ps(g.config.clone(), json)),
+        ),
+        Cmd::Stop { all, which } => report(if all {
+            g.check("stop --all", Uses::Config)
+                .and_then(|()| which.with(&g))
+                .and_then(|which| lifecycle_cmd::stop(&which, true))
+        } else {
+            which
+                .with(&g)
+                .and_then(|which| lifecycle_cmd::stop(&which, false))
+        }),
         Cmd::Logs {
             follow,
             helpers,
             which,
-        } => report(lifecycle_cmd::logs(&which, follow, helpers)),
+        } => report(
+            which
+                .with(&g)
+                .and_then(|which| lifecycle_cmd::logs(&which, follow, helpers)),
+        ),
     };
     terminal::restore();
     std::process::exit(code);

@@ -9,13 +9,13 @@
 //! Exit codes: 0 shown; 125 failure (bad config, unreadable record).
 
 use crate::error::CliError;
+use crate::global::Global;
 use lazaret_config::EnvVars;
 use lazaret_netpolicy::policy::{Origin, Policy, Verdict};
 use lazaret_netpolicy::record::{self, NetworkRecord};
 use lazaret_netpolicy::NetworkPlan;
 use lazaret_protocol::DomainIdV1;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum NetCmd {
@@ -25,37 +25,24 @@ pub enum NetCmd {
 
 #[derive(clap::Args)]
 pub struct ShowArgs {
-    /// Agent Profile from the config
-    #[arg(long, default_value = "default")]
-    profile: String,
-    /// Agent Workspace (default: the current directory)
-    #[arg(long)]
-    workspace: Option<PathBuf>,
-    /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml)
-    #[arg(long)]
-    config: Option<PathBuf>,
     /// One JSON document instead of text
     #[arg(long)]
     json: bool,
 }
 
-pub fn run(cmd: NetCmd) -> Result<i32, CliError> {
+pub fn run(cmd: NetCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
-        NetCmd::Show(a) => show(&a),
+        NetCmd::Show(a) => show(&a, g),
     }
 }
 
-fn show(a: &ShowArgs) -> Result<i32, CliError> {
+fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
     let env = EnvVars::from_process();
-    let loaded = lazaret_config::load(
-        a.config.as_deref(),
-        &env,
-        rustix::process::getuid().as_raw(),
-    )?;
-    let profile = loaded.config.profile(&a.profile)?;
+    let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())?;
+    let profile = loaded.config.profile(g.profile())?;
     let root = lazaret_config::storage_root(&loaded.config, &env)?;
-    let ws = crate::run::canonical_workspace(a.workspace.as_deref())?;
-    let id = DomainIdV1::derive(&a.profile, ws.as_os_str().as_bytes()).to_string();
+    let ws = crate::run::canonical_workspace(g.workspace())?;
+    let id = DomainIdV1::derive(g.profile(), ws.as_os_str().as_bytes()).to_string();
     let path = root.join("domains").join(&id).join(record::FILE);
 
     let rec = match record::read(&path) {
@@ -93,7 +80,7 @@ fn show(a: &ShowArgs) -> Result<i32, CliError> {
             )
         );
     } else {
-        print!("{}", render(&rec, &ws.display().to_string(), &a.profile));
+        print!("{}", render(&rec, &ws.display().to_string(), g.profile()));
     }
     Ok(0)
 }
@@ -193,8 +180,8 @@ fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
         None => out.push_str("readiness evidence: none yet\n"),
         Some(e) => {
             out.push_str(&format!(
-                "readiness evidence (recorded at {} s since the epoch): {}\n",
-                e.recorded_at,
+                "readiness evidence (recorded {}): {}\n",
+                crate::human::time_secs(e.recorded_at),
                 if e.passed { "PASSED" } else { "FAILED" }
             ));
             if let Some(err) = &e.error {

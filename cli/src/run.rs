@@ -2,6 +2,7 @@
 //! start-up), and relay one Client Session.
 
 use crate::error::CliError;
+use crate::global::Global;
 use crate::{host_command, leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
@@ -19,16 +20,11 @@ use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Agent Profile from the config
-    #[arg(long, default_value = "default")]
-    profile: String,
-    /// Config file (default: $XDG_CONFIG_HOME/lazaret/config.toml, then ~/.config/lazaret/config.toml)
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Agent Workspace (default: the top level of the Git repository the
-    /// current directory is in, else the current directory)
-    #[arg(long)]
-    workspace: Option<PathBuf>,
+    /// Working directory inside the sandbox: absolute beneath /workspace,
+    /// or relative to /workspace (default: where `lazaret` runs, when that
+    /// is beneath the workspace, else /workspace)
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    workdir: Option<String>,
     /// Give this session's processes KEY from this environment, or KEY=VALUE
     /// (repeatable; never stored or shown, not even in `ps`)
     #[arg(short = 'e', long = "env", value_name = "KEY[=VALUE]")]
@@ -150,19 +146,56 @@ fn git_top_level(dir: &Path) -> Option<PathBuf> {
     dir.starts_with(&top).then_some(top)
 }
 
-pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+/// `-w/--workdir` as a path relative to `/workspace` (`None`: `/workspace`
+/// itself): `.` components and `..` within it are resolved here, by name;
+/// a path that leaves `/workspace` is refused, since the session only
+/// starts beneath it.
+pub fn workdir_beneath_workspace(given: &str) -> Result<Option<PathBuf>, CliError> {
+    use std::path::Component;
+    let p = Path::new(given);
+    let rel = if p.is_absolute() {
+        p.strip_prefix("/workspace").map_err(|_| {
+            CliError::Usage(format!(
+                "--workdir {}: the session starts beneath /workspace; give a path in it (absolute, or relative to /workspace)",
+                lazaret_protocol::display::escape(given.as_bytes())
+            ))
+        })?
+    } else {
+        p
+    };
+    let mut out = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir if out.pop() => {}
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "--workdir {}: leaves /workspace; give a path in it",
+                    lazaret_protocol::display::escape(given.as_bytes())
+                )))
+            }
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
     let env = EnvVars::from_process();
-    let loaded = lazaret_config::load(
-        args.config.as_deref(),
-        &env,
-        rustix::process::getuid().as_raw(),
-    )?;
-    let profile = loaded.config.profile(&args.profile)?.clone();
+    let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())?;
+    let profile_name = g.profile().to_string();
+    let profile = loaded.config.profile(&profile_name)?.clone();
     let Discovered {
         top: workspace,
         subdir,
         git,
-    } = discover_workspace(args.workspace.as_deref())?;
+    } = discover_workspace(g.workspace())?;
+    // `-w` chooses where the session starts; otherwise it starts where
+    // `lazaret` runs.
+    let subdir = match &args.workdir {
+        Some(w) => workdir_beneath_workspace(w)?,
+        None => subdir,
+    };
     lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {
@@ -193,7 +226,7 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     let env =
         crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
-    let domain_id = DomainIdV1::derive(&args.profile, workspace.as_os_str().as_bytes());
+    let domain_id = DomainIdV1::derive(&profile_name, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
     let uid = rustix::process::getuid().as_raw();
     use lazaret_helpers::hostpath::check_private_dir;
@@ -205,7 +238,7 @@ pub fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     check_private_dir("Domain Root", &domain_root, uid)?;
     Ok(Resolved {
         loaded,
-        profile_name: args.profile.clone(),
+        profile_name,
         profile,
         workspace,
         subdir,
@@ -223,9 +256,9 @@ pub fn connect(domain_root: &Path) -> std::io::Result<UnixStream> {
     UnixStream::connect(&short.path)
 }
 
-pub fn run(args: RunArgs) -> Result<i32, CliError> {
+pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
     lazaret_helpers::timeline::mark("cli", "start");
-    let r = resolve(&args)?;
+    let r = resolve(&args, g)?;
     lazaret_helpers::timeline::mark("cli", "config-resolved");
     if !r.git {
         eprintln!(
@@ -509,4 +542,31 @@ fn spawn_signal_relay(w: &Arc<Mutex<UnixStream>>, tty: bool) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::workdir_beneath_workspace as w;
+    use std::path::PathBuf;
+
+    #[test]
+    fn workdir_is_beneath_the_workspace() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(w("src").unwrap(), p("src"));
+        assert_eq!(w("/workspace/src/a").unwrap(), p("src/a"));
+        assert_eq!(w("./src/../lib/").unwrap(), p("lib"));
+        assert_eq!(w("/workspace").unwrap(), None);
+        assert_eq!(w(".").unwrap(), None);
+        assert_eq!(w("a/..").unwrap(), None);
+        for bad in [
+            "/tmp",
+            "/workspaces/x",
+            "..",
+            "a/../..",
+            "/workspace/../etc",
+        ] {
+            let e = w(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--workdir {bad}:")), "{e}");
+        }
+    }
 }

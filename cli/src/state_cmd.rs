@@ -6,6 +6,7 @@
 //! is active or in use, or the reset was not confirmed); 125 failure.
 
 use crate::error::CliError;
+use crate::global::{Global, Uses};
 use lazaret_config::EnvVars;
 use lazaret_protocol::display;
 use lazaret_protocol::DomainIdV1;
@@ -21,21 +22,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const VERIFY_PROBLEMS: i32 = 1;
-pub const REFUSED: i32 = 2;
+pub const REFUSED: i32 = crate::error::REFUSED;
 
 #[derive(clap::Subcommand)]
 pub enum StateCmd {
     /// Every Domain with its profile, workspace, image, State Anchors and sizes
     List {
+        /// One JSON array of Domains instead of text
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        common: Common,
     },
     /// One Domain's metadata and a summary of its overlay changes (never file contents)
     Inspect {
         #[command(flatten)]
         which: Which,
+        /// One JSON document instead of text
         #[arg(long)]
         json: bool,
         /// List the paths added, changed and deleted (up to 1000 of each
@@ -60,8 +61,6 @@ pub enum StateCmd {
         /// Do not ask for confirmation
         #[arg(long)]
         yes: bool,
-        #[command(flatten)]
-        common: Common,
     },
     /// Structural verification of an inactive Domain's state
     Verify {
@@ -87,25 +86,26 @@ pub enum StateCmd {
     },
 }
 
-#[derive(clap::Args)]
+/// The config that names the Storage Root (`--config`).
+#[derive(Default)]
 pub struct Common {
-    /// Config file (for the Storage Root)
-    #[arg(long)]
     config: Option<PathBuf>,
 }
 
-/// How the Domain is named: by (profile, workspace), or by its ID.
+/// How the Domain is named: by its ID (`--domain`), or by the shared
+/// `--profile` and `--workspace` (see [`Which::with`]).
 #[derive(clap::Args)]
 pub struct Which {
-    #[arg(long, default_value = "default")]
-    profile: String,
-    /// Agent Workspace (default: the current directory)
-    #[arg(long, conflicts_with = "domain")]
-    workspace: Option<PathBuf>,
-    /// A Domain ID, as `lazaret state list` shows it
+    /// A Domain ID, as `lazaret state list` shows it (instead of --profile
+    /// and --workspace)
     #[arg(long)]
     domain: Option<String>,
-    #[command(flatten)]
+    // The shared options, filled in by `Which::with`.
+    #[arg(skip)]
+    profile: String,
+    #[arg(skip)]
+    workspace: Option<PathBuf>,
+    #[arg(skip)]
     common: Common,
 }
 
@@ -114,18 +114,37 @@ impl Which {
         self.common.config.clone()
     }
 
-    pub(crate) fn new(
-        profile: String,
-        workspace: Option<PathBuf>,
-        domain: Option<String>,
-        config: Option<PathBuf>,
-    ) -> Which {
+    /// The Domain with ID `domain`, in the Storage Root `config` names.
+    pub(crate) fn id(domain: String, config: Option<PathBuf>) -> Which {
         Which {
-            profile,
-            workspace,
-            domain,
+            domain: Some(domain),
+            profile: String::new(),
+            workspace: None,
             common: Common { config },
         }
+    }
+
+    /// The Domain `domain` (an ID) or the shared options name.
+    pub(crate) fn new(domain: Option<String>, g: &Global) -> Result<Which, CliError> {
+        Which {
+            domain,
+            profile: String::new(),
+            workspace: None,
+            common: Common::default(),
+        }
+        .with(g)
+    }
+
+    /// Completes the Domain's name with the shared options (`--profile`,
+    /// `--workspace`, `--config`); `--domain` stands alone.
+    pub(crate) fn with(mut self, g: &Global) -> Result<Which, CliError> {
+        g.check_domain_id(self.domain.as_deref())?;
+        self.profile = g.profile().to_string();
+        self.workspace = g.workspace.clone();
+        self.common = Common {
+            config: g.config.clone(),
+        };
+        Ok(self)
     }
 }
 
@@ -144,7 +163,10 @@ pub(crate) struct ForCommit {
 /// current generation of its State Anchors, for `lazaret image commit`.
 pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
     let domain = resolve(which)?;
-    let lock = lock_inactive(&domain).map_err(|(_, msg)| CliError::Session(msg))?;
+    let lock = lock_inactive(&domain).map_err(|(code, msg)| match code {
+        REFUSED => CliError::Refused(msg),
+        _ => CliError::Session(msg),
+    })?;
     let Some(meta) = domain.meta.clone() else {
         return Err(CliError::Session(format!(
             "Domain {} has never started: run `lazaret run` in it first",
@@ -202,12 +224,7 @@ pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliErr
     names.sort();
     let mut out = Vec::new();
     for name in names {
-        match resolve(&Which::new(
-            String::new(),
-            None,
-            Some(name.clone()),
-            config.clone(),
-        )) {
+        match resolve(&Which::id(name.clone(), config.clone())) {
             Ok(d) => out.push(d),
             // Removed while we looked (`state rm` elsewhere): not listed.
             Err(_) if !root.join("domains").join(&name).exists() => {}
@@ -247,6 +264,13 @@ pub(crate) struct Domain {
 /// Resolves a Domain through trusted metadata only: the ID is derived or
 /// parsed, never taken as a path.
 pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
+    if which.domain.is_none() && which.profile.is_empty() {
+        // A `Which` from clap names no profile until `Which::with` ran:
+        // never derive a Domain ID from the empty name.
+        return Err(CliError::Usage(
+            "internal error: the Domain was named before the shared options were read".into(),
+        ));
+    }
     let root = storage_root(&which.common)?;
     let id = match &which.domain {
         Some(d) => DomainIdV1::parse(d).ok_or_else(|| {
@@ -669,9 +693,13 @@ fn print_header(v: &DomainView) {
     }
 }
 
-pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
+pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
-        StateCmd::List { json, common } => {
+        StateCmd::List { json } => {
+            g.check("state list", Uses::Config)?;
+            let common = Common {
+                config: g.config.clone(),
+            };
             let (root, config) = storage_root_and_config(&common)?;
             let mut views = Vec::new();
             let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
@@ -736,6 +764,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             Ok(0)
         }
         StateCmd::Inspect { which, json, paths } => {
+            let which = which.with(g)?;
             let domain = resolve(&which)?;
             let (_, config) = storage_root_and_config(&which.common)?;
             let v = view(&domain, true, &config)?;
@@ -785,6 +814,7 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             Ok(0)
         }
         StateCmd::Verify { which } => {
+            let which = which.with(g)?;
             let domain = resolve(&which)?;
             let _lock = match lock_inactive(&domain) {
                 Ok(l) => l,
@@ -817,30 +847,32 @@ pub fn run(cmd: StateCmd) -> Result<i32, CliError> {
             ignored,
             yes,
             which,
-        } => reset(&which, paths, all, ignored, yes),
+        } => reset(&which.with(g)?, paths, all, ignored, yes),
         StateCmd::Rm {
             domains,
             yes,
             which,
         } => {
+            let which = which.with(g)?;
+            if !domains.is_empty() {
+                // Domain IDs name the Domains on their own.
+                g.check_domain_id(Some(""))?;
+            }
             let targets = if domains.is_empty() {
                 vec![resolve(&which)?]
             } else {
                 domains
                     .iter()
-                    .map(|d| {
-                        resolve(&Which::new(
-                            String::new(),
-                            None,
-                            Some(d.clone()),
-                            which.config(),
-                        ))
-                    })
+                    .map(|d| resolve(&Which::id(d.clone(), which.config())))
                     .collect::<Result<Vec<_>, _>>()?
             };
             remove_domains(&targets, yes, &which.common)
         }
-        StateCmd::Prune { yes, common } => {
+        StateCmd::Prune { yes } => {
+            g.check("state prune", Uses::Config)?;
+            let common = Common {
+                config: g.config.clone(),
+            };
             let gone: Vec<Domain> = all_domains(common.config.clone())?
                 .into_iter()
                 .filter(|d| {
@@ -1094,8 +1126,8 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
 /// decisions (who or which rule decided, the requested and the run vector,
 /// the result), and of refused mailbox entries, oldest first across the
 /// record's rotations (`escalations.log.N` .. `.1`, then `escalations.log`).
-pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
-    let domain = resolve(which)?;
+pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError> {
+    let domain = resolve(&which.with(g)?)?;
     let mut text = String::new();
     for path in lazaret_protocol::escalation::log_files(&domain.layout.root) {
         match std::fs::read(&path) {
@@ -1128,6 +1160,9 @@ pub fn escalations(which: &Which, json: bool) -> Result<i32, CliError> {
     for r in records {
         // Every field may hold the sandbox's words: escaped.
         let s = |k: &str| display::escape(r[k].as_str().unwrap_or(""));
+        if let Some(ms) = r["time_unix_ms"].as_u64() {
+            print!("{}  ", crate::human::time_ms(ms));
+        }
         if s("event") == "refused" {
             // The entry name is recorded in its escaped form already.
             println!(
