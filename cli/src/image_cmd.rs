@@ -10,7 +10,7 @@ use crate::error::CliError;
 use crate::global::{Global, Uses};
 use indicatif::{ProgressBar, ProgressStyle};
 use lazaret_config::EnvVars;
-use lazaret_helpers::{runsc::RunscInfo, userns};
+use lazaret_helpers::userns;
 use lazaret_image::{PrepareOptions, Progress, Store};
 use lazaret_protocol::plan::IdMap;
 use std::io::IsTerminal;
@@ -172,7 +172,10 @@ fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
     match &args.cmd {
         ImageCmd::Prepare { reference } => {
             let (store, loaded) = store(&args, true)?;
-            let runsc = RunscInfo::detect(loaded.config.runtime.runsc.as_deref())?;
+            let runsc = crate::leader::detect_runsc(
+                store.storage_root(),
+                loaded.config.runtime.runsc.as_deref(),
+            )?;
             let opts = PrepareOptions {
                 statx_shim: runsc.needs_statx_shim(),
             };

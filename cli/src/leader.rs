@@ -13,7 +13,7 @@ use lazaret_protocol::plan::{
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Where the other binaries are: beside this one.
@@ -59,7 +59,8 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     }
 
     lazaret_helpers::timeline::mark("cli", "leader-locked");
-    let runsc = RunscInfo::detect(r.loaded.config.runtime.runsc.as_deref())?;
+    let runsc = detect_runsc(&r.storage_root, r.loaded.config.runtime.runsc.as_deref())?;
+    lazaret_helpers::timeline::mark("cli", "runsc-detected");
     // A network configuration that cannot be derived fails here, before
     // anything is prepared or started (the coordinator derives it again,
     // bound to its generation).
@@ -90,6 +91,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     if announced && interactive {
         eprintln!("\r\x1b[2K  image {reference} ready");
     }
+    lazaret_helpers::timeline::mark("cli", "image-prepared");
 
     let input = CoordinatorInput {
         domain_id: r.domain_id.to_string(),
@@ -162,8 +164,18 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             )));
         }
     }
-    lazaret_helpers::timeline::mark("cli", "image-ready");
+    lazaret_helpers::timeline::mark("cli", "input-ready");
     spawn_coordinator(r, &input)
+}
+
+/// The installed runsc, its probes' outputs reused from the Storage
+/// Root's cache while the binary is unchanged (`lazaret doctor` always
+/// probes afresh).
+pub(crate) fn detect_runsc(
+    storage_root: &Path,
+    runsc: Option<&Path>,
+) -> Result<RunscInfo, lazaret_helpers::runsc::RunscError> {
+    RunscInfo::detect_cached(runsc, &storage_root.join("cache").join("runsc-probe"))
 }
 
 /// The profile's `[network]` for the coordinator, after checking that a

@@ -135,7 +135,9 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
     let previous = store.generation().map_err(|e| e.to_string())?;
     recover(&layout, &store, previous.as_ref(), &input.libexec)?;
+    lazaret_helpers::timeline::mark("coordinator", "recovered");
     crate::lease::release_stale(input);
+    lazaret_helpers::timeline::mark("coordinator", "stale-leases-released");
 
     // State Anchors: finish or roll back an interrupted reset, then make
     // sure every persistent path has its current generation.
@@ -189,6 +191,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         return Err(e);
     }
 
+    lazaret_helpers::timeline::mark("coordinator", "generation-leased");
     // The network policy of this generation, bound to it; its intent is
     // durable before the supervisor starts.
     let binding = format!("{}/{}/{}", input.domain_id, gen.number, gen.sandbox_id);

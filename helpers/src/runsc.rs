@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -118,17 +118,49 @@ impl RunscInfo {
     /// `PATH`) and asks it for its version, flags and platforms. A bare name
     /// as override (no `/`) is looked up on `PATH` too.
     pub fn detect(path: Option<&Path>) -> Result<RunscInfo, RunscError> {
+        Self::detect_resolved(resolve(path)?)
+    }
+
+    /// As [`RunscInfo::detect`], but the probes' outputs are kept in the
+    /// file `cache` (in the Storage Root, which nothing in a sandbox can
+    /// write) and reused while the binary is the same file: the same
+    /// canonical path, device, inode, size, modification and change time.
+    /// Installing or replacing runsc changes them, so the next start probes
+    /// again. The outputs, not the parsed result, are kept: a newer
+    /// Lazaret parses them its own way. A cache that cannot be read or
+    /// written only costs the probes (about 100 ms on a 2-core VM).
+    pub fn detect_cached(path: Option<&Path>, cache: &Path) -> Result<RunscInfo, RunscError> {
         let path = resolve(path)?;
-        let version_out = probe(&path, &["--version"], PROBE_TIMEOUT)?;
-        let flags_out = probe(&path, &["flags"], PROBE_TIMEOUT)?;
-        // Older or newer releases may lack the topic; the -platform flag's
-        // usage text is the fallback.
-        let platforms_out = probe(&path, &["help", "platforms"], PROBE_TIMEOUT).ok();
+        let Some(key) = BinaryKey::of(&path) else {
+            return Self::detect_resolved(path);
+        };
+        if let Some(p) = ProbeCache::read(cache).filter(|p| p.key == key) {
+            return Ok(RunscInfo::from_outputs(
+                path,
+                &p.version,
+                &p.flags,
+                p.platforms.as_deref(),
+            ));
+        }
+        let (version, flags, platforms) = probe_all(&path)?;
+        let info = RunscInfo::from_outputs(path, &version, &flags, platforms.as_deref());
+        ProbeCache {
+            key,
+            version,
+            flags,
+            platforms,
+        }
+        .write(cache);
+        Ok(info)
+    }
+
+    fn detect_resolved(path: PathBuf) -> Result<RunscInfo, RunscError> {
+        let (version, flags, platforms) = probe_all(&path)?;
         Ok(RunscInfo::from_outputs(
             path,
-            &version_out,
-            &flags_out,
-            platforms_out.as_deref(),
+            &version,
+            &flags,
+            platforms.as_deref(),
         ))
     }
 
@@ -225,6 +257,89 @@ fn is_executable(p: &Path) -> Result<(), String> {
         return Err("no execute permission".into());
     }
     rustix::fs::access(p, rustix::fs::Access::EXEC_OK).map_err(|e| e.to_string())
+}
+
+/// The outputs of `runsc --version`, `runsc flags` and (when the topic
+/// exists: older or newer releases may lack it, and the -platform flag's
+/// usage text is the fallback) `runsc help platforms`.
+fn probe_all(path: &Path) -> Result<(String, String, Option<String>), RunscError> {
+    let version = probe(path, &["--version"], PROBE_TIMEOUT)?;
+    let flags = probe(path, &["flags"], PROBE_TIMEOUT)?;
+    let platforms = probe(path, &["help", "platforms"], PROBE_TIMEOUT).ok();
+    Ok((version, flags, platforms))
+}
+
+/// What identifies one runsc binary file for [`RunscInfo::detect_cached`].
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct BinaryKey {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl BinaryKey {
+    fn of(path: &Path) -> Option<BinaryKey> {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::fs::canonicalize(path).ok()?;
+        let m = std::fs::metadata(&path).ok()?;
+        Some(BinaryKey {
+            path,
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
+/// The probes' outputs for one runsc binary, as kept on disk.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ProbeCache {
+    key: BinaryKey,
+    version: String,
+    flags: String,
+    platforms: Option<String>,
+}
+
+impl ProbeCache {
+    /// Three probes' outputs at most ([`MAX_OUTPUT`] each).
+    const MAX_FILE: u64 = 3 * MAX_OUTPUT + 4096;
+
+    fn read(file: &Path) -> Option<ProbeCache> {
+        let f = std::fs::File::open(file).ok()?;
+        let mut bytes = Vec::new();
+        f.take(Self::MAX_FILE + 1).read_to_end(&mut bytes).ok()?;
+        if bytes.len() as u64 > Self::MAX_FILE {
+            return None;
+        }
+        postcard::from_bytes(&bytes).ok()
+    }
+
+    /// Replaces `file` whole (a temporary file renamed over it), so a
+    /// concurrent reader sees the old cache or the new one.
+    fn write(&self, file: &Path) {
+        let (Some(dir), Ok(bytes)) = (file.parent(), postcard::to_allocvec(self)) else {
+            return;
+        };
+        let tmp = dir.join(format!(
+            ".{}.{}",
+            file.file_name().and_then(|n| n.to_str()).unwrap_or("cache"),
+            std::process::id()
+        ));
+        let written = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| std::fs::write(&tmp, &bytes))
+            .and_then(|()| std::fs::rename(&tmp, file));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
 }
 
 fn resolve(path: Option<&Path>) -> Result<PathBuf, RunscError> {
@@ -651,6 +766,66 @@ mod tests {
         assert!(RunscError::NotFound
             .to_string()
             .contains("sudo apt-get install runsc"));
+    }
+
+    #[test]
+    fn probes_are_reused_only_while_the_binary_is_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("runsc");
+        let calls = dir.path().join("calls");
+        let script = |version: &str| {
+            format!(
+                "#!/bin/sh\necho \"$1\" >> {}\ncase \"$1\" in\n--version) echo 'runsc version release-{version}.0';;\n\
+                 flags) echo '  -overlay2 value';;\n*) exit 2;;\nesac\n",
+                calls.display()
+            )
+        };
+        let install = |version: &str| {
+            // A new file, as a package upgrade makes (rename over).
+            let tmp = dir.path().join("runsc.new");
+            std::fs::write(&tmp, script(version)).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::rename(&tmp, &fake).unwrap();
+        };
+        let probes = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| *l == "--version")
+                .count()
+        };
+        let cache = dir.path().join("cache/runsc-probe");
+        install("20240513");
+        let first = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 1);
+        let again = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 1, "the unchanged binary was probed again");
+        assert_eq!(first, again);
+        assert_eq!(again, RunscInfo::detect(Some(&fake)).unwrap());
+        assert_eq!(probes(), 2);
+
+        // A replaced binary is probed afresh.
+        install("20250101");
+        let newer = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(newer.version, "release-20250101.0");
+        assert_eq!(probes(), 3);
+
+        // A cache that does not decode, or is too large, is ignored and
+        // replaced.
+        std::fs::write(&cache, b"\xffnot a cache").unwrap();
+        let i = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(i, newer);
+        assert_eq!(probes(), 4);
+        RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 4);
+        std::fs::write(&cache, vec![0u8; (ProbeCache::MAX_FILE + 1) as usize]).unwrap();
+        RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 5);
+
+        // A failing runsc is an error, and nothing is cached for it.
+        install("x");
+        std::fs::write(&fake, "#!/bin/sh\nexit 3\n").unwrap();
+        assert!(RunscInfo::detect_cached(Some(&fake), &cache).is_err());
     }
 
     #[test]
