@@ -221,8 +221,13 @@ pub fn eval_runsc(what: &str, info: &RunscInfo) -> Check {
         info.platforms.join(", ")
     };
     let platform = info.platform();
+    let directfs = if info.directfs() {
+        "directfs on"
+    } else {
+        "directfs not offered"
+    };
     let mut detail = format!(
-        "{} version {}, platform {platform} (offered: {offered})",
+        "{} version {}, platform {platform} (offered: {offered}), {directfs}",
         info.path.display(),
         info.version
     );
@@ -742,7 +747,11 @@ pub fn eval_program(what: &str, found: Option<&Path>, fix: &str) -> Check {
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
 
 fn check_landlock(_: &Ctx, what: &str) -> Check {
-    eval_landlock(what, landlock_abi())
+    eval_landlock(
+        what,
+        landlock_abi(),
+        lazaret_seccomp::binaries::required_landlock_abi(),
+    )
 }
 
 fn landlock_abi() -> Result<i64, Errno> {
@@ -764,9 +773,16 @@ fn landlock_abi() -> Result<i64, Errno> {
     }
 }
 
-pub fn eval_landlock(what: &str, abi: Result<i64, Errno>) -> Check {
+/// `required`: the ABI Lazaret's helpers need
+/// ([`lazaret_seccomp::binaries::required_landlock_abi`]).
+pub fn eval_landlock(what: &str, abi: Result<i64, Errno>, required: i32) -> Check {
     match abi {
-        Ok(v) if v >= 1 => Check::pass(what, format!("ABI {v}")),
+        Ok(v) if v >= i64::from(required) => Check::pass(what, format!("ABI {v}")),
+        Ok(v) if v >= 1 => Check::fail(
+            what,
+            format!("ABI {v}, and Lazaret's helpers confine themselves with ABI {required} (Linux 6.12 or later)"),
+            "boot a newer kernel (Debian 12: `sudo apt-get install -t bookworm-backports linux-image-amd64`, then reboot)",
+        ),
         Ok(v) => Check::fail(
             what,
             format!("unexpected ABI {v}"),
@@ -1175,9 +1191,16 @@ mod tests {
 
     #[test]
     fn judges_landlock_and_programs() {
-        assert_eq!(eval_landlock("l", Ok(7)).to_string(), "ok   l: ABI 7");
-        assert!(!eval_landlock("l", Err(Errno::ENOSYS)).ok);
-        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP))
+        assert_eq!(eval_landlock("l", Ok(7), 6).to_string(), "ok   l: ABI 7");
+        assert_eq!(eval_landlock("l", Ok(6), 6).to_string(), "ok   l: ABI 6");
+        // 6.1's ABI 3 is not enough for the helpers.
+        let old = eval_landlock("l", Ok(3), 6);
+        assert!(!old.ok);
+        assert!(old.detail.contains("ABI 6"), "{old}");
+        assert!(old.fix.contains("bookworm-backports"), "{old}");
+        assert_eq!(lazaret_seccomp::binaries::required_landlock_abi(), 6);
+        assert!(!eval_landlock("l", Err(Errno::ENOSYS), 6).ok);
+        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP), 6)
             .fix
             .contains("lsm="));
         assert!(eval_program("m", Some(Path::new("/usr/bin/mmdebstrap")), "x").ok);
@@ -1200,7 +1223,7 @@ mod tests {
         assert!(c.ok, "{c}");
         assert_eq!(
             c.detail,
-            "/usr/bin/runsc version 0.0~20221219.0, platform ptrace (offered: kvm, ptrace), \
+            "/usr/bin/runsc version 0.0~20221219.0, platform ptrace (offered: kvm, ptrace), directfs not offered, \
              workarounds for this release: statx shim, /proc/sys/net tmpfs"
         );
         info.platforms = vec!["kvm".into()];

@@ -80,6 +80,10 @@ enum Cmd {
     },
     /// End a running Domain's sessions, tear it down, and wait until it is down
     Stop {
+        /// Domain IDs, as `lazaret ps` shows them (default: the Domain of
+        /// --profile and --workspace)
+        #[arg(value_name = "DOMAIN", conflicts_with_all = ["all", "domain"])]
+        ids: Vec<String>,
         /// Every running Domain
         #[arg(long, conflicts_with = "domain")]
         all: bool,
@@ -88,6 +92,10 @@ enum Cmd {
     },
     /// A Domain's timestamped coordinator events (or its helpers' output)
     Logs {
+        /// A Domain ID, as `lazaret ps` shows it (default: the Domain of
+        /// --profile and --workspace)
+        #[arg(value_name = "DOMAIN", conflicts_with = "domain")]
+        id: Option<String>,
         /// Keep printing what is added until the Domain stops
         #[arg(short, long)]
         follow: bool,
@@ -171,23 +179,33 @@ fn main() {
             g.check("ps", Uses::Config)
                 .and_then(|()| lifecycle_cmd::ps(g.config.clone(), json)),
         ),
-        Cmd::Stop { all, which } => report(if all {
+        Cmd::Stop { ids, all, which } => report(if all {
             g.check("stop --all", Uses::Config)
                 .and_then(|()| which.with(&g))
                 .and_then(|which| lifecycle_cmd::stop(&which, true))
+        } else if !ids.is_empty() {
+            // Each named Domain in turn; the worst outcome is the status.
+            ids.into_iter().try_fold(0, |code, id| {
+                state_cmd::Which::new(Some(id), &g)
+                    .and_then(|which| lifecycle_cmd::stop(&which, false))
+                    .map(|c| code.max(c))
+            })
         } else {
             which
                 .with(&g)
                 .and_then(|which| lifecycle_cmd::stop(&which, false))
         }),
         Cmd::Logs {
+            id,
             follow,
             helpers,
             which,
         } => report(
-            which
-                .with(&g)
-                .and_then(|which| lifecycle_cmd::logs(&which, follow, helpers)),
+            match id {
+                Some(id) => state_cmd::Which::new(Some(id), &g),
+                None => which.with(&g),
+            }
+            .and_then(|which| lifecycle_cmd::logs(&which, follow, helpers)),
         ),
     };
     terminal::restore();

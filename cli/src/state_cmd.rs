@@ -273,11 +273,10 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
     }
     let root = storage_root(&which.common)?;
     let id = match &which.domain {
-        Some(d) => DomainIdV1::parse(d).ok_or_else(|| {
-            CliError::Session(format!(
-                "{d:?} is not a Domain ID (32 lowercase hex digits, as `lazaret state list` shows)"
-            ))
-        })?,
+        Some(d) => match DomainIdV1::parse(d) {
+            Some(id) => id,
+            None => by_prefix(&root, d)?,
+        },
         None => {
             let ws = crate::run::canonical_workspace(which.workspace.as_deref())?;
             DomainIdV1::derive(&which.profile, ws.as_os_str().as_bytes())
@@ -300,6 +299,36 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
         layout,
         meta,
     })
+}
+
+/// The one Domain whose ID begins with `prefix` (at least 4 of its hex
+/// digits, as `lazaret ps` shows 12), as `docker` takes a short container
+/// ID.
+fn by_prefix(root: &Path, prefix: &str) -> Result<DomainIdV1, CliError> {
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    if prefix.len() < 4 || prefix.len() > 32 || !prefix.chars().all(hex) {
+        return Err(CliError::Session(format!(
+            "{} is not a Domain ID (32 lowercase hex digits, as `lazaret state list` shows, or the first 4 or more of them)",
+            display::message(prefix)
+        )));
+    }
+    let mut found: Vec<DomainIdV1> = std::fs::read_dir(root.join("domains"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(DomainIdV1::parse))
+        .filter(|id| id.to_string().starts_with(prefix))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(CliError::Session(format!(
+            "no Domain ID begins with {prefix} in {}; `lazaret state list` shows the Domains",
+            root.display()
+        ))),
+        n => Err(CliError::Session(format!(
+            "{n} Domain IDs begin with {prefix}: give more of the ID (`lazaret state list` shows them whole)"
+        ))),
+    }
 }
 
 fn scan(domain: &Domain, path: &str, generation: u64) -> Result<Summary, CliError> {
@@ -356,15 +385,23 @@ pub(crate) fn anchors_over(domain_root: &Path, max: u64) -> Vec<(String, u64)> {
         layout,
         meta: Some(meta),
     };
-    let mut over = Vec::new();
-    for a in domain.meta.iter().flat_map(|m| m.anchors.iter()) {
-        if let Ok(s) = scan(&domain, &a.path, a.generation) {
-            if s.bytes > max {
-                over.push((a.path.clone(), s.bytes));
-            }
-        }
-    }
-    over
+    // One confined scan per anchor, all at once: each is a process of its
+    // own (a user namespace, landlock, seccomp), so this takes about the
+    // time of the largest rather than the sum.
+    let anchors: Vec<_> = domain.meta.iter().flat_map(|m| m.anchors.iter()).collect();
+    std::thread::scope(|s| {
+        let scans: Vec<_> = anchors
+            .iter()
+            .map(|a| s.spawn(|| (a.path.clone(), scan(&domain, &a.path, a.generation))))
+            .collect();
+        scans
+            .into_iter()
+            .filter_map(|h| match h.join() {
+                Ok((path, Ok(s))) if s.bytes > max => Some((path, s.bytes)),
+                _ => None,
+            })
+            .collect()
+    })
 }
 
 /// Whether a coordinator holds the Domain's lock right now.

@@ -948,6 +948,10 @@ fn recover(
     g.phase = Phase::Stopped;
     g.supervisor = None;
     g.holder = None;
+    if &g == prev {
+        // A clean stop recorded it so already: no write (and no fsync).
+        return Ok(());
+    }
     store.set_generation(&g).map_err(|e| e.to_string())
 }
 

@@ -245,6 +245,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
+    lazaret_helpers::timeline::mark("coordinator", "session-hello");
     reader.set_read_timeout(None).map_err(|e| e.to_string())?;
     let refuse = |reason: String| {
         let _ = write_frame(
@@ -490,6 +491,7 @@ pub fn start_failure_reason(diag: &[u8], domain_root: &std::path::Path) -> Strin
 /// Ends a session after its bridge exited: the command's status, or, when
 /// runsc never started the command, a Lazaret failure.
 fn finish_session(ctx: &SessionCtx, sid: &str, writer: &Writer, latch: &StartLatch, status: i32) {
+    lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
     match latch.finish(writer) {
         Ok(()) => {
             send(writer, &ServerMsg::Exit { status });
@@ -679,6 +681,7 @@ fn run_pty(
             },
         );
     })?;
+    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
     // Only the bridge holds the slave now: the reader ends with EIO once
     // the session's processes have closed it.
     drop(slave);
@@ -764,6 +767,7 @@ fn run_pipes(
             },
         );
     })?;
+    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
     // Only the bridge holds them now: the readers see EOF when it ends.
     drop(far_ends);
     let sid = bridge.sid;

@@ -144,8 +144,9 @@ impl Catalog {
 
     /// Runs `f` in one write transaction under the catalog lock. The
     /// transaction commits only if `f` succeeds.
-    fn transact<T>(
+    fn locked<T>(
         &self,
+        commit: bool,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<T, CatalogError>,
     ) -> Result<T, CatalogError> {
         DirBuilder::new()
@@ -196,10 +197,32 @@ impl Catalog {
         let db = redb::Database::create(&path).map_err(|e| db_err(e.into()))?;
         let txn = db.begin_write().map_err(|e| db_err(e.into()))?;
         let out = f(&txn)?;
-        txn.commit().map_err(|e| db_err(e.into()))?;
+        if commit {
+            txn.commit().map_err(|e| db_err(e.into()))?;
+        } else {
+            txn.abort().map_err(|e| db_err(e.into()))?;
+        }
         drop(db);
         drop(lock);
         Ok(out)
+    }
+
+    /// A write transaction, committed (durably) if `f` succeeds.
+    fn transact<T>(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, CatalogError>,
+    ) -> Result<T, CatalogError> {
+        self.locked(true, f)
+    }
+
+    /// A transaction that only reads: the same lock and view as
+    /// [`Catalog::transact`], but aborted, so no commit (and no fsync) is
+    /// paid for it. Every start reads the catalog this way.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, CatalogError>,
+    ) -> Result<T, CatalogError> {
+        self.locked(false, f)
     }
 
     fn db_err(&self) -> impl Fn(redb::Error) -> CatalogError + '_ {
@@ -338,10 +361,15 @@ impl Catalog {
         domain_id: &str,
         keep: Option<u64>,
     ) -> Result<usize, CatalogError> {
+        let stale = |l: &Lease| l.domain_id == domain_id && Some(l.generation) != keep;
+        // Usually there is none: then nothing is written.
+        if !self.leases()?.iter().any(stale) {
+            return Ok(0);
+        }
         self.transact(|txn| {
             let mut n = 0;
             for (key, lease) in self.all::<Lease>(txn, LEASES)? {
-                if lease.domain_id == domain_id && Some(lease.generation) != keep {
+                if stale(&lease) {
                     self.delete(txn, LEASES, &key)?;
                     n += 1;
                 }
@@ -352,12 +380,12 @@ impl Catalog {
 
     /// Every lease, ordered by Domain and generation.
     pub fn leases(&self) -> Result<Vec<Lease>, CatalogError> {
-        self.transact(|txn| Ok(self.all(txn, LEASES)?.into_iter().map(|(_, l)| l).collect()))
+        self.read(|txn| Ok(self.all(txn, LEASES)?.into_iter().map(|(_, l)| l).collect()))
     }
 
     /// Every artifact record, ordered by ID.
     pub fn artifacts(&self) -> Result<Vec<ArtifactRecord>, CatalogError> {
-        self.transact(|txn| {
+        self.read(|txn| {
             Ok(self
                 .all(txn, ARTIFACTS)?
                 .into_iter()
@@ -368,7 +396,7 @@ impl Catalog {
 
     /// Every artifact record and every lease, read in one transaction.
     pub fn snapshot(&self) -> Result<(Vec<ArtifactRecord>, Vec<Lease>), CatalogError> {
-        self.transact(|txn| {
+        self.read(|txn| {
             let a = self
                 .all(txn, ARTIFACTS)?
                 .into_iter()
@@ -381,7 +409,7 @@ impl Catalog {
 
     /// The record of artifact `id`.
     pub fn artifact(&self, id: &str) -> Result<Option<ArtifactRecord>, CatalogError> {
-        self.transact(|txn| self.get(txn, ARTIFACTS, id))
+        self.read(|txn| self.get(txn, ARTIFACTS, id))
     }
 
     /// Records a published artifact, and the source it came from with the

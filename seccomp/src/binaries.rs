@@ -36,6 +36,18 @@ pub fn get(binary: &str) -> Option<Confinement> {
     })
 }
 
+/// The Landlock ABI the whole suite needs: the highest any binary's
+/// ruleset requires (each applies its own as a hard requirement, so a
+/// kernel below it cannot start a Domain). `lazaret doctor` checks it.
+pub fn required_landlock_abi() -> i32 {
+    SUITE
+        .iter()
+        .chain(&["lazaret-supervisor-scan"])
+        .filter_map(|b| get(b)?.landlock.map(|l| l.abi as i32))
+        .max()
+        .unwrap_or(1)
+}
+
 /// For `--print-confinement`: prints `binary`'s confinement on stdout and
 /// exits 0 (1 if this build does not describe it).
 pub fn print_and_exit(binary: &str) -> ! {

@@ -815,6 +815,10 @@ fn holder_start(
     }
 
     let deadline = Instant::now() + Duration::from_secs(60);
+    // runsc rewrites its state file in the state directory at each step of
+    // the start; each rewrite wakes this loop, which then asks `runsc
+    // state` (the only interface it trusts). Polling is the fallback.
+    let state_changes = StateChanges::watch(&plan.state_dir);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
@@ -839,7 +843,54 @@ fn holder_start(
             let _ = child.kill();
             return Err("runsc did not start the sandbox within 60 s".into());
         }
-        std::thread::sleep(Duration::from_millis(15));
+        state_changes.wait();
+    }
+}
+
+/// Wake-ups for the wait until runsc has started the sandbox: an inotify
+/// watch on runsc's state directory (a file closed after writing, or
+/// renamed into it), else a fixed poll.
+struct StateChanges(Option<std::os::fd::OwnedFd>);
+
+impl StateChanges {
+    /// Without a change seen, the state is asked for again after this
+    /// long anyway (runsc's own exit is only seen this way).
+    const FALLBACK: Duration = Duration::from_millis(50);
+    /// Without a watch, the poll interval.
+    const POLL: Duration = Duration::from_millis(15);
+
+    fn watch(dir: &Path) -> StateChanges {
+        use rustix::fs::inotify;
+        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+            .ok()
+            .filter(|fd| {
+                inotify::add_watch(
+                    fd,
+                    dir,
+                    inotify::WatchFlags::CLOSE_WRITE | inotify::WatchFlags::MOVED_TO,
+                )
+                .is_ok()
+            });
+        StateChanges(fd)
+    }
+
+    /// Until something in the state directory changed (or the fallback
+    /// passed); drains the events.
+    fn wait(&self) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let Some(fd) = &self.0 else {
+            std::thread::sleep(Self::POLL);
+            return;
+        };
+        let timeout = Timespec {
+            tv_sec: 0,
+            tv_nsec: Self::FALLBACK.as_nanos() as _,
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        if poll(&mut fds, Some(&timeout)).is_ok_and(|n| n > 0) {
+            let mut buf = [0u8; 4096];
+            while rustix::io::read(fd, &mut buf).is_ok_and(|n| n > 0) {}
+        }
     }
 }
 

@@ -68,14 +68,20 @@ fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
     assert_domain_gone(&id);
     let out = ws.lazaret(&["ps"]).output().unwrap();
     assert!(!text(&out.stdout).contains(&id[..12]));
-    let out = ws.lazaret(&["stop"]).output().unwrap();
-    assert!(out.status.success());
+    // By ID too, or its first digits as `lazaret ps` shows them.
+    let out = ws.lazaret(&["stop", &id[..12]]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("is not running"));
+    let out = ws.lazaret(&["stop", "zz"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("is not a Domain ID"));
 
     // Coordinator events carry a UTC timestamp; the helpers' output is
     // apart.
     let out = ws.lazaret(&["logs"]).output().unwrap();
     let log = text(&out.stdout);
+    let by_id = ws.lazaret(&["logs", &id]).output().unwrap();
+    assert_eq!(text(&by_id.stdout), log);
     assert!(log.contains("asked to stop by lazaret stop"), "{log}");
     for line in log.lines() {
         assert!(
