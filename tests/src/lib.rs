@@ -403,6 +403,10 @@ impl Drop for Workspace<'_> {
             }
             return;
         }
+        // Every test's Domain, as far as its coordinators recorded it
+        // (teardown may still be going on: a prefix replays too), took
+        // only steps the lifecycle model allows.
+        assert_lifecycle_replays(&self.domain_root("default"));
         let _ = self.env.sh(&format!("rm -rf '{}'", self.base.display()));
     }
 }
