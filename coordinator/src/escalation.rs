@@ -43,12 +43,13 @@
 //! end kills its commands too.
 
 use crate::gate::Gate;
-use crate::lifecycle::log;
+use crate::lifecycle::{log, record};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::{
     self as esc, bounds, Body, Kind, LogEvent, LogRecord, Outcome, ResultRecord,
 };
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
+use lazaret_protocol::lifecycle::{Event, ResultKind};
 use lazaret_protocol::mailbox::{self, FromReader, ReaderInput, ToReader};
 use lazaret_protocol::session::{ClientMsg, EscalationPrompt, HostCommand, ServerMsg};
 use sha2::{Digest, Sha256};
@@ -562,6 +563,10 @@ impl Escalations {
             other => format!("{other:?}"),
         };
         self.refuse(entry, &why);
+        record(Event::Refused {
+            request: body.request_hex(),
+            kind: ResultKind::from(&outcome),
+        });
         self.publish(ResultRecord {
             request_id: body.request_id,
             outcome,
@@ -685,6 +690,12 @@ impl Escalations {
                 lock(&self.cancels).insert(body.request_id, cancel.clone());
                 let me = self.clone();
                 let id = body.request_id;
+                // Before its thread exists, so that every later step of
+                // the request is recorded after it.
+                record(Event::Accepted {
+                    request: body.request_hex(),
+                    session: body.session_id.clone(),
+                });
                 let spawned =
                     std::thread::Builder::new()
                         .name("escalation".into())
@@ -697,6 +708,10 @@ impl Escalations {
                     lock(&self.cancels).remove(&id);
                     let r = Refusal::NoThread(e.to_string());
                     self.refuse(entry, &r.to_string());
+                    record(Event::Result {
+                        request: hex::encode(id),
+                        kind: ResultKind::Refused,
+                    });
                     self.publish(ResultRecord {
                         request_id: id,
                         outcome: Outcome::Refused {
@@ -822,6 +837,9 @@ impl Escalations {
             // ends either way. A client that is gone has killed its
             // commands as it ended.
             if told.is_ok() {
+                record(Event::CancelSent {
+                    request: id.to_string(),
+                });
                 let _ = rx.recv_timeout(CLIENT_GRACE);
             }
             outcome
@@ -829,6 +847,11 @@ impl Escalations {
         // Its own statement: the writer's guard must not live through the
         // wait below (the session's output and the cancellation need it).
         let sent = write_frame(&mut *lock(&client.writer), &run);
+        if sent.is_ok() {
+            record(Event::HostCommand {
+                request: id.to_string(),
+            });
+        }
         let outcome = if let Err(e) = sent {
             if stop() {
                 Outcome::Cancelled
@@ -911,6 +934,10 @@ impl Escalations {
             )
         };
         lock(&self.cancels).remove(&body.request_id);
+        record(Event::Result {
+            request: id.clone(),
+            kind: ResultKind::from(&outcome),
+        });
         self.record(LogEvent::Decision {
             request_id: id,
             session_id: body.session_id.clone(),

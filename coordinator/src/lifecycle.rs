@@ -7,6 +7,7 @@ use crate::{exit, fdno, procs};
 use lazaret_helpers::channel::{self, Channel, ChannelError};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::paths as esc_paths;
+use lazaret_protocol::lifecycle::{Event, LOG_PREFIX as LIFECYCLE_PREFIX};
 use lazaret_protocol::plan::{
     AnchorMount, CoordinatorInput, CoordinatorReadiness, MountKind, MountPurpose, PlannedMount,
     RootLayout, SandboxPlan,
@@ -42,6 +43,35 @@ pub fn log(msg: impl std::fmt::Display) {
             .unwrap_or_else(|_| jiff::Timestamp::now()),
         std::process::id()
     );
+}
+
+/// Records one lifecycle step in `coordinator.log` (`lifecycle: <event>`,
+/// see [`lazaret_protocol::lifecycle`]), at the moment it is taken. After
+/// [`Event::Released`] nothing more is recorded: threads that still end
+/// while the process exits are no steps of an owner.
+pub fn record(event: Event) {
+    let mut released = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
+    if *released {
+        return;
+    }
+    *released = matches!(event, Event::Released);
+    log(format_args!("{LIFECYCLE_PREFIX}{event}"));
+}
+
+/// Whether [`Event::Released`] was recorded; held while a step is written,
+/// so the steps of all threads are in the order they were recorded.
+static RECORDING: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// The Domain lock, held for as long as this coordinator owns the Domain;
+/// [`Event::Released`] is recorded as it is given up.
+struct Ownership {
+    _lock: std::fs::File,
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        record(Event::Released);
+    }
 }
 
 pub fn main() -> i32 {
@@ -131,7 +161,10 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     lazaret_helpers::timeline::mark("coordinator", "start");
     crate::network::derive(input, "validation")?;
     let layout = Layout::new(&input.domain_root);
-    let _lock = lock_domain(&layout.lock())?;
+    let _owner = Ownership {
+        _lock: lock_domain(&layout.lock())?,
+    };
+    record(Event::Owner);
     let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
     let previous = store.generation().map_err(|e| e.to_string())?;
     recover(&layout, &store, previous.as_ref(), &input.libexec)?;
@@ -169,6 +202,9 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     };
     // The intent is durable before anything exists.
     store.set_generation(&gen).map_err(|e| e.to_string())?;
+    record(Event::Begin {
+        generation: gen.number,
+    });
     let meta = DomainMeta {
         domain_id: input.domain_id.clone(),
         profile: input.profile_name.clone(),
@@ -235,8 +271,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let holder_pid = lazaret_helpers::pidfd::pid_of(&holder);
     gen.supervisor = procs::start_time(child.id() as i32).map(|t| (child.id() as i32, t));
     gen.holder = holder_pid.and_then(|p| procs::start_time(p).map(|t| (p, t)));
-    gen.phase = Phase::Running;
-    store.set_generation(&gen).map_err(|e| e.to_string())?;
+    set_phase(&store, &mut gen, Phase::Running)?;
     let mut supervisor = Supervisor {
         child,
         link: None,
@@ -857,8 +892,7 @@ fn teardown(
     supervisor: Option<&mut Supervisor>,
     input: &CoordinatorInput,
 ) {
-    gen.phase = Phase::Stopping;
-    let _ = store.set_generation(gen);
+    let _ = set_phase(store, gen, Phase::Stopping);
     let mut removed = false;
     if let Some(sup) = supervisor {
         // Stopping the holder takes up to 20 s before it is killed.
@@ -893,11 +927,23 @@ fn teardown(
     }
     // Unmounted: the image may go now.
     crate::lease::release(input, gen.number);
-    gen.phase = Phase::Stopped;
     gen.supervisor = None;
     gen.holder = None;
-    let _ = store.set_generation(gen);
+    let _ = set_phase(store, gen, Phase::Stopped);
     log(format!("generation {} stopped", gen.number));
+}
+
+/// Records `gen` in phase `to` in the Domain Store, then in the log.
+fn set_phase(store: &Store, gen: &mut Generation, to: Phase) -> Result<(), String> {
+    let from = gen.phase;
+    gen.phase = to;
+    store.set_generation(gen).map_err(|e| e.to_string())?;
+    record(Event::Phase {
+        generation: gen.number,
+        from,
+        to,
+    });
+    Ok(())
 }
 
 pub use lazaret_state::remove::remove_tree;
@@ -952,7 +998,14 @@ fn recover(
         // A clean stop recorded it so already: no write (and no fsync).
         return Ok(());
     }
-    store.set_generation(&g).map_err(|e| e.to_string())
+    store.set_generation(&g).map_err(|e| e.to_string())?;
+    if prev.phase != Phase::Stopped {
+        record(Event::Recovered {
+            generation: prev.number,
+            from: prev.phase,
+        });
+    }
+    Ok(())
 }
 
 fn wait_gone(pid: i32, start: u64) {

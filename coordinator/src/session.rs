@@ -8,10 +8,11 @@
 
 use crate::escalation::{self, Client, Escalations, Replies, SessionEntry, Terminal};
 use crate::gate::Gate;
-use crate::lifecycle::log;
+use crate::lifecycle::{log, record};
 use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
+use lazaret_protocol::lifecycle::Event;
 use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{
     ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, PROTOCOL_VERSION,
@@ -573,6 +574,9 @@ struct Registration<'a> {
 impl<'a> Registration<'a> {
     fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> Self {
         ctx.escalations.register(sid, entry);
+        record(Event::Joined {
+            session: sid.to_string(),
+        });
         Self {
             ctx,
             sid: sid.to_string(),
@@ -583,6 +587,9 @@ impl<'a> Registration<'a> {
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         self.ctx.escalations.unregister(&self.sid);
+        record(Event::Left {
+            session: self.sid.clone(),
+        });
     }
 }
 

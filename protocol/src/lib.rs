@@ -8,6 +8,7 @@ pub mod display;
 pub mod domain;
 pub mod escalation;
 pub mod frame;
+pub mod lifecycle;
 pub mod mailbox;
 pub mod netreport;
 pub mod plan;

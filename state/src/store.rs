@@ -43,16 +43,10 @@ db_err!(
     redb::CommitError
 );
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum Phase {
-    /// Resources may be in creation; recovery must assume any of them exist.
-    Starting,
-    Running,
-    /// Teardown began; recovery finishes it.
-    Stopping,
-    /// Nothing transient exists.
-    Stopped,
-}
+/// The phase of a generation: the lifecycle model's own type
+/// ([`lazaret_protocol::lifecycle`]), so a renamed or added phase breaks
+/// the model's build, not only its meaning.
+pub use lazaret_protocol::lifecycle::Phase;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Generation {

@@ -403,8 +403,40 @@ impl Drop for Workspace<'_> {
             }
             return;
         }
+        // Every test's Domain, as far as its coordinators recorded it
+        // (teardown may still be going on: a prefix replays too), took
+        // only steps the lifecycle model allows.
+        assert_lifecycle_replays(&self.domain_root("default"));
         let _ = self.env.sh(&format!("rm -rf '{}'", self.base.display()));
     }
+}
+
+/// The lifecycle steps the Domain's coordinators recorded in the
+/// `coordinator.log` of `domain_root` (`lifecycle: <event>` lines), in
+/// order, each with the PID of the coordinator that recorded it: the trace
+/// [`lazaret_protocol::lifecycle::replay`] checks against the lifecycle
+/// model.
+pub fn lifecycle_trace(domain_root: &Path) -> Vec<(u32, lazaret_protocol::lifecycle::Event)> {
+    let log = std::fs::read_to_string(domain_root.join("coordinator.log")).unwrap_or_default();
+    lazaret_protocol::lifecycle::trace_of_log(&log)
+}
+
+/// Replays the Domain's recorded lifecycle (see [`lifecycle_trace`])
+/// through the lifecycle model's transitions, panicking with the step the
+/// model does not allow and the whole trace.
+pub fn assert_lifecycle_replays(domain_root: &Path) -> lazaret_protocol::lifecycle::Recorded {
+    let trace = lifecycle_trace(domain_root);
+    lazaret_protocol::lifecycle::replay(&trace).unwrap_or_else(|v| {
+        let steps: Vec<String> = trace
+            .iter()
+            .enumerate()
+            .map(|(i, (pid, e))| format!("{i:3} [{pid}] {e}"))
+            .collect();
+        panic!(
+            "the recorded lifecycle leaves the model at {v}\n{}",
+            steps.join("\n")
+        )
+    })
 }
 
 /// Live (non-zombie) processes whose command line mentions `needle`.

@@ -387,6 +387,9 @@ fn cancellation_and_session_loss_stop_the_host_command() {
             == Some(false)),
         "the host command outlived its session"
     );
+    assert_domain_gone(&ws.domain_id("default"));
+    // Cancelled, then ended with its session: as the lifecycle model allows.
+    lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
 }
 
 #[test]

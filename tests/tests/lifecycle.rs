@@ -66,6 +66,8 @@ fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
     let status = session.wait().unwrap();
     assert_eq!(status.code(), Some(137));
     assert_domain_gone(&id);
+    // `lazaret stop` tore it down as the lifecycle model allows.
+    lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
     let out = ws.lazaret(&["ps"]).output().unwrap();
     assert!(!text(&out.stdout).contains(&id[..12]));
     // By ID too, or its first digits as `lazaret ps` shows them.

@@ -248,6 +248,8 @@ fn two_sessions_share_one_sandbox_and_nothing_remains() {
         !ws.domain_root("default").join("run").exists(),
         "transient state left"
     );
+    // Every step its coordinator recorded is one the lifecycle model allows.
+    lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
     // Persistent Domain state stays.
     assert!(ws.domain_root("default").join("domain.redb").exists());
 }
@@ -289,6 +291,8 @@ fn sigkill_of_the_coordinator_is_recovered() {
     let out = ws.run_sh("echo again");
     assert_eq!(text(&out.stdout), "again\n", "{}", text(&out.stderr));
     assert_domain_gone(&id);
+    // The killed generation was recovered as the lifecycle model allows.
+    lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
 }
 
 /// A runsc that behaves as the installed one except for the `SUBCOMMAND`
