@@ -44,7 +44,7 @@ bench_outer() {
     local -a bins=()
     local f
     for f in "$src"/lazaret "$src"/lazaret-*; do
-        case $f in *.*) continue ;; esac
+        case ${f##*/} in *.*) continue ;; esac # skip lazaret.d and the like
         [ -f "$f" ] && [ -x "$f" ] && bins+=("$f")
     done
     rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
