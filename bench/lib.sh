@@ -8,7 +8,9 @@
 # and uses the globals below for the background lazaret session and the
 # bare runsc container, so that one cleanup can stop them.
 
-LZ_BG= BARE= BARE_HOLDER=
+# shellcheck disable=SC2034 # BARE_COLD and BARE_EXEC are set here for the callers
+LZ_BG='' BARE='' BARE_HOLDER=''
+BARE_COLD=() BARE_EXEC=()
 RUNSC_FLAGS=(--ignore-cgroups --platform=ptrace --overlay2=none --network=none)
 UNSHARE=(unshare --map-root-user --map-auto --mount --net --pid --fork --mount-proc)
 
@@ -147,7 +149,7 @@ stop_lazaret_bg() {
     if kill -0 "$LZ_BG" 2>/dev/null; then
         kill -TERM "$LZ_BG" 2>/dev/null || true
         for _ in $(seq 200); do kill -0 "$LZ_BG" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$LZ_BG" 2>/dev/null && kill -KILL "$LZ_BG" 2>/dev/null || true
+        if kill -0 "$LZ_BG" 2>/dev/null; then kill -KILL "$LZ_BG" 2>/dev/null || true; fi
     fi
     wait "$LZ_BG" 2>/dev/null || true
     LZ_BG=
