@@ -37,6 +37,10 @@ use std::time::{Duration, Instant};
 /// shell leaks in by accident.
 pub const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// How often a running command's cancellation and timeout are checked
+/// (its exit ends the wait at once).
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+
 /// Commands one session runs at once (the coordinator allows fewer
 /// pending requests per session; this holds against a confused one).
 pub const MAX_RUNNING: usize = 64;
@@ -95,8 +99,10 @@ impl Runner {
                     .timeout_ms
                     .map(|ms| Instant::now() + Duration::from_millis(ms));
                 let o = execute(&c.argv, &me.workspace, deadline, &cancel);
+                lazaret_helpers::timeline::mark("cli", "host-command-ended");
                 lock(&me.running).remove(&c.request_id);
                 me.answer(c.request_id, o);
+                lazaret_helpers::timeline::mark("cli", "host-command-answered");
             });
         if let Err(e) = spawned {
             // The closure never ran: answer for it.
@@ -208,6 +214,9 @@ pub fn execute(
             .take()
             .map(|s| Box::new(s) as Box<dyn Read + Send>),
     );
+    // Its exit wakes the wait below at once (without a pidfd, the wait
+    // polls at the pace of the cancellation checks).
+    let pidfd = lazaret_helpers::pidfd::of_child(&child).ok();
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
     let kill = || {
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
@@ -233,7 +242,12 @@ pub fn execute(
             let _ = child.wait();
             return Outcome::TimedOut;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        match &pidfd {
+            Some(fd) => {
+                lazaret_helpers::pidfd::exited_within(fd, CHECK_EVERY);
+            }
+            None => std::thread::sleep(CHECK_EVERY),
+        }
     };
     // The group may have left children behind: they end with the request.
     kill();

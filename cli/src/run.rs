@@ -396,6 +396,7 @@ fn session(
         // owns the main loop.
         match m {
             Ok(ServerMsg::RunHostCommand(c)) => {
+                lazaret_helpers::timeline::mark("cli", "host-command-in");
                 runner.start(c);
                 continue;
             }

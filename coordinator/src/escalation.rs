@@ -585,6 +585,7 @@ impl Escalations {
 
     /// Acts on one record of the reader.
     pub fn handle(self: &Arc<Self>, rec: FromReader) {
+        lazaret_helpers::timeline::mark("coordinator", "escalation-record-in");
         match rec {
             FromReader::Refused { entry, reason } => self.refuse(&entry, &reason),
             FromReader::NoSession {
@@ -847,6 +848,7 @@ impl Escalations {
         // Its own statement: the writer's guard must not live through the
         // wait below (the session's output and the cancellation need it).
         let sent = write_frame(&mut *lock(&client.writer), &run);
+        lazaret_helpers::timeline::mark("coordinator", "escalation-run-sent");
         if sent.is_ok() {
             record(Event::HostCommand {
                 request: id.to_string(),
@@ -865,7 +867,10 @@ impl Escalations {
         } else {
             loop {
                 match rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(Reply::Outcome(o)) => break bounded(o),
+                    Ok(Reply::Outcome(o)) => {
+                        lazaret_helpers::timeline::mark("coordinator", "escalation-outcome-in");
+                        break bounded(o);
+                    }
                     Ok(Reply::Decision(_)) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => break Outcome::Cancelled,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -972,6 +977,7 @@ impl Escalations {
             log(format!("cannot publish the Escalation Result {id}: {e}"));
             return;
         }
+        lazaret_helpers::timeline::mark("coordinator", "escalation-result-out");
         let now = now_ms();
         lock(&self.results_kept).push_back((id, now));
         self.prune_results(now);

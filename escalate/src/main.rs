@@ -187,8 +187,9 @@ fn main() {
     let deadline =
         (args.timeout > 0).then(|| Instant::now() + Duration::from_secs(args.timeout as u64 + 30));
     let mut cancelled_at: Option<Instant> = None;
+    let mut looks = Looks::default();
     loop {
-        // Inotify inside gVisor does not see host writes: poll.
+        std::thread::sleep(looks.next_wait());
         if let Ok(f) = std::fs::File::open(&result_path) {
             let mut bytes = Vec::new();
             let _ = f.take(esc::MAX_RESULT as u64 + 1).read_to_end(&mut bytes);
@@ -212,7 +213,34 @@ fn main() {
             eprintln!("lazaret-escalate: timed out waiting for the host");
             std::process::exit(exit::TIMED_OUT);
         }
-        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The waits before each look for the result. Inotify inside gVisor does
+/// not see the host's writes, so the client polls, and each look costs a
+/// round trip through gVisor's gofer (about 0.1 ms on the ptrace
+/// platform). The first waits are short, as an auto-approved command
+/// answers within milliseconds; each is a quarter longer than the one
+/// before, up to [`Looks::LONGEST`], the pace of a request that waits for
+/// the developer.
+struct Looks {
+    next: Duration,
+}
+
+impl Default for Looks {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Looks {
+    const FIRST: Duration = Duration::from_millis(1);
+    const LONGEST: Duration = Duration::from_millis(20);
+
+    fn next_wait(&mut self) -> Duration {
+        let w = self.next;
+        self.next = (self.next + self.next / 4).min(Self::LONGEST);
+        w
     }
 }
 
@@ -254,5 +282,30 @@ fn report(outcome: Outcome) -> i32 {
             eprintln!("lazaret-escalate: refused: {reason}");
             exit::REFUSED
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_start_short_and_slow_down_to_the_longest_wait() {
+        let mut l = Looks::default();
+        let waits: Vec<Duration> = (0..40).map(|_| l.next_wait()).collect();
+        assert_eq!(waits[0], Looks::FIRST);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert!(waits.iter().all(|w| *w <= Looks::LONGEST));
+        assert_eq!(waits[39], Looks::LONGEST);
+        // Within the first 20 ms it looks often, not at every tick.
+        let mut t = Duration::ZERO;
+        let looks = waits
+            .iter()
+            .take_while(|w| {
+                t += **w;
+                t <= Duration::from_millis(20)
+            })
+            .count();
+        assert!((5..=12).contains(&looks), "{looks} looks in 20 ms");
     }
 }

@@ -92,11 +92,21 @@ pub fn send_signal(pidfd: impl AsFd, sig: rustix::process::Signal) -> rustix::io
 
 /// Whether the process behind `pidfd` has exited (its pidfd is readable).
 pub fn exited(pidfd: impl AsFd) -> bool {
+    exited_within(pidfd, std::time::Duration::ZERO)
+}
+
+/// Waits up to `wait` for the process behind `pidfd` to exit; whether it
+/// has. Returns as soon as it exits (or early, on a signal).
+pub fn exited_within(pidfd: impl AsFd, wait: std::time::Duration) -> bool {
     let mut pfd = [rustix::event::PollFd::new(
         &pidfd,
         rustix::event::PollFlags::IN,
     )];
-    matches!(rustix::event::poll(&mut pfd, Some(&rustix::event::Timespec::default())), Ok(n) if n > 0)
+    let ts = rustix::event::Timespec {
+        tv_sec: wait.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_nsec: wait.subsec_nanos().into(),
+    };
+    matches!(rustix::event::poll(&mut pfd, Some(&ts)), Ok(n) if n > 0)
 }
 
 #[cfg(test)]

@@ -10,6 +10,12 @@
 //!
 //! The monotonic clock is the machine's, so lines of different processes
 //! order by it. Without the variable nothing is written.
+//!
+//! The host side of each Host Escalation is marked too (the coordinator's
+//! `escalation-*`, the CLI's `host-command-*` phases), for
+//! `bench/escalate/run`'s breakdown; `lazaret-mailbox` (which runs with an
+//! empty environment) and `lazaret-escalate` (inside gVisor, on its own
+//! clock) are not.
 
 use std::sync::OnceLock;
 

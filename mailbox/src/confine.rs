@@ -1,16 +1,17 @@
 //! Confinement of `lazaret-mailbox`, applied once its inputs are read (the
-//! sealed input memfd) and only the request directory handle and the
-//! socket to the coordinator remain open: resource bounds first, then what
-//! `lazaret_seccomp::binaries::mailbox` describes (no capabilities,
-//! `no_new_privs`, not dumpable, landlock beneath the request directory
-//! only, the seccomp allow-list in `seccomp/policies/lazaret-mailbox.json`,
-//! killing the process on anything else).
+//! sealed input memfd) and only the request directory handle, its inotify
+//! watch ([`crate::watch`]) and the socket to the coordinator remain open:
+//! resource bounds first, then what `lazaret_seccomp::binaries::mailbox`
+//! describes (no capabilities, `no_new_privs`, not dumpable, landlock
+//! beneath the request directory only, the seccomp allow-list in
+//! `seccomp/policies/lazaret-mailbox.json`, killing the process on
+//! anything else: it has no inotify call, the watch is taken before).
 //!
 //! What it leaves to others: which directory and socket the reader gets
 //! is the coordinator's decision, as are the key and the sandbox ID (in
 //! the sealed input, whose seals and digest the reader checks before it
 //! parses it). Per-pass work is bounded by the reader itself
-//! ([`crate::reader`]).
+//! ([`crate::reader`]), the rate of passes by [`crate::run::Pace`].
 
 use lazaret_seccomp::binaries::{self, PLACE_MAILBOX_REQUESTS};
 use lazaret_seccomp::ruleset::Place;

@@ -4,8 +4,10 @@
 //! a sealed input; it reads, bounds, verifies and decodes every entry the
 //! sandbox writes, and hands back only typed records
 //! ([`lazaret_protocol::mailbox::FromReader`]). See [`confine`] for what
-//! it may do, [`reader`] for what it checks, [`run`] for the order.
+//! it may do, [`reader`] for what it checks, [`watch`] for what wakes it, [`run`]
+//! for the order.
 
 pub mod confine;
 pub mod reader;
 pub mod run;
+pub mod watch;

@@ -35,6 +35,25 @@ pub enum InputError {
     Decode(#[from] postcard::Error),
 }
 
+/// Whether a pass skips an entry of this name: the client's files being
+/// written start with `.` (it publishes by rename), as do `.` and `..`.
+pub fn skipped(name: &[u8]) -> bool {
+    name.starts_with(b".")
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct Pass {
+    /// One record per entry taken.
+    pub records: Vec<FromReader>,
+    /// Directory entries read, taken or not: the pass's cost, which paces
+    /// the next one ([`crate::run::Pace`]).
+    pub examined: usize,
+    /// The pass stopped at `max_entries_per_pass`: more may be waiting,
+    /// and no event will announce them again.
+    pub full: bool,
+}
+
 pub struct Reader {
     key: PublicKey,
     sandbox_id: String,
@@ -68,6 +87,11 @@ impl Reader {
         })
     }
 
+    /// Entries taken in one pass at most.
+    pub fn max_entries(&self) -> u32 {
+        u32::try_from(self.max_entries).unwrap_or(u32::MAX)
+    }
+
     pub fn control(&mut self, m: ToReader) {
         match m {
             ToReader::SessionAdded { session_id, anchor } => {
@@ -80,30 +104,35 @@ impl Reader {
     }
 
     /// Entry names as the sandbox made them (any bytes), at most
-    /// `max_entries_per_pass` per pass. Names starting with `.` are the
-    /// client's files being written (it publishes by rename).
-    pub fn entries(&self, dir: BorrowedFd<'_>) -> Vec<CString> {
+    /// `max_entries_per_pass` per pass, and how many directory entries
+    /// were read to find them (`.`, `..` and skipped names included).
+    /// Names starting with `.` are the client's files being written (it
+    /// publishes by rename).
+    pub fn entries(&self, dir: BorrowedFd<'_>) -> (Vec<CString>, usize) {
         let Ok(mut rd) = rustix::fs::Dir::read_from(dir) else {
-            return Vec::new();
+            return (Vec::new(), 0);
         };
-        let mut names = Vec::new();
+        let (mut names, mut examined) = (Vec::new(), 0);
         while names.len() < self.max_entries {
             let Some(Ok(e)) = rd.next() else { break };
+            examined += 1;
             let name = e.file_name();
-            if name.to_bytes().starts_with(b".") || self.stuck.contains(name) {
+            if skipped(name.to_bytes()) || self.stuck.contains(name) {
                 continue;
             }
             names.push(name.to_owned());
         }
-        names
+        (names, examined)
     }
 
     /// One pass: every entry taken, one record each.
-    pub fn pass(&mut self, dir: BorrowedFd<'_>, now_ms: u64) -> Vec<FromReader> {
-        self.entries(dir)
-            .iter()
-            .map(|n| self.take(dir, n, now_ms))
-            .collect()
+    pub fn pass(&mut self, dir: BorrowedFd<'_>, now_ms: u64) -> Pass {
+        let (names, examined) = self.entries(dir);
+        Pass {
+            records: names.iter().map(|n| self.take(dir, n, now_ms)).collect(),
+            examined,
+            full: self.max_entries > 0 && names.len() >= self.max_entries,
+        }
     }
 
     /// Reads one entry once, removes it, and verifies it.
@@ -313,6 +342,7 @@ mod tests {
         std::fs::write(req.join(hostile), vec![0u8; 200]).unwrap();
         let mut got: Vec<(String, String)> = r
             .pass(dir.as_fd(), NOW)
+            .records
             .into_iter()
             .map(|x| match x {
                 FromReader::Refused { entry, reason } => (entry, reason),
@@ -347,7 +377,7 @@ mod tests {
         std::fs::create_dir_all(req.join("full/x")).unwrap();
         let mut all = Vec::new();
         for _ in 0..3 {
-            all.extend(r.pass(dir.as_fd(), NOW));
+            all.extend(r.pass(dir.as_fd(), NOW).records);
         }
         assert!(!req.join("empty").exists());
         let n = |name: &str| {
@@ -367,7 +397,10 @@ mod tests {
             std::fs::write(d.path().join(format!("requests/e{i}")), b"x").unwrap();
         }
         std::fs::write(d.path().join("requests/.tmp"), b"x").unwrap();
-        assert_eq!(r.pass(dir.as_fd(), NOW).len(), 3);
+        let p = r.pass(dir.as_fd(), NOW);
+        assert_eq!(p.records.len(), 3);
+        assert!(p.full);
+        assert!(p.examined >= 3, "{p:?}");
         assert_eq!(
             std::fs::read_dir(d.path().join("requests"))
                 .unwrap()

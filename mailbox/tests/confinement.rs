@@ -1,7 +1,8 @@
 //! The reader's real confinement, applied in a forked child (it cannot be
-//! undone, so never in the test process): what it needs works, and a path
-//! outside its landlock rule, exec, socket creation and an executable
-//! mapping are refused or kill it. Runs without a harness, one child per
+//! undone, so never in the test process): what it needs works (its watch,
+//! taken before, included), and a path outside its landlock rule, exec,
+//! socket creation, a new inotify instance and an executable mapping are
+//! refused or kill it. Runs without a harness, one child per
 //! case, so the fork happens in a single-threaded process.
 
 use lazaret_mailbox::confine;
@@ -80,8 +81,22 @@ fn main() {
     let outside = d.path().join("outside");
     // Leaked into the cases through a static: fn pointers capture nothing.
     OUTSIDE.set(outside).unwrap();
+    // The watch is taken before confining, as the reader does; an entry
+    // published since waits in its queue.
+    let dir = rustix::fs::open(&req, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+    let watch = lazaret_mailbox::watch::Watch::new(dir.as_fd()).expect("watch");
+    std::fs::write(req.join(".published.tmp"), b"x").unwrap();
+    std::fs::rename(req.join(".published.tmp"), req.join("published")).unwrap();
+    if WATCH.set(watch).is_err() {
+        unreachable!("set once");
+    }
 
-    let cases: [Case; 8] = [
+    let cases: [Case; 10] = [
+        (
+            "reads its watch's events (the first case: children share the queue)",
+            Expect::Passes,
+            |_| WATCH.get().unwrap().drain().due,
+        ),
         (
             "reads and removes an entry beneath the request directory",
             Expect::Passes,
@@ -153,6 +168,14 @@ fn main() {
             },
         ),
         (
+            "a new inotify instance kills it (watches are taken before)",
+            Expect::KilledBySeccomp,
+            |_| {
+                let _ = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC);
+                false
+            },
+        ),
+        (
             "an executable mapping kills it",
             Expect::KilledBySeccomp,
             |_| {
@@ -186,3 +209,4 @@ fn main() {
 }
 
 static OUTSIDE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+static WATCH: std::sync::OnceLock<lazaret_mailbox::watch::Watch> = std::sync::OnceLock::new();

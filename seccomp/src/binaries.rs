@@ -294,6 +294,7 @@ pub fn mailbox() -> Confinement {
         notes: vec![
             "resource limits: 256 MiB of address space, 32 descriptors, no core files",
             "reads, bounds, verifies (signature before parsing, generation, age, Session Anchor MAC) and decodes every mailbox entry; hands the coordinator typed records only, which the coordinator verifies again over its own encoding",
+            "an inotify watch of the request directory, taken before confining (no inotify call is allowed after), only wakes it: each pass lists the directory itself; passes are paced so that, on average, it reads no more directory entries per 15 ms than one pass may take",
             "single-threaded: no clone at all",
         ],
     }

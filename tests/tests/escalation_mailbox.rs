@@ -101,8 +101,9 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
         status_field(reader, "CapPrm:").as_deref(),
         Some("0000000000000000")
     );
-    // It holds stdio, the request directory and its socket, nothing else
-    // (the input memfd is closed once read).
+    // It holds stdio, the request directory, its socket and one inotify
+    // watch (of that directory), nothing else (the input memfd is closed
+    // once read).
     let fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{reader}/fd"))
         .unwrap()
         .flatten()
@@ -125,9 +126,27 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
             "0" | "1" | "2" => {}
             "4" => assert_eq!(target, &requests.display().to_string(), "{fds:?}"),
             "5" => assert!(target.starts_with("socket:"), "{fds:?}"),
+            _ if target == "anon_inode:inotify" => {}
             _ => panic!("the reader holds more than it needs: {fds:?}"),
         }
     }
+    // The watch is of the request directory, and of nothing else.
+    let watches: Vec<_> = fds
+        .iter()
+        .filter(|(_, t)| t == "anon_inode:inotify")
+        .collect();
+    assert_eq!(watches.len(), 1, "{fds:?}");
+    let info = std::fs::read_to_string(format!("/proc/{reader}/fdinfo/{}", watches[0].0)).unwrap();
+    let watched: Vec<&str> = info
+        .lines()
+        .filter(|l| l.starts_with("inotify wd:"))
+        .collect();
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&requests).unwrap());
+    assert_eq!(watched.len(), 1, "{info}");
+    assert!(
+        watched[0].contains(&format!(" ino:{ino:x} ")),
+        "not the request directory (inode {ino:x}): {info}"
+    );
     // Escalation works through it: once its decision is recorded, the
     // session sleeps, and ends on SIGTERM.
     let recorded = eventually(Duration::from_secs(60), || {
