@@ -741,11 +741,12 @@ fn holder_start(
     lazaret_helpers::timeline::mark("holder", "routers-ready");
     let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
-    std::fs::write(
-        plan.bundle_dir.join("config.json"),
-        serde_json::to_vec_pretty(&config).expect("json"),
-    )
-    .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
+    // Whole or absent (written aside, then renamed): whoever reads the
+    // bundle (runsc, `lazaret` tools, tests) never sees half of it.
+    let part = plan.bundle_dir.join(".config.json.part");
+    std::fs::write(&part, serde_json::to_vec_pretty(&config).expect("json"))
+        .and_then(|()| std::fs::rename(&part, plan.bundle_dir.join("config.json")))
+        .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
     if plan.network.as_ref().is_some_and(|n| n.hide_proc_sys_net) {
         network::hide_proc_sys_net()?;
     }
