@@ -340,7 +340,8 @@ fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Stat>, Errno> {
     }
 }
 
-fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+/// The names in directory `dir`, without `.` and `..`.
+pub(crate) fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     let fd = rustix::fs::openat(
         dir,
         ".",

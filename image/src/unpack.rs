@@ -322,20 +322,7 @@ impl Unpacker {
     /// Removes every entry of directory `dir` (at `rel`) that the current
     /// layer did not create.
     fn opaque(&mut self, dir: &OwnedFd, rel: &Path) -> std::io::Result<()> {
-        let rd = rustix::fs::openat(
-            dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut names = Vec::new();
-        for e in rustix::fs::Dir::read_from(&rd)? {
-            let e = e?;
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(OsStr::from_bytes(n).to_os_string());
-            }
-        }
+        let names = crate::commit::names(dir.as_fd())?;
         for n in names {
             if !self.this_layer.contains(&rel.join(&n)) {
                 self.remove_at(dir, rel, &n)?;
