@@ -159,6 +159,17 @@ pub(crate) struct ForCommit {
     pub layers: Vec<lazaret_image::commit::AnchorLayer>,
 }
 
+/// The (inactive, locked) Domain's State Anchors, an interrupted reset
+/// finished or rolled back first.
+fn recovered_anchors<'a>(domain: &Domain, store: &'a Store) -> Result<Anchors<'a>, CliError> {
+    let anchors =
+        Anchors::new(&domain.layout, store).map_err(|e| CliError::Session(e.to_string()))?;
+    anchors
+        .recover(&mut |p: &Path| remove_tree(p))
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    Ok(anchors)
+}
+
 /// Locks the (inactive) Domain `which` names and reads its image and the
 /// current generation of its State Anchors, for `lazaret image commit`.
 pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
@@ -186,11 +197,7 @@ pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit
         .to_string();
     let store =
         Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
-    let anchors =
-        Anchors::new(&domain.layout, &store).map_err(|e| CliError::Session(e.to_string()))?;
-    anchors
-        .recover(&mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors = recovered_anchors(&domain, &store)?;
     let layers = anchors
         .current()
         .map_err(|e| CliError::Session(e.to_string()))?
@@ -1023,11 +1030,7 @@ fn reset(
     };
     let store =
         Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
-    let anchors =
-        Anchors::new(&domain.layout, &store).map_err(|e| CliError::Session(e.to_string()))?;
-    anchors
-        .recover(&mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors = recovered_anchors(&domain, &store)?;
     let recorded = anchors
         .list()
         .map_err(|e| CliError::Session(e.to_string()))?;
