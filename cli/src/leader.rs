@@ -252,7 +252,11 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             cmd.env(k, v);
         }
     }
-    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (ready_w, 4)]);
+    // Ourselves, so that the coordinator does not wait for a session
+    // from a CLI that is gone.
+    let me = lazaret_helpers::pidfd::open(std::process::id() as i32)
+        .map_err(|e| CliError::Start(format!("cannot open a pidfd of this process: {e}")))?;
+    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (ready_w, 4), (me, 5)]);
     // SAFETY: fork, _exit and setsid are async-signal-safe. The
     // intermediate child exits at once, so the coordinator is nobody's
     // child here and is never left a zombie of this CLI; setsid takes it
@@ -340,8 +344,9 @@ const COORDINATOR_ENV: &[&str] = &[
     "GIT_CONFIG_SYSTEM",
     "GIT_CONFIG_NOSYSTEM",
     "RUST_BACKTRACE",
-    // Test-only fault points (lazaret_state::fault).
-    "LAZARET_FAULT_POINT",
+    // Test-only fault points (lazaret_helpers::fault).
+    lazaret_helpers::fault::KILL_ENV,
+    lazaret_helpers::fault::PAUSE_ENV,
 ];
 
 /// Where the host's system CA bundle is, by distribution.

@@ -1156,7 +1156,7 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
                 "cannot move the Ignored Workspace State aside: {e}"
             ))
         })?;
-        lazaret_state::fault::point("reset-ignored-aside");
+        lazaret_helpers::fault::point("reset-ignored-aside");
         remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)?;
     }
     Ok(())

@@ -4,3 +4,7 @@
 pub const INPUT: i32 = 3;
 /// Write end of the readiness pipe: one line, `ready` or `error <message>`.
 pub const READY: i32 = 4;
+/// A pidfd of the `lazaret` CLI that leads the start-up, whose session is
+/// the first: if it exits before connecting, the Domain stops at once
+/// instead of waiting out the first session's grace.
+pub const LEADER: i32 = 5;

@@ -82,6 +82,7 @@ pub fn main() -> i32 {
         Err(_) => None,
     };
     let mut ready = ready;
+    let leader = fds::inherited(fdno::LEADER).ok();
     let input = match read_input() {
         Ok(i) => i,
         Err(msg) => {
@@ -90,7 +91,7 @@ pub fn main() -> i32 {
             return exit::BAD_INPUT;
         }
     };
-    match run(&input, &mut ready) {
+    match run(&input, &mut ready, leader.as_ref()) {
         Ok(()) => exit::OK,
         Err(msg) => {
             report(&mut ready, CoordinatorReadiness::Failed(msg.clone()));
@@ -155,7 +156,11 @@ fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
     }
 }
 
-fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<(), String> {
+fn run(
+    input: &CoordinatorInput,
+    ready: &mut Option<std::fs::File>,
+    leader: Option<&OwnedFd>,
+) -> Result<(), String> {
     // A network configuration that cannot be derived stops the start
     // before anything is touched.
     lazaret_helpers::timeline::mark("coordinator", "start");
@@ -275,7 +280,7 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
     let mut supervisor = Supervisor {
         child,
         link: None,
-        _holder: holder,
+        holder: Arc::new(holder),
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
@@ -353,8 +358,9 @@ fn run(input: &CoordinatorInput, ready: &mut Option<std::fs::File>) -> Result<()
         escalations,
         stop.clone(),
         status,
+        supervisor.holder.clone(),
     ));
-    serve(&listener, &ctx, &stop, &mut supervisor);
+    serve(&listener, &ctx, &stop, &mut supervisor, leader);
     mailbox_stop.store(true, Ordering::Relaxed);
     ctx.escalations.stop_reader();
 
@@ -384,6 +390,7 @@ fn serve(
     ctx: &Arc<SessionCtx>,
     stop: &AtomicBool,
     supervisor: &mut Supervisor,
+    leader: Option<&OwnedFd>,
 ) {
     let since = Instant::now();
     loop {
@@ -399,6 +406,13 @@ fn serve(
         }
         if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
             log("no Client Session left");
+            return;
+        }
+        if ctx.active() == 0
+            && !ctx.served()
+            && leader.is_some_and(|l| lazaret_helpers::pidfd::exited(l))
+        {
+            log("the lazaret CLI that started this Domain exited before its session");
             return;
         }
         let mut pfd = [nix::poll::PollFd::new(
@@ -547,8 +561,9 @@ struct Supervisor {
     child: Child,
     link: Option<Arc<Link>>,
     /// Kept open: the holder's pidfd pins nothing, but names the sandbox
-    /// for as long as this coordinator serves it.
-    _holder: OwnedFd,
+    /// for as long as this coordinator serves it; the sessions read from
+    /// it whether the sandbox is gone.
+    holder: Arc<OwnedFd>,
 }
 
 fn start_sandbox(
@@ -893,6 +908,7 @@ fn teardown(
     input: &CoordinatorInput,
 ) {
     let _ = set_phase(store, gen, Phase::Stopping);
+    lazaret_helpers::fault::point("coordinator:teardown-stopping");
     let mut removed = false;
     if let Some(sup) = supervisor {
         // Stopping the holder takes up to 20 s before it is killed.
@@ -922,11 +938,13 @@ fn teardown(
             }
         }
     }
+    lazaret_helpers::fault::point("coordinator:teardown-supervisor-ended");
     if !removed {
         remove_run_dir(layout, &input.libexec);
     }
     // Unmounted: the image may go now.
     crate::lease::release(input, gen.number);
+    lazaret_helpers::fault::point("coordinator:teardown-lease-released");
     gen.supervisor = None;
     gen.holder = None;
     let _ = set_phase(store, gen, Phase::Stopped);

@@ -45,6 +45,8 @@ pub struct SessionCtx {
     stop: Arc<std::sync::atomic::AtomicBool>,
     /// This generation, for `lazaret ps` (`sessions` is filled in).
     status: lazaret_protocol::session::DomainStatus,
+    /// A pidfd of the sandbox holder: readable once the sandbox is gone.
+    holder: Arc<OwnedFd>,
 }
 
 impl SessionCtx {
@@ -55,6 +57,7 @@ impl SessionCtx {
         escalations: Arc<Escalations>,
         stop: Arc<std::sync::atomic::AtomicBool>,
         status: lazaret_protocol::session::DomainStatus,
+        holder: Arc<OwnedFd>,
     ) -> Self {
         Self {
             input,
@@ -67,7 +70,14 @@ impl SessionCtx {
             served: std::sync::atomic::AtomicBool::new(false),
             stop,
             status,
+            holder,
         }
+    }
+
+    /// Whether the sandbox holder has exited (the sandbox is gone), waiting
+    /// up to `grace` for it.
+    fn holder_gone_within(&self, grace: Duration) -> bool {
+        lazaret_helpers::pidfd::exited_within(&*self.holder, grace)
     }
 
     /// Connections being served (sessions and control requests).
@@ -283,6 +293,11 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         );
     }
 
+    if ctx.stop.load(Ordering::SeqCst) || ctx.holder_gone_within(Duration::ZERO) {
+        // Closed before `Accepted`: the CLI leads a new start-up once this
+        // Domain is down, instead of joining a sandbox that is gone.
+        return Err("the Domain is stopping: a session was turned away".into());
+    }
     ctx.served.store(true, Ordering::SeqCst);
     ctx.sessions.fetch_add(1, Ordering::SeqCst);
     let _counted = Counted(&ctx.sessions);
@@ -489,17 +504,65 @@ pub fn start_failure_reason(diag: &[u8], domain_root: &std::path::Path) -> Strin
     )
 }
 
-/// Ends a session after its bridge exited: the command's status, or, when
-/// runsc never started the command, a Lazaret failure.
-fn finish_session(ctx: &SessionCtx, sid: &str, writer: &Writer, latch: &StartLatch, status: i32) {
+/// How long a session whose `runsc exec` failed (status 128) or whose
+/// command was SIGKILLed waits to learn whether the sandbox went away
+/// under it.
+const SANDBOX_END_GRACE: Duration = Duration::from_secs(3);
+
+/// Why a session's status is not its command's own, if it is not: the
+/// sandbox ended while the command ran (its `runsc exec` then fails with
+/// 128, or the command is killed with it). `None` for `status`: the
+/// supervisor went away first. A Domain being stopped is not this: its
+/// commands are killed, and the status says so.
+fn sandbox_end(ctx: &SessionCtx, status: Option<i32>) -> Option<String> {
+    let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+    if ctx.stop.load(Ordering::SeqCst) && status.is_some() {
+        return None;
+    }
+    // 128: runsc exec's own failure; 137: SIGKILL, as the sandbox's end
+    // gives its processes. Either may come just before the holder's end.
+    let gone = match status {
+        None => true,
+        Some(128 | 137) => ctx.holder_gone_within(SANDBOX_END_GRACE),
+        Some(_) => ctx.holder_gone_within(Duration::ZERO),
+    };
+    gone.then(|| {
+        format!(
+            "the sandbox stopped while the command ran; `lazaret run` starts a new one (details in {}/coordinator.log and helpers.log)",
+            root.display()
+        )
+    })
+}
+
+/// Ends a session after its bridge exited (`None`: the supervisor went
+/// away first): the command's status, or a Lazaret failure when runsc
+/// never started the command or the sandbox ended under it.
+fn finish_session(
+    ctx: &SessionCtx,
+    sid: &str,
+    writer: &Writer,
+    latch: &StartLatch,
+    status: Option<i32>,
+) {
     lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
     match latch.finish(writer) {
-        Ok(()) => {
-            send(writer, &ServerMsg::Exit { status });
-        }
+        Ok(()) => match sandbox_end(ctx, status) {
+            None => {
+                if ctx.stop.load(Ordering::SeqCst) {
+                    let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
+                    send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
+                }
+                let status = status.unwrap_or(125);
+                send(writer, &ServerMsg::Exit { status });
+            }
+            Some(reason) => {
+                log(format!("session {sid}: {reason} (status {status:?})"));
+                send(writer, &ServerMsg::Failed { reason });
+            }
+        },
         Err(diag) => {
             log(format!(
-                "session {sid}: runsc exec failed ({status}) before the command ran: {:?}",
+                "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
                 String::from_utf8_lossy(&diag)
             ));
             let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
@@ -549,15 +612,16 @@ fn bridge_failed(e: &str) -> String {
     format!("the command could not be started in the sandbox: {e}")
 }
 
-/// The bridge's status; 125 with a log line when the supervisor (and the
-/// sandbox with it) went away first.
-fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> i32 {
-    wait_exit(events).unwrap_or_else(|| {
+/// The bridge's status; `None`, with a log line, when the supervisor (and
+/// the sandbox with it) went away first.
+fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> Option<i32> {
+    let status = wait_exit(events);
+    if status.is_none() {
         log(format!(
             "session {sid}: the Runtime Supervisor is gone: the sandbox stopped"
         ));
-        125
-    })
+    }
+    status
 }
 
 fn signal_bridge(pidfd: &OwnedFd, sig: rustix::process::Signal) {

@@ -2,6 +2,7 @@
 //! each module small enough to audit on its own.
 
 pub mod channel;
+pub mod fault;
 pub mod fds;
 pub mod hostpath;
 pub mod limits;

@@ -28,8 +28,12 @@ fn on() -> bool {
 }
 
 /// Marks that `component` reached `phase` (one word, or words joined by
-/// `-`).
+/// `-`). Each mark is also the test-only fault point `component:phase`
+/// (see [`crate::fault`]).
 pub fn mark(component: &str, phase: &str) {
+    if crate::fault::armed() {
+        crate::fault::point(&format!("{component}:{phase}"));
+    }
     if on() {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         let ns = t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;

@@ -260,6 +260,7 @@ impl Store {
         id: &str,
         recipe: &str,
     ) -> Result<PathBuf, ImageError> {
+        lazaret_helpers::fault::point("image:publish-staged");
         let staging_dir = File::open(staging).map_err(ImageError::io("open", staging))?;
         rustix::fs::syncfs(&staging_dir).map_err(|e| ImageError::Io {
             what: "flush the file system of",
@@ -269,6 +270,7 @@ impl Store {
         drop(staging_dir);
         let dir = self.artifact_dir(id);
         std::fs::rename(staging, &dir).map_err(ImageError::io("publish the image as", &dir))?;
+        lazaret_helpers::fault::point("image:publish-renamed");
         let marker = dir.join(COMPLETE);
         let mut f = OpenOptions::new()
             .write(true)

@@ -105,6 +105,12 @@ fn main() {
         Mode::Install => NetMode::Install,
         Mode::Probe { .. } => NetMode::Probe,
     };
+    // Test-only (lazaret_helpers::fault): the fault matrix kills this
+    // process while it stands here.
+    lazaret_helpers::fault::point(match mode {
+        NetMode::Install => "netpolicy:install",
+        NetMode::Probe => "netpolicy:probe",
+    });
     let (code, report) = match helper::run(&req) {
         Ok(r) => (exit::OK, r),
         Err(f) => {

@@ -17,9 +17,9 @@
 //! empty one, never a half-reset upper.
 
 use crate::beneath::{Kind, Root};
-use crate::fault;
 use crate::layout::{anchor_dir_name, generation_dir_name, DomainLayout};
 use crate::store::{AnchorRecord, ResetIntent, Store, StoreError};
+use lazaret_helpers::fault;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,6 @@
 
 pub mod anchors;
 pub mod beneath;
-pub mod fault;
 pub mod layout;
 pub mod meta;
 pub mod remove;

@@ -796,6 +796,7 @@ fn holder_start(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    lazaret_helpers::fault::point("holder:runsc-run-spawned");
     for stream in [
         child
             .stdout

@@ -288,6 +288,7 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
         .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
     drop(cmd);
     wait_ready(ready_r, "slirp4netns B", &mut child)?;
+    lazaret_helpers::fault::point("holder:slirp4netns-b-ready");
     Ok(child)
 }
 

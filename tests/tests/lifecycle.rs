@@ -62,9 +62,22 @@ fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
     let out = ws.lazaret(&["stop"]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), format!("stopped Domain {id}\n"));
-    // Its session ended as a stopped container's does (SIGKILL).
+    // Its session ended as a stopped container's does (SIGKILL), and
+    // says why.
     let status = session.wait().unwrap();
     assert_eq!(status.code(), Some(137));
+    let mut err = String::new();
+    use std::io::Read;
+    session
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("lazaret: the Domain was stopped (`lazaret stop`)"),
+        "{err}"
+    );
     assert_domain_gone(&id);
     // `lazaret stop` tore it down as the lifecycle model allows.
     lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
