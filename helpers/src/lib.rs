@@ -9,5 +9,6 @@ pub mod memfd;
 pub mod pidfd;
 pub mod runsc;
 pub mod sockpath;
+pub mod storage;
 pub mod timeline;
 pub mod userns;
