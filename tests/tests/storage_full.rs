@@ -354,6 +354,7 @@ fn image_preparation_out_of_space_publishes_nothing_and_succeeds_after() {
     let big = mkoci(&ws, "layout", "big", "--big 40");
     let out = lazaret(&ws, &["image", "prepare", &big]);
     let err = text(&out.stderr);
+    eprintln!("prepare without space: {}: {err}", out.status);
     assert_says_full("prepare, unpacking", &out);
     assert!(err.contains("No space left on device"), "{err}");
     assert!(
@@ -388,6 +389,7 @@ fn image_preparation_out_of_space_publishes_nothing_and_succeeds_after() {
     let other = mkoci(&ws, "layout", "other", "--big 40 --hello other");
     fs.fill_leaving(10 * MIB);
     let out = lazaret(&ws, &["image", "prepare", &other]);
+    eprintln!("prepare, copying: {}: {}", out.status, text(&out.stderr));
     assert_says_full("prepare, copying", &out);
     assert_eq!(
         published(&fs.data),
@@ -535,6 +537,11 @@ fn a_full_storage_root_refuses_the_start_clearly_and_it_starts_after() {
     fs.fill_all();
     for (which, w) in [("a Domain that ran before", &ws), ("a new Domain", &fresh)] {
         let out = lazaret(w, &["run", "--", "true"]);
+        eprintln!(
+            "run with a full Storage Root, {which}: {}: {}",
+            out.status,
+            text(&out.stderr)
+        );
         assert_says_full(which, &out);
         assert!(
             text(&out.stderr).contains(&format!("Storage Root {}", fs.data.display())),
@@ -591,6 +598,7 @@ fn state_reset_without_space_keeps_the_old_anchor_or_a_new_empty_one() {
     fs.fill_all();
     let out = lazaret(&ws, &["state", "reset", "/root", "--yes"]);
     let err = text(&out.stderr);
+    eprintln!("state reset without space: {}: {err}", out.status);
     let reset = match out.status.code() {
         Some(0) => true,
         Some(125) => {
@@ -657,6 +665,7 @@ fn a_read_only_storage_root_is_reported_and_nothing_changes() {
     ] {
         let out = lazaret(&ws, args);
         let err = text(&out.stderr);
+        eprintln!("read-only, {args:?}: {}: {err}", out.status);
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(
             err.contains("read-only file system") && err.contains("remount it read-write"),
