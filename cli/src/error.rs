@@ -56,6 +56,14 @@ pub enum CliError {
     /// exits [`REFUSED`].
     #[error("{0}")]
     Refused(String),
+    /// A failure while the Storage Root's file system is full or
+    /// read-only: the failure as it was seen, then what to do about the
+    /// storage (see [`CliError::with_storage`]).
+    #[error("{source}\n{advice}")]
+    StorageCondition {
+        source: Box<CliError>,
+        advice: String,
+    },
 }
 
 impl CliError {
@@ -63,7 +71,37 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Refused(_) => REFUSED,
+            CliError::StorageCondition { source, .. } => source.exit_code(),
             _ => LAZARET_FAILED,
+        }
+    }
+
+    /// This failure, with what to do about the Storage Root `root` when
+    /// its file system is full or read-only now. Start-up failures reach
+    /// the CLI as text from the coordinator, so the file system itself is
+    /// looked at (`statvfs`), not the error. A refusal, or an error that
+    /// already tells the storage's condition, is returned as it is.
+    pub fn with_storage(self, root: &std::path::Path) -> CliError {
+        let told = match &self {
+            CliError::Refused(_) | CliError::StorageCondition { .. } => true,
+            CliError::Image(e) => matches!(
+                **e,
+                lazaret_image::ImageError::Unwritable { .. }
+                    | lazaret_image::ImageError::Catalog(
+                        lazaret_image::CatalogError::Unwritable { .. }
+                    )
+            ),
+            _ => false,
+        };
+        if told {
+            return self;
+        }
+        match lazaret_helpers::storage::condition(root) {
+            Some(c) => CliError::StorageCondition {
+                source: Box::new(self),
+                advice: lazaret_helpers::storage::advice(c, Some(root)),
+            },
+            None => self,
         }
     }
 }

@@ -182,7 +182,7 @@ fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
             let mut report = Report::new();
             let result = store.prepare_with(reference, &opts, &mut report);
             report.done();
-            let image = result?;
+            let image = result.map_err(|e| CliError::from(e).with_storage(store.storage_root()))?;
             println!("{}", image.id);
         }
         ImageCmd::List { json } => {

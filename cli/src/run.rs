@@ -230,11 +230,12 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
     let uid = rustix::process::getuid().as_raw();
     use lazaret_helpers::hostpath::check_private_dir;
-    mkdir_private(&storage_root)?;
+    let mkdir = |p: &Path| mkdir_private(p).map_err(|e| e.with_storage(&storage_root));
+    mkdir(&storage_root)?;
     check_private_dir("Storage Root", &storage_root, uid)?;
-    mkdir_private(&storage_root.join("domains"))?;
+    mkdir(&storage_root.join("domains"))?;
     check_private_dir("Storage Root", &storage_root.join("domains"), uid)?;
-    mkdir_private(&domain_root)?;
+    mkdir(&domain_root)?;
     check_private_dir("Domain Root", &domain_root, uid)?;
     Ok(Resolved {
         loaded,
@@ -270,6 +271,12 @@ pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
         eprintln!("{line}");
     }
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
+    join_or_start(&r, argv).map_err(|e| e.with_storage(&r.storage_root))
+}
+
+/// Joins the Domain's running sandbox, or leads its start-up first; the
+/// session's exit status.
+fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliError> {
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
     let mut said_protected = false;
@@ -277,7 +284,7 @@ pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
         let stream = match connect(&r.domain_root) {
             Ok(s) => s,
             Err(_) => {
-                leader::start_domain(&r)?;
+                leader::start_domain(r)?;
                 continue;
             }
         };
@@ -285,7 +292,7 @@ pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
             say_protected(&r.domain_root);
             said_protected = true;
         }
-        match session(stream, &r, argv.clone())? {
+        match session(stream, r, argv.clone())? {
             Some(code) => return Ok(code),
             None => continue,
         }

@@ -1021,16 +1021,37 @@ fn reset(
         ));
     }
     let domain = resolve(which)?;
-    let _lock = match lock_inactive(&domain) {
+    // The Domain Root is `<Storage Root>/domains/<id>`.
+    let storage_root = domain
+        .layout
+        .root
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(&domain.layout.root)
+        .to_path_buf();
+    reset_domain(&domain, paths, all, ignored, yes).map_err(|e| e.with_storage(&storage_root))
+}
+
+fn reset_domain(
+    domain: &Domain,
+    paths: Vec<String>,
+    all: bool,
+    ignored: bool,
+    yes: bool,
+) -> Result<i32, CliError> {
+    let _lock = match lock_inactive(domain) {
         Ok(l) => l,
-        Err((code, msg)) => {
+        Err((REFUSED, msg)) => {
             eprintln!("lazaret: {}", display::message(&msg));
-            return Ok(code);
+            return Ok(REFUSED);
         }
+        // A failure, not a refusal: reported as one, with the storage's
+        // condition when that is the cause (a read-only Domain lock).
+        Err((_, msg)) => return Err(CliError::Session(msg)),
     };
     let store =
         Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
-    let anchors = recovered_anchors(&domain, &store)?;
+    let anchors = recovered_anchors(domain, &store)?;
     let recorded = anchors
         .list()
         .map_err(|e| CliError::Session(e.to_string()))?;
@@ -1119,7 +1140,7 @@ fn reset(
         }
     }
     if ignored {
-        reset_ignored(&domain)?;
+        reset_ignored(domain)?;
         println!("reset the Ignored Workspace State (empty)");
     }
     Ok(0)

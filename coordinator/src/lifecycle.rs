@@ -36,7 +36,7 @@ const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 /// One timestamped line of the Domain's `coordinator.log` (what its
 /// helpers say goes to `helpers.log`).
 pub fn log(msg: impl std::fmt::Display) {
-    eprintln!(
+    lazaret_protocol::log_line!(
         "{} lazaret-coordinator[{}]: {msg}",
         jiff::Timestamp::now()
             .round(jiff::Unit::Millisecond)

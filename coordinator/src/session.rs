@@ -17,7 +17,7 @@ use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{
     ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, PROTOCOL_VERSION,
 };
-use lazaret_protocol::supervisor::SessionProcess;
+use lazaret_protocol::supervisor::{ExitStatus, SessionProcess};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -403,6 +403,14 @@ impl StartLatch {
         }
     }
 
+    /// Whether runsc wrote the command's PID. An empty file is not enough:
+    /// runsc creates it, then writes the PID, and on a full Domain Root
+    /// that write fails; runsc then exits 128 with only its own
+    /// diagnostics, which must not pass for the command's output.
+    fn pid_written(&self) -> bool {
+        std::fs::metadata(&self.pid_file).is_ok_and(|m| m.len() > 0)
+    }
+
     /// Sends `msg` (after what was held) once the command has started;
     /// holds it until then. False when the client is gone.
     fn send(&self, w: &Writer, msg: ServerMsg) -> bool {
@@ -411,7 +419,7 @@ impl StartLatch {
             _ => 0,
         };
         let mut held = self.state.lock().unwrap();
-        if !held.started && (held.bytes + len > MAX_HELD_BYTES || self.pid_file.exists()) {
+        if !held.started && (held.bytes + len > MAX_HELD_BYTES || self.pid_written()) {
             held.started = true;
         }
         if !held.started {
@@ -435,7 +443,7 @@ impl StartLatch {
         let (latch, w, stop) = (self.clone(), w.clone(), done.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
-                if latch.pid_file.exists() {
+                if latch.pid_written() {
                     let mut held = latch.state.lock().unwrap();
                     held.started = true;
                     for m in std::mem::take(&mut held.msgs) {
@@ -451,18 +459,22 @@ impl StartLatch {
         done
     }
 
-    /// After runsc has exited: `Ok` when it had started the command (what
-    /// was held is sent now), else the held bytes (runsc's diagnostics).
-    fn finish(&self, w: &Writer) -> Result<(), Vec<u8>> {
+    /// After runsc has exited: `Ok(true)` when it had started the command
+    /// (what was held is sent now); `Ok(false)` when it created the PID
+    /// file but could not write it (what was held, the command's output
+    /// and runsc's complaint, is sent too: the command may well have run);
+    /// else the held bytes (runsc's diagnostics).
+    fn finish(&self, w: &Writer) -> Result<bool, Vec<u8>> {
         let mut held = self.state.lock().unwrap();
-        if held.started || self.pid_file.exists() {
+        let written = held.started || self.pid_written();
+        if written || self.pid_file.exists() {
             held.started = true;
             for m in std::mem::take(&mut held.msgs) {
                 if !send(w, &m) {
                     break;
                 }
             }
-            return Ok(());
+            return Ok(written);
         }
         let mut diag = Vec::new();
         for m in std::mem::take(&mut held.msgs) {
@@ -498,6 +510,15 @@ pub fn start_failure_reason(diag: &[u8], domain_root: &std::path::Path) -> Strin
     } else {
         ""
     };
+    let lower = cause.to_ascii_lowercase();
+    if lower.contains("no space left on device") || lower.contains("read-only file system") {
+        // Restarting the Domain does not help: the storage must change
+        // (the CLI says how, from the file system's condition).
+        return format!(
+            "the command could not be started in the sandbox (runsc: {cause}): the file system of the Domain Root {} refuses writes (details in its coordinator.log)",
+            domain_root.display()
+        );
+    }
     format!(
         "the command could not be started in the sandbox{workspace} (runsc: {cause}); end this workspace's other `lazaret run` sessions so that its Domain stops, then run again (details in {}/coordinator.log)",
         domain_root.display()
@@ -514,11 +535,21 @@ const SANDBOX_END_GRACE: Duration = Duration::from_secs(3);
 /// 128, or the command is killed with it). `None` for `status`: the
 /// supervisor went away first. A Domain being stopped is not this: its
 /// commands are killed, and the status says so.
-fn sandbox_end(ctx: &SessionCtx, status: Option<i32>) -> Option<String> {
+fn sandbox_end(ctx: &SessionCtx, status: Option<ExitStatus>) -> Option<String> {
     let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
     if ctx.stop.load(Ordering::SeqCst) && status.is_some() {
         return None;
     }
+    let status = match status {
+        // The bridge exits with its command's status, never by a signal:
+        // a signalled bridge was killed itself, and took the status with it.
+        Some(ExitStatus::Signaled(sig)) if !ctx.holder_gone_within(Duration::ZERO) => {
+            return Some(format!(
+                "the session's exec bridge was killed (signal {sig}): the command's status is unknown, and it may still run in the sandbox until the Domain stops (`lazaret stop`)"
+            ));
+        }
+        s => s.map(ExitStatus::shell_code),
+    };
     // 128: runsc exec's own failure; 137: SIGKILL, as the sandbox's end
     // gives its processes. Either may come just before the holder's end.
     let gone = match status {
@@ -542,11 +573,12 @@ fn finish_session(
     sid: &str,
     writer: &Writer,
     latch: &StartLatch,
-    status: Option<i32>,
+    exit: Option<ExitStatus>,
 ) {
     lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
+    let status = exit.map(ExitStatus::shell_code);
     match latch.finish(writer) {
-        Ok(()) => match sandbox_end(ctx, status) {
+        Ok(true) => match sandbox_end(ctx, exit) {
             None => {
                 if ctx.stop.load(Ordering::SeqCst) {
                     let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
@@ -560,6 +592,21 @@ fn finish_session(
                 send(writer, &ServerMsg::Failed { reason });
             }
         },
+        Ok(false) => {
+            log(format!(
+                "session {sid}: runsc exec ({status:?}) could not write the command's PID file: its status is unknown"
+            ));
+            let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: format!(
+                        "runsc started the command but could not write its PID file in the Domain Root {} (its file system refuses writes): the command's status is unknown and it may still run in the sandbox until the Domain stops (`lazaret stop`)",
+                        root.display()
+                    ),
+                },
+            );
+        }
         Err(diag) => {
             log(format!(
                 "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
@@ -614,7 +661,7 @@ fn bridge_failed(e: &str) -> String {
 
 /// The bridge's status; `None`, with a log line, when the supervisor (and
 /// the sandbox with it) went away first.
-fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> Option<i32> {
+fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> Option<ExitStatus> {
     let status = wait_exit(events);
     if status.is_none() {
         log(format!(
@@ -941,6 +988,33 @@ mod tests {
         assert!(r.contains("/d/root/coordinator.log"));
         let r = start_failure_reason(b"", std::path::Path::new("/d"));
         assert!(r.contains("no reason given"), "{r}");
+        let r = start_failure_reason(
+            b"writing pid file: write /d/run/sessions/x.pid: no space left on device",
+            std::path::Path::new("/d"),
+        );
+        assert!(r.contains("(runsc: no space left on device)"), "{r}");
+        assert!(r.contains("Domain Root /d refuses writes"), "{r}");
+        assert!(!r.contains("other `lazaret run` sessions"), "{r}");
+    }
+
+    #[test]
+    fn an_empty_pid_file_leaves_the_command_untracked() {
+        let d = tempfile::tempdir().unwrap();
+        let pid = d.path().join("s.pid");
+        let latch = StartLatch::new(pid.clone());
+        let (w, r) = pair();
+        assert!(latch.send(&w, ServerMsg::Stderr(b"runsc: ".to_vec())));
+        // Created, but the write of the PID failed (a full file system):
+        // held on, then sent as output of a command whose fate is unknown.
+        std::fs::write(&pid, "").unwrap();
+        assert!(latch.send(&w, ServerMsg::Stdout(b"out".to_vec())));
+        assert_eq!(latch.finish(&w), Ok(false));
+        drop(w);
+        let got = drain(r);
+        assert!(
+            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"runsc: " && b == b"out"),
+            "{got:?}"
+        );
     }
 
     fn pair() -> (Writer, UnixStream) {
@@ -966,7 +1040,7 @@ mod tests {
         assert!(latch.send(&w, ServerMsg::Stderr(b"early".to_vec())));
         std::fs::write(&pid, "42").unwrap();
         assert!(latch.send(&w, ServerMsg::Stdout(b"late".to_vec())));
-        assert!(latch.finish(&w).is_ok());
+        assert_eq!(latch.finish(&w), Ok(true));
         drop(w);
         let got = drain(r);
         assert!(
@@ -990,7 +1064,7 @@ mod tests {
         let big = vec![b'x'; MAX_HELD_BYTES + 1];
         let t = std::thread::spawn(move || drain(r));
         assert!(latch.send(&w, ServerMsg::Stdout(big)));
-        assert!(latch.finish(&w).is_ok());
+        assert_eq!(latch.finish(&w), Ok(true));
         drop(w);
         assert_eq!(t.join().unwrap().len(), 1);
     }

@@ -190,12 +190,12 @@ impl Link {
     }
 }
 
-/// Waits for the bridge's exit: its status as a shell reports it, or `None`
-/// when the supervisor went away first.
-pub fn wait_exit(rx: &Receiver<BridgeEvent>) -> Option<i32> {
+/// Waits for the bridge's exit: its status, or `None` when the supervisor
+/// went away first.
+pub fn wait_exit(rx: &Receiver<BridgeEvent>) -> Option<ExitStatus> {
     loop {
         match rx.recv() {
-            Ok(BridgeEvent::Exited(s)) => return Some(s.shell_code()),
+            Ok(BridgeEvent::Exited(s)) => return Some(s),
             Ok(BridgeEvent::Started(_) | BridgeEvent::Failed(_)) => continue,
             Ok(BridgeEvent::Lost) | Err(_) => return None,
         }

@@ -92,7 +92,10 @@ pub fn point(name: &str) {
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
     if t.pause.as_ref().is_some_and(|p| p.hit(name)) {
-        eprintln!(
+        // Not eprintln!, which panics when stderr (a log file) is full.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
             "lazaret-fault: paused at {name} (pid {})",
             rustix::process::getpid().as_raw_nonzero()
         );

@@ -10,5 +10,6 @@ pub mod memfd;
 pub mod pidfd;
 pub mod runsc;
 pub mod sockpath;
+pub mod storage;
 pub mod timeline;
 pub mod userns;

@@ -37,6 +37,11 @@ pub fn mark(component: &str, phase: &str) {
     if on() {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         let ns = t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
-        eprintln!("lazaret-timeline {ns} {component} {phase}");
+        // Not eprintln!, which panics when stderr (a log file) is full.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "lazaret-timeline {ns} {component} {phase}"
+        );
     }
 }

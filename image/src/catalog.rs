@@ -48,6 +48,16 @@ pub enum CatalogError {
         #[source]
         source: std::io::Error,
     },
+    /// The Storage Root's file system refused a write to the catalog: it
+    /// is full or read-only. The catalog itself is sound (redb commits
+    /// atomically): no advice to move it aside.
+    #[error("cannot {what} {}: {source}; {}", path.display(), lazaret_helpers::storage::advice_for(source, None).unwrap_or_default())]
+    Unwritable {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the storage catalog {} is unusable: {source}; move it aside and run `lazaret image gc` to rebuild what can be", path.display())]
     Db {
         path: PathBuf,
@@ -124,6 +134,34 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// A failed call on `path`: [`CatalogError::Unwritable`] when the file
+/// system is full or read-only, else [`CatalogError::Io`].
+fn io_error(what: &'static str, path: PathBuf, source: std::io::Error) -> CatalogError {
+    if lazaret_helpers::storage::is_unwritable(&source) {
+        CatalogError::Unwritable { what, path, source }
+    } else {
+        CatalogError::Io { what, path, source }
+    }
+}
+
+/// A failed redb call on the catalog at `path`; an I/O error that says the
+/// file system is full or read-only is [`CatalogError::Unwritable`].
+fn db_error(path: PathBuf, e: redb::Error) -> CatalogError {
+    match e {
+        redb::Error::Io(source) if lazaret_helpers::storage::is_unwritable(&source) => {
+            CatalogError::Unwritable {
+                what: "write the storage catalog",
+                path,
+                source,
+            }
+        }
+        e => CatalogError::Db {
+            path,
+            source: Box::new(e),
+        },
+    }
+}
+
 fn lease_key(domain_id: &str, generation: u64) -> String {
     format!("{domain_id}/{generation:020}")
 }
@@ -153,11 +191,7 @@ impl Catalog {
             .recursive(true)
             .mode(0o700)
             .create(&self.root)
-            .map_err(|source| CatalogError::Io {
-                what: "create",
-                path: self.root.clone(),
-                source,
-            })?;
+            .map_err(|source| io_error("create", self.root.clone(), source))?;
         let lock_path = self.root.join(LOCK_FILE);
         let lock = OpenOptions::new()
             .read(true)
@@ -166,21 +200,10 @@ impl Catalog {
             .truncate(false)
             .mode(0o600)
             .open(&lock_path)
-            .map_err(|source| CatalogError::Io {
-                what: "open",
-                path: lock_path.clone(),
-                source,
-            })?;
-        flock_exclusive(&lock).map_err(|source| CatalogError::Io {
-            what: "lock",
-            path: lock_path.clone(),
-            source,
-        })?;
+            .map_err(|source| io_error("open", lock_path.clone(), source))?;
+        flock_exclusive(&lock).map_err(|source| io_error("lock", lock_path.clone(), source))?;
         let path = self.path();
-        let db_err = |e: redb::Error| CatalogError::Db {
-            path: path.clone(),
-            source: Box::new(e),
-        };
+        let db_err = |e: redb::Error| db_error(path.clone(), e);
         if !path.exists() {
             // Created private; redb would use the umask.
             OpenOptions::new()
@@ -188,11 +211,7 @@ impl Catalog {
                 .create_new(true)
                 .mode(0o600)
                 .open(&path)
-                .map_err(|source| CatalogError::Io {
-                    what: "create",
-                    path: path.clone(),
-                    source,
-                })?;
+                .map_err(|source| io_error("create", path.clone(), source))?;
         }
         let db = redb::Database::create(&path).map_err(|e| db_err(e.into()))?;
         let txn = db.begin_write().map_err(|e| db_err(e.into()))?;
@@ -226,10 +245,7 @@ impl Catalog {
     }
 
     fn db_err(&self) -> impl Fn(redb::Error) -> CatalogError + '_ {
-        move |e| CatalogError::Db {
-            path: self.path(),
-            source: Box::new(e),
-        }
+        move |e| db_error(self.path(), e)
     }
 
     fn decode<T: for<'a> Deserialize<'a>>(

@@ -96,6 +96,17 @@ pub enum ImageError {
     #[error("the built image is unusable: {detail}; retry, and report a bug if it happens again")]
     BadImage { detail: String },
 
+    /// The Storage Root's file system refused a write: it is full or
+    /// read-only. Told apart from [`ImageError::Io`] so that a full disk
+    /// is never reported as a damaged image.
+    #[error("cannot {what} {}: {source}; {}", path.display(), unwritable_advice(source))]
+    Unwritable {
+        what: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("cannot {what} {}: {source}; check the permissions and free space of the storage root", path.display())]
     Io {
         what: &'static str,
@@ -111,6 +122,26 @@ impl ImageError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| ImageError::Io { what, path, source }
+        move |source| ImageError::from_io(what, path, source)
     }
+
+    /// [`ImageError::Unwritable`] when `source` says the file system is
+    /// full or read-only, else [`ImageError::Io`].
+    pub(crate) fn from_io(what: &'static str, path: PathBuf, source: std::io::Error) -> Self {
+        if lazaret_helpers::storage::is_unwritable(&source) {
+            ImageError::Unwritable {
+                what: what.to_string(),
+                path,
+                source,
+            }
+        } else {
+            ImageError::Io { what, path, source }
+        }
+    }
+}
+
+fn unwritable_advice(e: &std::io::Error) -> String {
+    let advice = lazaret_helpers::storage::advice_for(e, None)
+        .unwrap_or_else(|| "check the free space of the storage root".into());
+    format!("{advice}; no half-prepared image was published")
 }

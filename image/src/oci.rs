@@ -314,6 +314,21 @@ fn skopeo_copy(
         return Ok(());
     }
     let output = tail.join("\n");
+    // skopeo reports a full or read-only destination only in its text.
+    let lower = output.to_ascii_lowercase();
+    for (text, errno) in [
+        ("no space left on device", libc::ENOSPC),
+        ("disk quota exceeded", libc::EDQUOT),
+        ("read-only file system", libc::EROFS),
+    ] {
+        if lower.contains(text) {
+            return Err(ImageError::Unwritable {
+                what: format!("copy `{reference}` into"),
+                path: staging.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(errno),
+            });
+        }
+    }
     if r.is_remote() {
         let detail = tail
             .last()

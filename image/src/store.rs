@@ -262,15 +262,26 @@ impl Store {
     ) -> Result<PathBuf, ImageError> {
         lazaret_helpers::fault::point("image:publish-staged");
         let staging_dir = File::open(staging).map_err(ImageError::io("open", staging))?;
-        rustix::fs::syncfs(&staging_dir).map_err(|e| ImageError::Io {
-            what: "flush the file system of",
-            path: staging.to_path_buf(),
-            source: e.into(),
+        rustix::fs::syncfs(&staging_dir).map_err(|e| {
+            ImageError::from_io("flush the file system of", staging.to_path_buf(), e.into())
         })?;
         drop(staging_dir);
         let dir = self.artifact_dir(id);
         std::fs::rename(staging, &dir).map_err(ImageError::io("publish the image as", &dir))?;
         lazaret_helpers::fault::point("image:publish-renamed");
+        // Past the rename a failure (the marker is a new file: a full
+        // file system refuses it) leaves no artifact directory without its
+        // marker behind; the next preparation would remove it anyway, but
+        // `image list` and a look at `lowers/` should not find it first.
+        self.mark_complete(&dir, recipe).inspect_err(|_| {
+            let _ = self.remove_incomplete(id);
+        })?;
+        Ok(dir)
+    }
+
+    /// Writes the `complete` marker of the just-renamed artifact `dir`,
+    /// then makes it read-only: the last steps of [`Store::publish`].
+    fn mark_complete(&self, dir: &Path, recipe: &str) -> Result<(), ImageError> {
         let marker = dir.join(COMPLETE);
         let mut f = OpenOptions::new()
             .write(true)
@@ -281,11 +292,10 @@ impl Store {
         f.write_all(recipe.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(ImageError::io("write", &marker))?;
-        sync_dir(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))
-            .map_err(ImageError::io("make read-only", &dir))?;
-        sync_dir(&self.lowers)?;
-        Ok(dir)
+        sync_dir(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
+            .map_err(ImageError::io("make read-only", dir))?;
+        sync_dir(&self.lowers)
     }
 
     /// Removes a published but incomplete artifact directory (no marker).

@@ -448,7 +448,20 @@ impl Unpacker {
             entry: shown.to_string(),
             reason,
         };
-        let io = |what: &str, e: std::io::Error| hostile(format!("cannot {what}: {e}"));
+        // A full or read-only Storage Root is no fault of the image: it is
+        // reported as such, never as a hostile entry.
+        let rootfs = self.root_path.clone();
+        let io = |what: &str, e: std::io::Error| {
+            if lazaret_helpers::storage::is_unwritable(&e) {
+                ImageError::Unwritable {
+                    what: format!("{what} for entry `{shown}` (layer {layer}) in"),
+                    path: rootfs.clone(),
+                    source: e,
+                }
+            } else {
+                hostile(format!("cannot {what}: {e}"))
+            }
+        };
         self.entries += 1;
         if self.entries > self.limits.max_entries {
             return Err(hostile(format!(
@@ -694,11 +707,7 @@ impl Unpacker {
             }),
             Err(Errno::NOENT) => {
                 rustix::fs::mkdirat(&self.root, name, Mode::from_raw_mode(0o700)).map_err(|e| {
-                    ImageError::Io {
-                        what: "create",
-                        path: self.root_path.join(name),
-                        source: e.into(),
-                    }
+                    ImageError::from_io("create", self.root_path.join(name), e.into())
                 })?;
                 self.dirs.insert(PathBuf::from(name), (mode, None));
                 Ok(())
@@ -722,11 +731,7 @@ impl Unpacker {
         mode: u32,
     ) -> Result<bool, ImageError> {
         let path = self.root_path.join(dir).join(name);
-        let err = |e: std::io::Error| ImageError::Io {
-            what: "install",
-            path: path.clone(),
-            source: e,
-        };
+        let err = |e: std::io::Error| ImageError::from_io("install", path.clone(), e);
         let d = match rustix::fs::openat2(
             &self.root,
             dir,

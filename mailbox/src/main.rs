@@ -18,12 +18,12 @@ fn main() {
             d.to_string()
         }
         _ => {
-            eprintln!("lazaret-mailbox: {USAGE}");
+            lazaret_protocol::log_line!("lazaret-mailbox: {USAGE}");
             std::process::exit(exit::BAD_INPUT);
         }
     };
     if let Err(e) = run::run(&digest) {
-        eprintln!("lazaret-mailbox: error: {e}");
+        lazaret_protocol::log_line!("lazaret-mailbox: error: {e}");
         std::process::exit(e.code());
     }
 }

@@ -234,7 +234,7 @@ pub fn watch(requests: BorrowedFd<'_>) -> Option<Watch> {
     match Watch::new(requests) {
         Ok(w) => Some(w),
         Err(e) => {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-mailbox: {e}; polling the request directory every {} ms instead",
                 PASS_INTERVAL.as_millis()
             );

@@ -150,7 +150,7 @@ impl Baseline {
             let mut logged = lock(&self.full_logged);
             if !*logged {
                 *logged = true;
-                eprintln!(
+                lazaret_protocol::log_line!(
                     "lazaret-mount-router: the rules baseline is at its bound ({MAX_BYTES} bytes): \
                      further rules files the sandbox changes are judged as they are"
                 );
@@ -177,7 +177,9 @@ impl Baseline {
             Ok(())
         };
         if let Err(e) = write() {
-            eprintln!("lazaret-mount-router: cannot save the rules baseline: {e}");
+            lazaret_protocol::log_line!(
+                "lazaret-mount-router: cannot save the rules baseline: {e}"
+            );
         }
     }
 }

@@ -497,7 +497,9 @@ pub fn run(args: Args) -> Result<(), Error> {
     }
     drop(host_fd);
     for s in &shielded.skipped {
-        eprintln!("lazaret-mount-router: not bound read-only (the name policy still applies): {s}");
+        lazaret_protocol::log_line!(
+            "lazaret-mount-router: not bound read-only (the name policy still applies): {s}"
+        );
     }
     let host_fd = shielded.host;
     let rules_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
@@ -520,7 +522,7 @@ pub fn run(args: Args) -> Result<(), Error> {
             .iter()
             .map(|(p, why)| format!("{} ({why})", String::from_utf8_lossy(p)))
             .collect();
-        eprintln!(
+        lazaret_protocol::log_line!(
             "lazaret-mount-router: Git Sentry keeps read-only: {}",
             list.join(", ")
         );
@@ -538,7 +540,9 @@ pub fn run(args: Args) -> Result<(), Error> {
         let done =
             std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, dir.join("protected")));
         if let Err(e) = done {
-            eprintln!("lazaret-mount-router: cannot record the protected paths: {e}");
+            lazaret_protocol::log_line!(
+                "lazaret-mount-router: cannot record the protected paths: {e}"
+            );
         }
     }
     let baseline = match &plan.baseline {

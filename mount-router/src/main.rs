@@ -11,15 +11,15 @@ fn main() {
             std::process::exit(0);
         }
         Err((text, code)) => {
-            eprintln!("lazaret-mount-router: error: {}", text.trim_end());
-            eprintln!("See lazaret-mount-router --help.");
+            lazaret_protocol::log_line!("lazaret-mount-router: error: {}", text.trim_end());
+            lazaret_protocol::log_line!("See lazaret-mount-router --help.");
             std::process::exit(code);
         }
     };
     match lazaret_mount_router::run(args) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            eprintln!("lazaret-mount-router: error: {e}");
+            lazaret_protocol::log_line!("lazaret-mount-router: error: {e}");
             std::process::exit(e.exit_code());
         }
     }

@@ -169,7 +169,7 @@ impl Quota {
             return Ok(());
         }
         if !self.logged.swap(true, Ordering::AcqRel) {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-mount-router: the Ignored Workspace State is at its bound of {limit} bytes: writes that grow it fail with ENOSPC (limits.ignored_state_size)"
             );
         }

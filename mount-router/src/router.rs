@@ -585,7 +585,7 @@ impl Router {
         }
         self.open_files.fetch_sub(1, Ordering::AcqRel);
         if !self.bound_logged.swap(true, Ordering::AcqRel) {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-mount-router: {} files are open through the router, its bound: \
                  further opens fail with EMFILE until some are closed (reported once)",
                 self.max_open

@@ -146,13 +146,13 @@ impl Budget {
             return;
         }
         if self.reported.len() == MAX_REPORTED {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-mount-router: further rules files over their bounds are not reported"
             );
             self.reported.insert(String::new());
             return;
         }
-        eprintln!("lazaret-mount-router: {name}: {why}; its rules are not applied and everything beneath its directory is treated as ignored");
+        lazaret_protocol::log_line!("lazaret-mount-router: {name}: {why}; its rules are not applied and everything beneath its directory is treated as ignored");
         self.reported.insert(name);
     }
 }
@@ -555,7 +555,7 @@ fn refresh(
                     }
                 },
                 Err(e) => {
-                    eprintln!("lazaret-mount-router: warning: cannot read {src:?}: {e}; its rules are not applied");
+                    lazaret_protocol::log_line!("lazaret-mount-router: warning: cannot read {src:?}: {e}; its rules are not applied");
                     None
                 }
             }

@@ -16,3 +16,16 @@ pub mod session;
 pub mod supervisor;
 
 pub use domain::DomainIdV1;
+
+/// One line on stderr, as `eprintln!`, except that a failed write is
+/// ignored instead of panicking. The Domain's long-running processes
+/// write their stderr to `coordinator.log` and `helpers.log` in the
+/// Domain Root: a full or read-only Storage Root must cost them their log
+/// lines, not their lives (and the Domain with them).
+#[macro_export]
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr(), $($arg)*);
+    }};
+}

@@ -38,6 +38,18 @@ pub enum AnchorError {
     NotADirectory { path: PathBuf },
     #[error("cannot remove {path}: {detail}")]
     Remove { path: PathBuf, detail: String },
+    /// A reset that failed part way (a full or read-only file system, say)
+    /// and was undone: every State Anchor keeps its generation.
+    #[error("the reset failed and was undone, every State Anchor keeps its content: {source}")]
+    ResetUndone { source: Box<AnchorError> },
+    /// A reset that failed part way and could not be undone at once: the
+    /// next start (or reset) rolls it back, or forward when every new
+    /// generation was already in place; never half.
+    #[error("the reset failed: {source}; undoing it failed too ({undo}): the next `lazaret run` or `lazaret state reset` finishes it, each State Anchor then has its old content or is empty, never half")]
+    ResetPending {
+        source: Box<AnchorError>,
+        undo: Box<AnchorError>,
+    },
 }
 
 /// The directories of one anchor's current generation.
@@ -263,15 +275,42 @@ impl<'a> Anchors<'a> {
         let intent = ResetIntent { switches };
         self.store.set_reset_intent(&intent)?;
         fault::point("reset-intent");
-        for (path, _, new) in &intent.switches {
-            self.make_generation(path, *new)?;
+        let switched = intent
+            .switches
+            .iter()
+            .try_for_each(|(path, _, new)| self.make_generation(path, *new))
+            .and_then(|()| Ok(self.store.complete_reset(&intent)?));
+        if let Err(e) = switched {
+            return Err(match self.undo_reset(&intent, remove) {
+                Ok(()) => AnchorError::ResetUndone {
+                    source: Box::new(e),
+                },
+                Err(undo) => AnchorError::ResetPending {
+                    source: Box::new(e),
+                    undo: Box::new(undo),
+                },
+            });
         }
-        self.store.complete_reset(&intent)?;
         fault::point("reset-switch");
         for (path, old, _) in &intent.switches {
             self.remove(&rel_gen(path, *old), remove)?;
         }
         Ok(intent.switches)
+    }
+
+    /// Undoes a reset whose switch was not committed: removes the new
+    /// generations (published or still `.tmp`), then drops the intent. In
+    /// this order, a failure half way leaves an intent whose new
+    /// generations are not all in place, which [`Anchors::recover`] rolls
+    /// back too.
+    fn undo_reset(&self, intent: &ResetIntent, remove: Remover) -> Result<(), AnchorError> {
+        for (path, _, new) in &intent.switches {
+            let tmp = rel_anchor(path).join(format!("{}.tmp", generation_dir_name(*new)));
+            self.remove(&rel_gen(path, *new), remove)?;
+            self.remove(&tmp, remove)?;
+        }
+        self.store.clear_reset_intent()?;
+        Ok(())
     }
 
     /// Structural verification: every problem found, none when sound.
@@ -422,6 +461,27 @@ mod tests {
         assert_eq!(dirs[0].generation, 2);
         assert!(!dirs[0].upper.join("tool").exists());
         assert!(!layout.anchors().join("usr/g1").exists());
+    }
+
+    #[test]
+    fn a_reset_that_fails_part_way_is_undone_at_once() {
+        let (_d, layout, store) = setup();
+        let a = Anchors::new(&layout, &store).unwrap();
+        let dirs = a.ensure(&["/usr".into()]).unwrap();
+        std::fs::write(dirs[0].upper.join("tool"), "x").unwrap();
+        // The new generation's upper cannot be made (as when the file
+        // system is full): a file stands where it goes.
+        std::fs::create_dir_all(layout.anchors().join("usr/g2.tmp")).unwrap();
+        std::fs::write(layout.anchors().join("usr/g2.tmp/upper"), "").unwrap();
+        let err = a.reset(&["/usr".into()], &mut rm).unwrap_err();
+        assert!(matches!(err, AnchorError::ResetUndone { .. }), "{err}");
+        assert!(err.to_string().contains("keeps its content"), "{err}");
+        assert_eq!(store.reset_intent().unwrap(), None);
+        let dirs = a.ensure(&["/usr".into()]).unwrap();
+        assert_eq!(dirs[0].generation, 1);
+        assert!(dirs[0].upper.join("tool").exists());
+        assert!(!layout.anchors().join("usr/g2.tmp").exists());
+        assert!(a.verify().unwrap().is_empty(), "{:?}", a.verify());
     }
 
     #[test]

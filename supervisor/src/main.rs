@@ -60,7 +60,7 @@ fn main() {
     let channel = match fds::inherited(fdno::CHANNEL) {
         Ok(fd) => Channel::from_fd(fd),
         Err(e) => {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-supervisor: error: no control channel on fd {}: {e}",
                 fdno::CHANNEL
             );
@@ -74,7 +74,7 @@ fn main() {
             code
         }
         Err((code, reason)) => {
-            eprintln!("lazaret-supervisor: error: {reason}");
+            lazaret_protocol::log_line!("lazaret-supervisor: error: {reason}");
             let _ = channel.send(&FromSupervisor::StartFailed { reason }, &[], MAX_RECORD);
             code
         }
@@ -269,7 +269,7 @@ impl Supervisor {
                 Ok(None) => {}
                 Ok(Some(end)) => break end,
                 Err(e) => {
-                    eprintln!("lazaret-supervisor: {e}: stopping the sandbox");
+                    lazaret_protocol::log_line!("lazaret-supervisor: {e}: stopping the sandbox");
                     break End::Stop { reply: false };
                 }
             }
@@ -333,7 +333,9 @@ impl Supervisor {
         }
         if watch_uplink && ready[3] {
             self.uplink_lost = true;
-            eprintln!("lazaret-supervisor: slirp4netns A exited: the sandbox has lost its network");
+            lazaret_protocol::log_line!(
+                "lazaret-supervisor: slirp4netns A exited: the sandbox has lost its network"
+            );
         }
         let exited: Vec<usize> = (0..self.bridges.len())
             .filter(|i| ready[first_bridge + i])
@@ -353,12 +355,16 @@ impl Supervisor {
             match channel.recv_checked::<ToSupervisor>(MAX_RECORD, ToSupervisor::fd_count) {
                 Ok(m) => m,
                 Err(ChannelError::Closed) => {
-                    eprintln!("lazaret-supervisor: the coordinator is gone: stopping the sandbox");
+                    lazaret_protocol::log_line!(
+                        "lazaret-supervisor: the coordinator is gone: stopping the sandbox"
+                    );
                     return Ok(Some(End::Stop { reply: false }));
                 }
                 // A bad record is refused; its descriptors are closed.
                 Err(e) => {
-                    eprintln!("lazaret-supervisor: refused a record from the coordinator: {e}");
+                    lazaret_protocol::log_line!(
+                        "lazaret-supervisor: refused a record from the coordinator: {e}"
+                    );
                     return Ok(None);
                 }
             };
@@ -378,7 +384,10 @@ impl Supervisor {
                         sent.map_err(|e| format!("cannot answer the coordinator: {e}"))?;
                     }
                     Err(e) => {
-                        eprintln!("lazaret-supervisor: session {}: {e}", req.session);
+                        lazaret_protocol::log_line!(
+                            "lazaret-supervisor: session {}: {e}",
+                            req.session
+                        );
                         channel
                             .send(
                                 &FromSupervisor::BridgeFailed {
@@ -487,7 +496,7 @@ fn remove_run_dir(plan: &SandboxPlan) -> bool {
     ) {
         Ok(s) if s.success() && !dir.exists() => true,
         other => {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-supervisor: could not remove {}: {other:?}",
                 dir.display()
             );
@@ -542,20 +551,20 @@ fn confine_scan(
 /// inside the mapped user namespace where its directories are readable.
 fn scan_anchor(args: &[String]) -> i32 {
     let [path, upper, lower] = args else {
-        eprintln!("lazaret-supervisor: --scan-anchor takes PATH UPPER LOWER");
+        lazaret_protocol::log_line!("lazaret-supervisor: --scan-anchor takes PATH UPPER LOWER");
         return exit::BAD_PLAN;
     };
     let map = match userns::current_id_map() {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("lazaret-supervisor: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
             return exit::START_FAILED;
         }
     };
     let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("lazaret-supervisor: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
             return exit::START_FAILED;
         }
     };
@@ -563,7 +572,7 @@ fn scan_anchor(args: &[String]) -> i32 {
     let filters = match lazaret_seccomp::filters(SCAN_CONFINEMENT) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("lazaret-supervisor: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
             return exit::START_FAILED;
         }
     };
@@ -584,7 +593,7 @@ fn scan_anchor(args: &[String]) -> i32 {
     let child = match child {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("lazaret-supervisor: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
             return exit::START_FAILED;
         }
     };
@@ -600,11 +609,13 @@ fn scan_anchor(args: &[String]) -> i32 {
             exit::STOPPED
         }
         Ok(Err(e)) => {
-            eprintln!("lazaret-supervisor: cannot scan {upper}: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: cannot scan {upper}: {e}");
             exit::START_FAILED
         }
         Err(e) => {
-            eprintln!("lazaret-supervisor: the scan of {upper} gave no result: {e}");
+            lazaret_protocol::log_line!(
+                "lazaret-supervisor: the scan of {upper} gave no result: {e}"
+            );
             exit::START_FAILED
         }
     }
@@ -618,20 +629,22 @@ fn scan_anchor(args: &[String]) -> i32 {
 /// removed by its supervisor when it stops.
 fn remove_tree(dir: Option<&Path>) -> i32 {
     let Some(dir) = dir.filter(|d| d.is_absolute()) else {
-        eprintln!("lazaret-supervisor: --remove-tree takes an absolute directory");
+        lazaret_protocol::log_line!(
+            "lazaret-supervisor: --remove-tree takes an absolute directory"
+        );
         return exit::BAD_PLAN;
     };
     let map = match userns::current_id_map() {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("lazaret-supervisor: {e}");
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
             return exit::START_FAILED;
         }
     };
     match userns::run_mapped(&map, Command::new("rm").arg("-rf").arg("--").arg(dir)) {
         Ok(s) if s.success() && !dir.exists() => exit::STOPPED,
         other => {
-            eprintln!(
+            lazaret_protocol::log_line!(
                 "lazaret-supervisor: could not remove {}: {other:?}",
                 dir.display()
             );
@@ -751,7 +764,7 @@ fn holder_start(
         network::hide_proc_sys_net()?;
     }
     if let Some(n) = &net {
-        eprintln!(
+        lazaret_protocol::log_line!(
             "lazaret-supervisor: network ready: keeper {}, slirp4netns B {}",
             n.keeper,
             n.slirp_b.id()
@@ -984,7 +997,9 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, routers: Vec
                     {
                         Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
                         Ok(s) if s.pid() == Some(nix::unistd::Pid::from_raw(runsc.id() as i32)) => {
-                            eprintln!("lazaret-supervisor: runsc run exited unexpectedly: {s:?}");
+                            lazaret_protocol::log_line!(
+                                "lazaret-supervisor: runsc run exited unexpectedly: {s:?}"
+                            );
                             return exit::SANDBOX_LOST as isize;
                         }
                         // Without its router the workspace is gone (the
@@ -995,7 +1010,7 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, routers: Vec
                                 s.pid() == Some(nix::unistd::Pid::from_raw(*p as i32))
                             }) =>
                         {
-                            eprintln!("lazaret-supervisor: a mount router exited ({s:?}): stopping the sandbox");
+                            lazaret_protocol::log_line!("lazaret-supervisor: a mount router exited ({s:?}): stopping the sandbox");
                             stop(plan, runsc);
                             return exit::SANDBOX_LOST as isize;
                         }

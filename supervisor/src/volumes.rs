@@ -68,7 +68,7 @@ mod tests {
     /// when it cannot (not root).
     fn in_mount_namespace(f: impl FnOnce() -> Result<(), String>) -> Option<Result<(), String>> {
         if !rustix::process::getuid().is_root() {
-            eprintln!("skipping: binding volumes needs root or a user namespace");
+            lazaret_protocol::log_line!("skipping: binding volumes needs root or a user namespace");
             return None;
         }
         let (r, w) = std::io::pipe().unwrap();
