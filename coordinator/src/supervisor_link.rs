@@ -121,6 +121,15 @@ impl Link {
         w.stopped = None;
     }
 
+    /// Whether the supervisor's channel has closed (it is gone, and the
+    /// sandbox with it).
+    pub fn is_closed(&self) -> bool {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed
+    }
+
     /// Has the supervisor start `session`'s exec bridge on `stdio` (the
     /// PTY slave, or stdin, stdout and stderr); returns the bridge's pidfd
     /// and the receiver of its later events.

@@ -1138,9 +1138,10 @@ fn every_process_killed_at_every_step_recovers() {
     );
 }
 
-/// The matrix: a row per step, a column per victim; `ok` recovered, `-`
-/// the process does not exist at that step, blank not run (CI's
-/// selection), `FAIL` see above.
+/// The matrix, as a Markdown table: a row per step, a column per victim;
+/// `ok` recovered, `-` the process does not exist at that step, `gone` it
+/// ended by itself before it could be killed, blank not run (CI's
+/// selection), `FAIL` see the failures.
 fn print_table(table: &BTreeMap<(usize, Victim), String>) {
     let short = |v: &str| match v {
         "recovered" => "ok",
@@ -1148,17 +1149,20 @@ fn print_table(table: &BTreeMap<(usize, Victim), String>) {
         "gone" => "gone",
         _ => "FAIL",
     };
-    let mut out = String::new();
-    out.push_str(&format!("{:<34}", "step \\ SIGKILL"));
+    let mut out = String::from("| step \\ SIGKILL |");
     for v in VICTIMS {
-        out.push_str(&format!(" | {}", v.name()));
+        out.push_str(&format!(" {} |", v.name()));
+    }
+    out.push_str("\n| --- |");
+    for _ in VICTIMS {
+        out.push_str(" --- |");
     }
     out.push('\n');
     for (i, s) in STEPS.iter().enumerate() {
-        out.push_str(&format!("{:<34}", s.label));
+        out.push_str(&format!("| {} |", s.label));
         for v in VICTIMS {
             let c = table.get(&(i, *v)).map_or("", |c| short(c));
-            out.push_str(&format!(" | {:^w$}", c, w = v.name().len()));
+            out.push_str(&format!(" {c} |"));
         }
         out.push('\n');
     }
