@@ -408,9 +408,7 @@ fn serve(
             log("no Client Session left");
             return;
         }
-        if ctx.active() == 0
-            && !ctx.served()
-            && leader.is_some_and(|l| lazaret_helpers::pidfd::exited(l))
+        if ctx.active() == 0 && !ctx.served() && leader.is_some_and(lazaret_helpers::pidfd::exited)
         {
             log("the lazaret CLI that started this Domain exited before its session");
             return;

@@ -19,7 +19,7 @@
 //!   the coordinators' recorded lifecycle replays through the model.
 //!
 //! `.ci/run` runs a fixed selection covering every victim and every step
-//! (about 35 cells). `LAZARET_FAULT_MATRIX=full` (or `tests/fault-matrix`)
+//! (33 cells, about 3 minutes on 2 cores). `LAZARET_FAULT_MATRIX=full` (or `tests/fault-matrix`)
 //! runs every cell: a census run per step (paused, nothing killed) finds
 //! which processes exist there, then each is killed in a cell of its own.
 //! Both print the matrix as a table (`recovered`, or what failed).
@@ -671,15 +671,14 @@ fn run_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
     let marks = m.log_marks();
     let mut sessions: Vec<(String, Session, &str)> = Vec::new();
     // The session whose action the step is (its CLI is the victim `cli`).
-    let actor;
-    match s.scene {
+    let actor = match s.scene {
         Scene::Start | Scene::Teardown => {
             sessions.push((
                 "session".into(),
                 Session::spawn(ws, &["run", "--", "sh", "-c", "echo ran"], Some(s.point)),
                 "ran",
             ));
-            actor = 0;
+            0
         }
         Scene::Escalation => {
             sessions.push((
@@ -697,7 +696,7 @@ fn run_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
                 ),
                 "ran",
             ));
-            actor = 0;
+            0
         }
         Scene::Join | Scene::Leave => {
             let first = Session::spawn(
@@ -725,10 +724,10 @@ fn run_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
                 Session::spawn(ws, &["run", "--", "sh", "-c", "sleep 0.5; echo ran"], None)
             };
             sessions.push(("second session".into(), second, "ran"));
-            actor = 1;
+            1
         }
         Scene::Reset | Scene::Image => unreachable!(),
-    }
+    };
     let refs: Vec<&Session> = sessions.iter().map(|(_, s, _)| s).collect();
     let reached = lazaret_tests::eventually(PATIENCE, || m.paused(s.point, marks, &refs, &m.root));
     let tree = domain_tree(&m.id);
@@ -1094,8 +1093,10 @@ fn every_process_killed_at_every_step_recovers() {
         let cell = run_cell(&m, s, Some(victim));
         let verdict = if cell.absent {
             if full() {
-                // Present at the census, gone by now: a transient process.
-                "gone".to_string()
+                // There at the census, not at this kill: a process that
+                // comes and goes around the step (runsc's sandbox, as
+                // `runsc run` starts it).
+                "absent".to_string()
             } else {
                 failures.push(format!(
                     "{} x {}: the victim is not there",
@@ -1139,14 +1140,14 @@ fn every_process_killed_at_every_step_recovers() {
 }
 
 /// The matrix, as a Markdown table: a row per step, a column per victim;
-/// `ok` recovered, `-` the process does not exist at that step, `gone` it
-/// ended by itself before it could be killed, blank not run (CI's
+/// `ok` recovered, `-` the process does not exist at that step, `absent`
+/// it was there at the census but not at this kill, blank not run (CI's
 /// selection), `FAIL` see the failures.
 fn print_table(table: &BTreeMap<(usize, Victim), String>) {
     let short = |v: &str| match v {
         "recovered" => "ok",
         "-" => "-",
-        "gone" => "gone",
+        "absent" => "absent",
         _ => "FAIL",
     };
     let mut out = String::from("| step \\ SIGKILL |");
