@@ -17,6 +17,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -294,12 +295,35 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
         }
         match session(stream, r, argv.clone())? {
             Some(code) => return Ok(code),
-            None => continue,
+            None => wait_domain_down(&r.domain_root, Duration::from_secs(60)),
         }
     }
     Err(CliError::Start(
         "the Domain's coordinator kept closing the connection; see coordinator.log in the Domain Root".into(),
     ))
+}
+
+/// After a coordinator turned this session away (its Domain is stopping),
+/// waits until that Domain is down (its coordinator holds the Domain
+/// `flock` until then), so the next attempt starts a new one instead of
+/// meeting the stopping coordinator again. Bounded: past `limit` the next
+/// attempt goes on regardless and says what it finds.
+fn wait_domain_down(domain_root: &Path, limit: Duration) {
+    use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+    let Ok(lock) = rustix::fs::open(
+        domain_root.join("domain.lock"),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + limit;
+    // Shared, and let go at once: a new coordinator takes it exclusively.
+    while flock(&lock, FlockOperation::NonBlockingLockShared).is_err()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// One line on stderr naming what Git Sentry keeps read-only beyond its
