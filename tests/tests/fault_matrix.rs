@@ -886,6 +886,33 @@ fn check_clean(m: &Matrix<'_>, cell: &mut Cell, watched: &[Proc]) {
     }
 }
 
+/// A CLI command run with the pause at `s.point` (a step of its own, as
+/// `state reset` and `image prepare` are): killed there when the victim
+/// is the CLI, else waited for. `Some(success)` when it was not killed.
+fn run_cli_step(
+    sess: &mut Session,
+    s: &Step,
+    victim: Option<Victim>,
+    cell: &mut Cell,
+) -> Option<bool> {
+    let reached = lazaret_tests::eventually(PATIENCE, || {
+        sess.stderr()
+            .contains(&format!("lazaret-fault: paused at {}", s.point))
+    });
+    if !reached {
+        cell.problems.push(format!("{} never reached", s.point));
+    }
+    if victim == Some(Victim::Cli) && reached {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sess.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = sess.wait(Duration::from_secs(10));
+        return None;
+    }
+    Some(sess.wait(PATIENCE).is_some_and(|st| st.success()))
+}
+
 /// `lazaret state reset /usr` of the stopped Domain, its CLI killed at the
 /// step: the anchor is the old one or a new empty one, never half.
 fn reset_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
@@ -896,25 +923,12 @@ fn reset_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
         absent: false,
     };
     let mut r = Session::spawn(&m.ws, &["state", "reset", "/usr", "--yes"], Some(s.point));
-    let reached = lazaret_tests::eventually(PATIENCE, || {
-        r.stderr()
-            .contains(&format!("lazaret-fault: paused at {}", s.point))
-    });
-    if !reached {
-        cell.problems.push(format!("{} never reached", s.point));
-    }
-    if victim == Some(Victim::Cli) && reached {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(r.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = r.wait(Duration::from_secs(10));
-        cell.notes.push("reset killed".into());
-    } else if r.wait(PATIENCE).is_some_and(|s| s.success()) {
-        cell.notes.push("reset done".into());
-    } else {
-        cell.problems
-            .push(format!("reset failed: {}", shorten(&r.stderr())));
+    match run_cli_step(&mut r, s, victim, &mut cell) {
+        None => cell.notes.push("reset killed".into()),
+        Some(true) => cell.notes.push("reset done".into()),
+        Some(false) => cell
+            .problems
+            .push(format!("reset failed: {}", shorten(&r.stderr()))),
     }
     // Old anchor (file kept) or new empty one (file gone): put it back.
     let mut next = Session::spawn(
@@ -978,23 +992,12 @@ fn image_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
     assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
     let reference = format!("oci:{}/layout:{tag}", ws.base.display());
     let mut p = Session::spawn(ws, &["image", "prepare", &reference], Some(s.point));
-    let reached = lazaret_tests::eventually(PATIENCE, || {
-        p.stderr()
-            .contains(&format!("lazaret-fault: paused at {}", s.point))
-    });
-    if !reached {
-        cell.problems.push(format!("{} never reached", s.point));
-    }
-    if victim == Some(Victim::Cli) && reached {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(p.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = p.wait(Duration::from_secs(10));
-        cell.notes.push("prepare killed".into());
-    } else if !p.wait(PATIENCE).is_some_and(|s| s.success()) {
-        cell.problems
-            .push(format!("prepare failed: {}", shorten(&p.stderr())));
+    match run_cli_step(&mut p, s, victim, &mut cell) {
+        None => cell.notes.push("prepare killed".into()),
+        Some(true) => {}
+        Some(false) => cell
+            .problems
+            .push(format!("prepare failed: {}", shorten(&p.stderr()))),
     }
     let lowers = ws.base.join("data/lowers");
     // Nothing incomplete is listed as prepared.
