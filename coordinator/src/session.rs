@@ -648,25 +648,26 @@ fn finish_session(
                 },
             );
         }
-        Err(diag) if not_invokable(&diag).is_some() => {
-            let (code, line) = not_invokable(&diag).unwrap_or_default();
-            let line = format!("lazaret: {line}\n");
-            send(writer, &ServerMsg::Stderr(line.into_bytes()));
-            send(writer, &ServerMsg::Exit { status: code });
-        }
-        Err(diag) => {
-            log(format!(
-                "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
-                String::from_utf8_lossy(&diag)
-            ));
-            let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
-            send(
-                writer,
-                &ServerMsg::Failed {
-                    reason: start_failure_reason(&diag, root),
-                },
-            );
-        }
+        Err(diag) => match not_invokable(&diag) {
+            Some((code, line)) => {
+                let line = format!("lazaret: {line}\n");
+                send(writer, &ServerMsg::Stderr(line.into_bytes()));
+                send(writer, &ServerMsg::Exit { status: code });
+            }
+            None => {
+                log(format!(
+                    "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
+                    String::from_utf8_lossy(&diag)
+                ));
+                let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+                send(
+                    writer,
+                    &ServerMsg::Failed {
+                        reason: start_failure_reason(&diag, root),
+                    },
+                );
+            }
+        },
     }
 }
 

@@ -392,6 +392,22 @@ impl Workspace<'_> {
     }
 }
 
+impl Workspace<'_> {
+    /// Writes a small OCI image layout with `tests/tests/mkoci.py` (a
+    /// busybox rootfs; see the script for `args`) into `LAYOUT` beneath
+    /// this workspace's base, as the test user; returns its reference
+    /// `oci:<base>/LAYOUT:TAG`.
+    pub fn mkoci(&self, layout: &str, tag: &str, args: &str) -> String {
+        let out = self.env.sh(&format!(
+            "cd '{b}' && cat > mkoci.py <<'LAZARET_MKOCI_EOF'\n{m}\nLAZARET_MKOCI_EOF\npython3 mkoci.py {layout} {tag} {args} >/dev/null",
+            b = self.base.display(),
+            m = include_str!("../tests/mkoci.py")
+        ));
+        assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
+        format!("oci:{}/{layout}:{tag}", self.base.display())
+    }
+}
+
 impl Drop for Workspace<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {

@@ -572,12 +572,6 @@ impl<'a> Matrix<'a> {
             "[storage]\ndata_root = \"{}\"\n",
             image_ws.base.join("data").display()
         ));
-        let out = env.sh(&format!(
-            "cat > '{}/mkoci.py' <<'LAZARET_MKOCI_EOF'\n{}\nLAZARET_MKOCI_EOF",
-            image_ws.base.display(),
-            include_str!("mkoci.py")
-        ));
-        assert!(out.status.success(), "{}", text(&out.stderr));
         let mut m = Matrix {
             ws,
             id,
@@ -985,12 +979,7 @@ fn image_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
         "t{}",
         rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
     );
-    let out = ws.env.sh(&format!(
-        "cd '{}' && python3 mkoci.py layout {tag} --hello {tag} >/dev/null",
-        ws.base.display()
-    ));
-    assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
-    let reference = format!("oci:{}/layout:{tag}", ws.base.display());
+    let reference = ws.mkoci("layout", &tag, &format!("--hello {tag}"));
     let mut p = Session::spawn(ws, &["image", "prepare", &reference], Some(s.point));
     match run_cli_step(&mut p, s, victim, &mut cell) {
         None => cell.notes.push("prepare killed".into()),

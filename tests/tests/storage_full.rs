@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-const MKOCI: &str = include_str!("mkoci.py");
 const MIB: u64 = 1 << 20;
 
 /// A tmpfs of `size` MiB and `inodes` inodes, mounted by the test (root)
@@ -208,15 +207,10 @@ impl Drop for Tmpfs {
 }
 
 /// A workspace whose config puts the Storage Root at `data` and whose
-/// default profile starts from `image` (a layout `mkoci.py` wrote, when
-/// given); `mkoci.py` is copied into its base directory.
+/// default profile starts from `image` (a layout [`Workspace::mkoci`]
+/// wrote, when given).
 fn setup<'a>(env: &'a TestEnv, name: &str, data: &Path, image: Option<&str>) -> Workspace<'a> {
     let ws = env.workspace(name);
-    let out = env.sh(&format!(
-        "cat > '{}/mkoci.py' <<'LAZARET_MKOCI_EOF'\n{MKOCI}\nLAZARET_MKOCI_EOF",
-        ws.base.display()
-    ));
-    assert!(out.status.success(), "{}", text(&out.stderr));
     write_config(&ws, data, image);
     ws
 }
@@ -227,17 +221,6 @@ fn write_config(ws: &Workspace<'_>, data: &Path, image: Option<&str>) {
         body.push_str(&format!("\n[profiles.default]\nimage = \"{i}\"\n"));
     }
     ws.write_config(&body);
-}
-
-/// `mkoci.py LAYOUT TAG ARGS` in the workspace's base; the reference of
-/// the image it made.
-fn mkoci(ws: &Workspace<'_>, layout: &str, tag: &str, args: &str) -> String {
-    let out = ws.env.sh(&format!(
-        "cd '{}' && python3 mkoci.py {layout} {tag} {args}",
-        ws.base.display()
-    ));
-    assert!(out.status.success(), "mkoci.py: {}", text(&out.stderr));
-    format!("oci:{}/{layout}:{tag}", ws.base.display())
 }
 
 fn lazaret(ws: &Workspace<'_>, args: &[&str]) -> Output {
@@ -351,7 +334,7 @@ fn image_preparation_out_of_space_publishes_nothing_and_succeeds_after() {
     let ws = setup(env, "full-prepare", &fs.data, None);
     // 40 MiB of incompressible content: the copy into the staging layout
     // fits in 48 MiB, the unpacked rootfs beside it does not.
-    let big = mkoci(&ws, "layout", "big", "--big 40");
+    let big = ws.mkoci("layout", "big", "--big 40");
     let out = lazaret(&ws, &["image", "prepare", &big]);
     let err = text(&out.stderr);
     eprintln!("prepare without space: {}: {err}", out.status);
@@ -386,7 +369,7 @@ fn image_preparation_out_of_space_publishes_nothing_and_succeeds_after() {
     assert_eq!(std::fs::metadata(&last).map(|m| m.len()).ok(), Some(MIB));
 
     // Too little room for even the copy of another image.
-    let other = mkoci(&ws, "layout", "other", "--big 40 --hello other");
+    let other = ws.mkoci("layout", "other", "--big 40 --hello other");
     fs.fill_leaving(10 * MIB);
     let out = lazaret(&ws, &["image", "prepare", &other]);
     eprintln!("prepare, copying: {}: {}", out.status, text(&out.stderr));
@@ -417,7 +400,7 @@ fn a_full_state_anchor_gives_enospc_inside_and_the_domain_goes_on() {
         return;
     };
     let ws = setup(env, "full-anchor", &fs.data, None);
-    let image = mkoci(&ws, "layout", "bb", "");
+    let image = ws.mkoci("layout", "bb", "");
     write_config(&ws, &fs.data, Some(&image));
     assert_eq!(
         run_ok(&ws, &fs.data, "echo kept > /root/marker && echo ok"),
@@ -526,7 +509,7 @@ fn a_full_storage_root_refuses_the_start_clearly_and_it_starts_after() {
         return;
     };
     let ws = setup(env, "full-start", &fs.data, None);
-    let image = mkoci(&ws, "layout", "bb", "");
+    let image = ws.mkoci("layout", "bb", "");
     write_config(&ws, &fs.data, Some(&image));
     assert_eq!(
         run_ok(&ws, &fs.data, "echo kept > /root/marker && echo ok"),
@@ -584,7 +567,7 @@ fn state_reset_without_space_keeps_the_old_anchor_or_a_new_empty_one() {
         return;
     };
     let ws = setup(env, "full-reset", &fs.data, None);
-    let image = mkoci(&ws, "layout", "bb", "");
+    let image = ws.mkoci("layout", "bb", "");
     write_config(&ws, &fs.data, Some(&image));
     assert_eq!(
         run_ok(
@@ -648,8 +631,8 @@ fn a_read_only_storage_root_is_reported_and_nothing_changes() {
         return;
     };
     let ws = setup(env, "ro-storage", &fs.data, None);
-    let image = mkoci(&ws, "layout", "bb", "");
-    let other = mkoci(&ws, "layout", "other", "--hello other");
+    let image = ws.mkoci("layout", "bb", "");
+    let other = ws.mkoci("layout", "other", "--hello other");
     write_config(&ws, &fs.data, Some(&image));
     assert_eq!(
         run_ok(&ws, &fs.data, "echo kept > /root/marker && echo ok"),
