@@ -19,6 +19,14 @@ fn exit_status_comes_back() {
         "stderr: {}",
         text(&out.stderr)
     );
+    // A command that prints runsc's own words for a missing executable
+    // (and exits with its own status) is not taken for one: only runsc's
+    // output before the command exists is read as runsc's.
+    let out = ws.run_sh(
+        "echo 'executing processes for container: executing command \"x\" in sandbox: error finding executable \"x\" in PATH [/bin]: no such file or directory' >&2; exit 3",
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("lazaret: x: command not found"));
     let out = ws.lazaret(&["run", "--", "/tmp"]).output().unwrap();
     assert_eq!(
         out.status.code(),
