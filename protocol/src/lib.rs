@@ -14,6 +14,7 @@ pub mod netreport;
 pub mod plan;
 pub mod session;
 pub mod supervisor;
+pub mod trust;
 
 pub use domain::DomainIdV1;
 

@@ -5,6 +5,34 @@ use serde::{Deserialize, Serialize};
 
 pub const PROTOCOL_VERSION: u32 = 3;
 
+/// The first record on a control connection, before TLS: the Client
+/// CLI's public key, for the certificate it then presents. It crosses the
+/// socket in the clear; the socket's directory and mode and the peer-uid
+/// check (SR-10) are what guard it, and it carries nothing secret.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Register {
+    pub version: u32,
+    pub public_key: [u8; 32],
+}
+
+/// The coordinator's answer to [`Register`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Registered {
+    /// A certificate of role Client CLI for the key, bound to a new
+    /// Client CLI ID and Session ID, valid on this connection only.
+    Issued {
+        certificate: Vec<u8>,
+        client_id: String,
+        session_id: String,
+    },
+    Refused {
+        reason: String,
+    },
+}
+
+/// The largest [`Register`] record the coordinator reads.
+pub const MAX_REGISTER: usize = 256;
+
 /// Terminal facts of the client, present when the session gets a PTY.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TtyInfo {
