@@ -54,7 +54,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
     // Another leader may have started the Domain while we waited.
-    if crate::run::connect(&r.domain_root).is_ok() {
+    if crate::run::listening(&r.domain_root) {
         return Ok(());
     }
 

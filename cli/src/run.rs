@@ -252,10 +252,59 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
     })
 }
 
-/// Connects to the Domain's coordinator, if one listens.
-pub fn connect(domain_root: &Path) -> std::io::Result<UnixStream> {
+/// How a connection to a Domain's coordinator failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// Nobody listens: the Domain is not running (or not yet listening).
+    NotListening,
+    /// A coordinator listens but is stopping: its Trust Anchor is
+    /// withdrawn, or it closed the connection while registering us.
+    Stopping(String),
+    /// Whoever answered is not the Session Coordinator of the Trust Anchor
+    /// the Domain published: nothing is sent to it.
+    Untrusted(String),
+}
+
+fn connect_socket(domain_root: &Path) -> std::io::Result<UnixStream> {
     let short = lazaret_helpers::sockpath::short(&domain_root.join("run"), "coordinator.sock")?;
     UnixStream::connect(&short.path)
+}
+
+/// Whether something listens on the Domain's control socket.
+pub fn listening(domain_root: &Path) -> bool {
+    connect_socket(domain_root).is_ok()
+}
+
+/// Connects to the Domain's coordinator: registers a fresh key, then TLS
+/// 1.3 with mutual authentication against the Trust Anchor the Domain
+/// published in its host-private run directory (SR-9). The plain end of
+/// the authenticated stream.
+pub fn connect(domain_root: &Path) -> Result<UnixStream, ConnectError> {
+    use lazaret_protocol::trust::manifest::{Published, FILE_NAME};
+    let sock = connect_socket(domain_root).map_err(|_| ConnectError::NotListening)?;
+    let domain_id = domain_root
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let pin = domain_root.join("run").join(FILE_NAME);
+    if !pin.exists() {
+        return Err(ConnectError::Stopping(
+            "its Trust Anchor is withdrawn".into(),
+        ));
+    }
+    let trust = Published::read_verified(&pin, Some(domain_id)).map_err(|e| {
+        ConnectError::Untrusted(format!(
+            "the Trust Anchor {}: {e}",
+            lazaret_protocol::display::escape(pin.as_os_str().as_bytes())
+        ))
+    })?;
+    match lazaret_trust::register::connect(sock, &trust) {
+        Ok((stream, _session_id)) => Ok(stream),
+        Err(lazaret_trust::TrustError::Io(e) | lazaret_trust::TrustError::Refused(e)) => {
+            Err(ConnectError::Stopping(e))
+        }
+        Err(e) => Err(ConnectError::Untrusted(e.to_string())),
+    }
 }
 
 pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
@@ -281,12 +330,23 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
     let mut said_protected = false;
+    let mut last_stopping = None;
     for _ in 0..5 {
         let stream = match connect(&r.domain_root) {
             Ok(s) => s,
-            Err(_) => {
+            Err(ConnectError::NotListening) => {
                 leader::start_domain(r)?;
                 continue;
+            }
+            Err(ConnectError::Stopping(why)) => {
+                last_stopping = Some(why);
+                wait_domain_down(&r.domain_root, Duration::from_secs(60));
+                continue;
+            }
+            Err(ConnectError::Untrusted(why)) => {
+                return Err(CliError::Session(format!(
+                    "the Domain's coordinator could not be authenticated, nothing was sent to it: {why}"
+                )))
             }
         };
         if !said_protected {
@@ -298,9 +358,12 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
             None => wait_domain_down(&r.domain_root, Duration::from_secs(60)),
         }
     }
-    Err(CliError::Start(
-        "the Domain's coordinator kept closing the connection; see coordinator.log in the Domain Root".into(),
-    ))
+    Err(CliError::Start(format!(
+        "the Domain's coordinator kept closing the connection{}; see coordinator.log in the Domain Root",
+        last_stopping
+            .map(|w| format!(" (last: {w})"))
+            .unwrap_or_default()
+    )))
 }
 
 /// After a coordinator turned this session away (its Domain is stopping),

@@ -121,9 +121,24 @@ struct ReaderProc {
     to_reader: UnixStream,
 }
 
+/// What signs this generation's Escalation Results: the coordinator's
+/// protocol key from the Trust Anchor, and the generation it names.
+pub struct ResultSigner {
+    pub generation: lazaret_protocol::trust::GenerationId,
+    pub key: ed25519_compact::SecretKey,
+}
+
+/// The generation's keys the mailbox uses: the sandbox request-signing
+/// public key (requests), and the result signer.
+pub struct MailboxKeys {
+    pub requests: ed25519_compact::PublicKey,
+    pub results: ResultSigner,
+}
+
 pub struct Escalations {
     /// This generation's sandbox request-signing public key.
     pub key: ed25519_compact::PublicKey,
+    signer: ResultSigner,
     pub sandbox_id: String,
     pub profile: String,
     pub workspace: PathBuf,
@@ -340,7 +355,7 @@ fn bounded(outcome: Outcome) -> Outcome {
 
 impl Escalations {
     pub fn new(
-        key: ed25519_compact::PublicKey,
+        keys: MailboxKeys,
         sandbox_id: String,
         profile: String,
         workspace: PathBuf,
@@ -349,7 +364,8 @@ impl Escalations {
         rules: Vec<(Vec<String>, bool)>,
     ) -> Self {
         Self {
-            key,
+            key: keys.requests,
+            signer: keys.results,
             sandbox_id,
             profile,
             workspace,
@@ -567,10 +583,13 @@ impl Escalations {
             request: body.request_hex(),
             kind: ResultKind::from(&outcome),
         });
-        self.publish(ResultRecord {
-            request_id: body.request_id,
-            outcome,
-        });
+        self.publish(
+            &body.session_id,
+            ResultRecord {
+                request_id: body.request_id,
+                outcome,
+            },
+        );
     }
 
     /// Logs a refused entry. `entry` is the sandbox's name in the escaped
@@ -691,6 +710,7 @@ impl Escalations {
                 lock(&self.cancels).insert(body.request_id, cancel.clone());
                 let me = self.clone();
                 let id = body.request_id;
+                let session_id = body.session_id.clone();
                 // Before its thread exists, so that every later step of
                 // the request is recorded after it.
                 record(Event::Accepted {
@@ -713,12 +733,15 @@ impl Escalations {
                         request: hex::encode(id),
                         kind: ResultKind::Refused,
                     });
-                    self.publish(ResultRecord {
-                        request_id: id,
-                        outcome: Outcome::Refused {
-                            reason: r.to_string(),
+                    self.publish(
+                        &session_id,
+                        ResultRecord {
+                            request_id: id,
+                            outcome: Outcome::Refused {
+                                reason: r.to_string(),
+                            },
                         },
-                    });
+                    );
                 }
             }
         }
@@ -954,23 +977,30 @@ impl Escalations {
             decided_by,
             result: outcome.summary(),
         });
-        self.publish(ResultRecord {
-            request_id: body.request_id,
-            outcome,
-        });
+        self.publish(
+            &body.session_id,
+            ResultRecord {
+                request_id: body.request_id,
+                outcome,
+            },
+        );
     }
 
-    /// Writes the result by atomic rename into the read-only result path.
-    fn publish(&self, r: ResultRecord) {
+    /// Writes the result, signed by the coordinator's protocol key and
+    /// bound to this generation, sandbox and session, by atomic rename
+    /// into the read-only result path.
+    fn publish(&self, session_id: &str, r: ResultRecord) {
         let id = hex::encode(r.request_id);
         let tmp = self.results.join(format!(".{id}.tmp"));
-        let bytes = match postcard::to_stdvec(&r) {
-            Ok(b) => b,
-            Err(e) => {
-                log(format!("cannot encode the Escalation Result {id}: {e}"));
-                return;
-            }
-        };
+        let bytes = lazaret_protocol::trust::result::seal(
+            &lazaret_protocol::trust::result::SignedBody {
+                generation: self.signer.generation.clone(),
+                sandbox_id: self.sandbox_id.clone(),
+                session_id: session_id.to_string(),
+                record: r,
+            },
+            &self.signer.key,
+        );
         if let Err(e) =
             std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, self.results.join(&id)))
         {
@@ -1039,7 +1069,13 @@ mod tests {
         std::fs::create_dir_all(d.path().join("mailbox/results")).unwrap();
         let kp = ed25519_compact::KeyPair::generate();
         let e = Arc::new(Escalations::new(
-            kp.pk,
+            MailboxKeys {
+                requests: kp.pk,
+                results: ResultSigner {
+                    generation: test_generation(),
+                    key: ed25519_compact::KeyPair::generate().sk,
+                },
+            },
             "s".into(),
             "default".into(),
             d.path().into(),
@@ -1070,14 +1106,23 @@ mod tests {
         }
     }
 
+    fn test_generation() -> lazaret_protocol::trust::GenerationId {
+        lazaret_protocol::trust::GenerationId {
+            domain_id: "d".into(),
+            number: 1,
+            nonce: [0; 16],
+        }
+    }
+
+    /// The outcome of a result file, past its signature (which the
+    /// protocol crate's tests check).
     fn result_of(d: &tempfile::TempDir, id: [u8; 16]) -> Option<Outcome> {
         let p = d.path().join("mailbox/results").join(hex::encode(id));
         let bytes = std::fs::read(p).ok()?;
-        Some(
-            postcard::from_bytes::<ResultRecord>(&bytes)
-                .unwrap()
-                .outcome,
-        )
+        let body: lazaret_protocol::trust::result::SignedBody =
+            postcard::from_bytes(&bytes[64..]).unwrap();
+        assert_eq!(body.generation, test_generation());
+        Some(body.record.outcome)
     }
 
     /// Registers a session without a terminal; returns the client's end of
@@ -1453,10 +1498,13 @@ mod tests {
         for i in 0..bounds::MAX_RESULTS + 10 {
             let mut id = [0u8; 16];
             id[..8].copy_from_slice(&(i as u64).to_be_bytes());
-            e.publish(ResultRecord {
-                request_id: id,
-                outcome: Outcome::Cancelled,
-            });
+            e.publish(
+                "sess",
+                ResultRecord {
+                    request_id: id,
+                    outcome: Outcome::Cancelled,
+                },
+            );
         }
         let n = std::fs::read_dir(d.path().join("mailbox/results"))
             .unwrap()

@@ -15,6 +15,7 @@ pub mod network;
 pub mod procs;
 pub mod session;
 pub mod supervisor_link;
+pub mod trust;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

@@ -1,6 +1,6 @@
 //! Start, serve, tear down, and recover a Domain.
 
-use crate::escalation::Escalations;
+use crate::escalation::{Escalations, MailboxKeys, ResultSigner};
 use crate::session::{self, SessionCtx};
 use crate::supervisor_link::Link;
 use crate::{exit, fdno, procs};
@@ -242,13 +242,24 @@ fn run(
     // The sandbox request-signing key of this generation: the secret half
     // is mounted read-only into the sandbox, the public half stays here.
     let keys = ed25519_compact::KeyPair::generate();
+    // The Trust Anchor of this generation: its secret keys stay in this
+    // process; its public half is published before the sandbox starts.
+    let anchor = match lazaret_trust::new_generation(&input.domain_id, gen.number)
+        .and_then(|g| lazaret_trust::TrustAnchor::new(g, &input.profile_name, &gen.coordinator_id))
+    {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            teardown(&layout, &store, &mut gen, None, input);
+            return Err(format!("cannot make the Trust Anchor: {e}"));
+        }
+    };
     lazaret_helpers::timeline::mark("coordinator", "policy-derived");
     let started = start_sandbox(
         input,
         &layout,
         &gen,
         &anchor_dirs,
-        &keys.sk,
+        (&keys, &anchor),
         policy.as_ref(),
     );
     crate::network::record_evidence(
@@ -293,7 +304,13 @@ fn run(
     // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
     // started here, before the coordinator confines itself.
     let escalations = Arc::new(Escalations::new(
-        keys.pk,
+        MailboxKeys {
+            requests: keys.pk,
+            results: ResultSigner {
+                generation: anchor.generation().clone(),
+                key: anchor.result_key().clone(),
+            },
+        },
         gen.sandbox_id.clone(),
         input.profile_name.clone(),
         input.workspace.clone(),
@@ -351,7 +368,16 @@ fn run(
         sessions: 0,
         holder_pid,
     };
+    let trust = match crate::trust::ControlTrust::new(anchor, &layout.run()) {
+        Ok(t) => t,
+        Err(e) => {
+            escalations.stop_reader();
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
+            return Err(e);
+        }
+    };
     let ctx = Arc::new(SessionCtx::new(
+        trust,
         input.clone(),
         layout.run(),
         link,
@@ -364,7 +390,8 @@ fn run(
     mailbox_stop.store(true, Ordering::Relaxed);
     ctx.escalations.stop_reader();
 
-    // No new session may join from here on.
+    // No new session may join from here on: the Trust Anchor first.
+    ctx.trust.invalidate();
     let _ = std::fs::remove_file(layout.socket());
     drop(listener);
     ctx.end_all();
@@ -472,7 +499,8 @@ fn prepare_control(
     input: &CoordinatorInput,
     layout: &Layout,
     gen: &Generation,
-    key: &ed25519_compact::SecretKey,
+    keys: &ed25519_compact::KeyPair,
+    trust: &lazaret_trust::TrustAnchor,
 ) -> Result<Vec<PlannedMount>, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let control = control_dir(layout);
@@ -491,8 +519,38 @@ fn prepare_control(
             .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
             .map_err(|e| format!("cannot write {}: {e}", p.display()))
     };
-    write("request-key", key.as_ref(), 0o600)?;
+    write("request-key", keys.sk.as_ref(), 0o600)?;
     write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
+    // The public Trust Anchor: lazaret-escalate verifies results with it.
+    // The CLI pins its own copy, in the run directory the sandbox never
+    // sees.
+    let published = trust.published().encode();
+    write(
+        lazaret_protocol::trust::manifest::FILE_NAME,
+        &published,
+        0o644,
+    )?;
+    let pin = crate::trust::pin_path(&layout.run());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&pin)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &published))
+        .map_err(|e| format!("cannot write {}: {e}", pin.display()))?;
+    // The Agent Sandbox's certificate, for its request-signing key.
+    let sandbox_cert = trust
+        .issue(
+            &keys.pk,
+            &trust.claims(
+                lazaret_protocol::trust::Role::AgentSandbox,
+                &gen.sandbox_id,
+                None,
+            ),
+            None,
+        )
+        .map_err(|e| format!("cannot issue the Agent Sandbox certificate: {e}"))?;
+    write(esc_paths::SANDBOX_CERTIFICATE_NAME, &sandbox_cert, 0o644)?;
     if let Some(text) = git_identity_config(&input.git_identity) {
         write("gitconfig", text.as_bytes(), 0o644)?;
     }
@@ -569,14 +627,14 @@ fn start_sandbox(
     layout: &Layout,
     gen: &Generation,
     anchors: &[AnchorDirs],
-    key: &ed25519_compact::SecretKey,
+    (keys, trust): (&ed25519_compact::KeyPair, &lazaret_trust::TrustAnchor),
     policy: Option<&lazaret_netpolicy::Policy>,
 ) -> Result<Started, String> {
     let run = layout.run();
     mkdir_private(&run)?;
     // Nothing here reads the Git directory: the sandbox can write it, and
     // the mount router enforces Git Sentry on every operation instead.
-    let mut mounts = prepare_control(input, layout, gen, key)?;
+    let mut mounts = prepare_control(input, layout, gen, keys, trust)?;
     let network = match policy {
         Some(p) => {
             let (net, mount) = crate::network::prepare(input, layout, p)?;
@@ -905,6 +963,8 @@ fn teardown(
     supervisor: Option<&mut Supervisor>,
     input: &CoordinatorInput,
 ) {
+    // Trust material is withdrawn before anything else is stopped.
+    crate::trust::withdraw(&crate::trust::pin_path(&layout.run()));
     let _ = set_phase(store, gen, Phase::Stopping);
     lazaret_helpers::fault::point("coordinator:teardown-stopping");
     let mut removed = false;

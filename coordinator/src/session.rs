@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct SessionCtx {
+    /// Authenticates every control connection (SR-9).
+    pub trust: crate::trust::ControlTrust,
     input: CoordinatorInput,
     run_dir: PathBuf,
     link: Arc<Link>,
@@ -50,7 +52,9 @@ pub struct SessionCtx {
 }
 
 impl SessionCtx {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        trust: crate::trust::ControlTrust,
         input: CoordinatorInput,
         run_dir: PathBuf,
         link: Arc<Link>,
@@ -60,6 +64,7 @@ impl SessionCtx {
         holder: Arc<OwnedFd>,
     ) -> Self {
         Self {
+            trust,
             input,
             run_dir,
             link,
@@ -248,6 +253,16 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
         let guard = Guard {
             ctx: &ctx,
             id: hex::encode(id),
+        };
+        let stream = match ctx.trust.accept(stream, &guard.id) {
+            Ok(s) => s,
+            Err(e) => {
+                log(format!(
+                    "refused a control connection (Session ID {}): {e}",
+                    &guard.id[..8]
+                ));
+                return;
+            }
         };
         if let Err(e) = serve(&ctx, &guard.id, stream) {
             log(format!("session {}: {e}", &guard.id[..8]));

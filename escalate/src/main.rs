@@ -19,7 +19,7 @@
 
 use clap::Parser;
 use lazaret_protocol::escalation::{
-    self as esc, exit, paths, Body, Kind, Outcome, Request, Requester, ResultRecord,
+    self as esc, exit, paths, Body, Kind, Outcome, Request, Requester,
 };
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -73,6 +73,8 @@ fn read_small(p: &str, limit: u64) -> Vec<u8> {
 }
 
 struct Session {
+    /// The published Trust Anchor: results must be signed under it.
+    trust: lazaret_protocol::trust::manifest::Verified,
     key: ed25519_compact::SecretKey,
     anchor: [u8; 32],
     session_id: String,
@@ -101,7 +103,13 @@ impl Session {
         let sandbox_id = String::from_utf8_lossy(&read_small(paths::SANDBOX_ID, 256))
             .trim()
             .to_string();
+        let trust = lazaret_protocol::trust::manifest::Published::read_verified(
+            Path::new(paths::TRUST),
+            None,
+        )
+        .unwrap_or_else(|e| fail(&format!("the Trust Anchor {}: {e}", paths::TRUST)));
         Self {
+            trust,
             key,
             anchor,
             session_id,
@@ -193,9 +201,18 @@ fn main() {
         if let Ok(f) = std::fs::File::open(&result_path) {
             let mut bytes = Vec::new();
             let _ = f.take(esc::MAX_RESULT as u64 + 1).read_to_end(&mut bytes);
-            match postcard::from_bytes::<ResultRecord>(&bytes) {
-                Ok(r) if r.request_id == request_id => std::process::exit(report(r.outcome)),
-                _ => fail("the Escalation Result is malformed"),
+            let want = lazaret_protocol::trust::result::Expect {
+                generation: &session.trust.manifest.generation,
+                sandbox_id: &session.sandbox_id,
+                session_id: &session.session_id,
+                request_id: &request_id,
+            };
+            match lazaret_protocol::trust::result::open(&bytes, &session.trust.result_key, &want) {
+                Ok(r) => std::process::exit(report(r.outcome)),
+                Err(e) => fail(&format!(
+                    "refused the Escalation Result {}: {e}",
+                    result_path.display()
+                )),
             }
         }
         if interrupted.load(Ordering::Relaxed) && cancelled_at.is_none() {

@@ -9,7 +9,9 @@
 //! envelope needs no parser.
 //!
 //! Results are written by the coordinator into a directory the sandbox
-//! can only read; the mount mode, not a signature, makes them authentic.
+//! can only read, and signed by the coordinator's protocol key
+//! ([`crate::trust::result`]): a root process inside that mounts over the
+//! directory still cannot make `lazaret-escalate` accept a result.
 
 use ed25519_compact::{PublicKey, SecretKey, Signature};
 use hmac::{Hmac, Mac};
@@ -129,6 +131,11 @@ pub mod paths {
     pub const CONTROL: &str = "/.lazaret";
     pub const KEY: &str = "/.lazaret/request-key";
     pub const SANDBOX_ID: &str = "/.lazaret/sandbox-id";
+    /// The published Trust Anchor (public): results are verified with it.
+    pub const TRUST: &str = "/.lazaret/trust";
+    /// The Agent Sandbox's certificate (role AgentSandbox) for the
+    /// request-signing key; named as in the control directory.
+    pub const SANDBOX_CERTIFICATE_NAME: &str = "sandbox-certificate";
     pub const REQUESTS: &str = "/.lazaret/mailbox/requests";
     pub const RESULTS: &str = "/.lazaret/mailbox/results";
     pub const BIN: &str = "/.lazaret/bin";

@@ -76,7 +76,7 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
     let domain = ws.domain_id("default");
     // One session holds the Domain while the reader is inspected; it
     // escalates first, so the reader has done its work by then.
-    let session = ws
+    let mut session = ws
         .lazaret(&[
             "run",
             "--",
@@ -88,6 +88,18 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Inspected once the escalation came back: the reader has read a
+    // request by then, so it is past its start-up (and its confinement).
+    let mut out = std::io::BufReader::new(session.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("rc=") {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    assert!(seen.contains("rc=0"), "the escalation failed: {seen}");
     let (coordinator, reader) =
         mailbox_reader(&domain).expect("no lazaret-mailbox child of the coordinator");
     assert_ne!(coordinator, reader);

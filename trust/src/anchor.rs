@@ -10,8 +10,8 @@ use ed25519_compact::{KeyPair, Seed};
 use lazaret_protocol::trust::manifest::{ProtocolCredential, Published, SignedManifest};
 use lazaret_protocol::trust::{Claims, GenerationId, Role, TrustManifest};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyUsagePurpose, SanType,
 };
 use std::sync::Arc;
 
@@ -123,7 +123,10 @@ impl TrustAnchor {
         );
         p.distinguished_name = dn;
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let ca = p
             .self_signed(&ca_key)
             .map_err(|e| TrustError::Certificate(e.to_string()))?;
@@ -182,10 +185,8 @@ impl TrustAnchor {
             ca_certificate: ca_der,
             coordinator_tls: anchor.coordinator_tls_cert.clone(),
             coordinator_protocol: ProtocolCredential {
-                issuer_signature: issuer.sign(&ProtocolCredential::signed_bytes(
-                    &claims,
-                    &public_key,
-                )),
+                issuer_signature: issuer
+                    .sign(&ProtocolCredential::signed_bytes(&claims, &public_key)),
                 claims,
                 public_key,
             },

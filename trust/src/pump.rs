@@ -28,9 +28,20 @@ fn would_block(e: &std::io::Error) -> bool {
 
 fn run(mut conn: rustls::Connection, mut sock: UnixStream, mut plain: UnixStream) {
     let mut to_plain: Vec<u8> = Vec::new();
-    let mut tls_eof = false;
+    let mut tls_eof;
     let mut plain_eof = false;
     let mut buf = vec![0u8; CHUNK];
+    // The handshake may have read the peer's first bytes along with its
+    // last flight: they wait in the TLS state, not in the socket.
+    match conn.process_new_packets() {
+        Ok(state) => {
+            tls_eof = drain(&mut conn, &mut buf, &mut to_plain) || state.peer_has_closed();
+        }
+        Err(_) => {
+            let _ = conn.write_tls(&mut sock);
+            return;
+        }
+    }
     loop {
         while conn.wants_write() {
             match conn.write_tls(&mut sock) {
@@ -86,21 +97,7 @@ fn run(mut conn: rustls::Connection, mut sock: UnixStream, mut plain: UnixStream
                 Ok(0) => tls_eof = true,
                 Ok(_) => match conn.process_new_packets() {
                     Ok(state) => {
-                        loop {
-                            match conn.reader().read(&mut buf) {
-                                Ok(0) => {
-                                    tls_eof = true;
-                                    break;
-                                }
-                                Ok(n) => to_plain.extend_from_slice(&buf[..n]),
-                                Err(e) if would_block(&e) => break,
-                                Err(_) => {
-                                    tls_eof = true;
-                                    break;
-                                }
-                            }
-                        }
-                        if state.peer_has_closed() {
+                        if drain(&mut conn, &mut buf, &mut to_plain) || state.peer_has_closed() {
                             tls_eof = true;
                         }
                     }
@@ -131,6 +128,18 @@ fn run(mut conn: rustls::Connection, mut sock: UnixStream, mut plain: UnixStream
                     conn.send_close_notify();
                 }
             }
+        }
+    }
+}
+
+/// Moves the plaintext rustls holds to `to_plain`; true at the peer's end.
+fn drain(conn: &mut rustls::Connection, buf: &mut [u8], to_plain: &mut Vec<u8>) -> bool {
+    loop {
+        match conn.reader().read(buf) {
+            Ok(0) => return true,
+            Ok(n) => to_plain.extend_from_slice(&buf[..n]),
+            Err(e) if would_block(&e) => return false,
+            Err(_) => return true,
         }
     }
 }

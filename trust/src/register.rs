@@ -81,7 +81,8 @@ pub fn accept(
     let io = |e: std::io::Error| TrustError::Io(e.to_string());
     sock.set_nonblocking(false).map_err(io)?;
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io)?;
-    sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io)?;
+    sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io)?;
     let reg = read_register(&mut sock)?;
     let client_id = random_hex()?;
     let issued = anchor.issue(
@@ -175,7 +176,8 @@ pub fn client_handshake(
 pub fn connect(mut sock: UnixStream, trust: &Verified) -> Result<(UnixStream, String), TrustError> {
     let io = |e: std::io::Error| TrustError::Io(e.to_string());
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io)?;
-    sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io)?;
+    sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io)?;
     let issued = register(&mut sock)?;
     let config = tls::client_config(
         &trust.ca_certificate,

@@ -37,11 +37,7 @@ fn tls_err(e: impl std::fmt::Display) -> TrustError {
 /// The coordinator's side: client certificates of the generation CA are
 /// required; which role and tuple they must carry is checked after the
 /// handshake ([`peer_claims`]).
-pub fn server_config(
-    ca: &[u8],
-    leaf: &[u8],
-    key: &Key,
-) -> Result<Arc<ServerConfig>, TrustError> {
+pub fn server_config(ca: &[u8], leaf: &[u8], key: &Key) -> Result<Arc<ServerConfig>, TrustError> {
     let verifier =
         rustls::server::WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
             .build()
@@ -80,24 +76,27 @@ pub fn client_config(
 }
 
 /// Runs a handshake to its end on a blocking stream.
-pub fn handshake<C, S>(conn: &mut C, sock: &mut std::os::unix::net::UnixStream) -> Result<(), TrustError>
+pub fn handshake<C, S>(
+    conn: &mut C,
+    sock: &mut std::os::unix::net::UnixStream,
+) -> Result<(), TrustError>
 where
     C: std::ops::DerefMut<Target = rustls::ConnectionCommon<S>>,
     S: rustls::SideData,
 {
     while conn.is_handshaking() {
         conn.complete_io(sock).map_err(|e| {
-            let no_alpn = e
-                .get_ref()
-                .and_then(|i| i.downcast_ref::<rustls::Error>())
-                .is_some_and(|r| *r == rustls::Error::NoApplicationProtocol);
-            if no_alpn {
-                TrustError::Tls(format!(
+            match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                Some(rustls::Error::NoApplicationProtocol) => TrustError::Tls(format!(
                     "handshake: the peer did not offer ALPN {}",
                     String::from_utf8_lossy(ALPN)
-                ))
-            } else {
-                TrustError::Tls(format!("handshake: {e}"))
+                )),
+                Some(rustls::Error::InvalidCertificate(why)) => TrustError::Tls(format!(
+                    "handshake: the peer's certificate was not issued by this generation's Trust Anchor ({why:?})"
+                )),
+                Some(_) => TrustError::Tls(format!("handshake: {e}")),
+                // Not a TLS failure: the connection was lost or timed out.
+                None => TrustError::Io(format!("handshake: {e}")),
             }
         })?;
     }
@@ -144,4 +143,3 @@ pub(crate) fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), TrustE
     r.read_exact(buf)
         .map_err(|e| TrustError::Io(format!("registration: {e}")))
 }
-

@@ -11,7 +11,6 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-
 /// The prefix of the claims URI in a certificate.
 pub const CLAIMS_URI_PREFIX: &str = "urn:lazaret:claims:1:";
 
@@ -104,19 +103,19 @@ impl Claims {
                 self.generation, want.generation
             ));
         }
-        if let Some(c) = want.component_id {
-            if self.component_id != c {
-                return Some(format!(
-                    "a certificate of another component ({})",
-                    self.component_id
-                ));
-            }
-        }
         if let Some(s) = want.session_id {
             if self.session_id.as_deref() != Some(s) {
                 return Some(format!(
                     "a certificate of another Client Session ({})",
                     self.session_id.as_deref().unwrap_or("none")
+                ));
+            }
+        }
+        if let Some(c) = want.component_id {
+            if self.component_id != c {
+                return Some(format!(
+                    "a certificate of another component ({})",
+                    self.component_id
                 ));
             }
         }

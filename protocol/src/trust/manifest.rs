@@ -156,8 +156,20 @@ impl Published {
         })
     }
 
-    /// Reads and verifies the file at `path` (at most [`MAX_BYTES`]).
-    pub fn read_verified(path: &std::path::Path, domain_id: &str) -> Result<Verified, TrustError> {
+    /// The Domain the manifest names (before it is verified).
+    pub fn domain_id(&self) -> Result<String, TrustError> {
+        let m: TrustManifest = postcard::from_bytes(&self.manifest.manifest)
+            .map_err(|e| TrustError::Manifest(format!("malformed Trust Manifest: {e}")))?;
+        Ok(m.generation.domain_id)
+    }
+
+    /// Reads the file at `path` (at most [`MAX_BYTES`]) and verifies it
+    /// for `domain_id`, or for the Domain it names itself when `None`
+    /// (inside the sandbox, which has no other name for its Domain).
+    pub fn read_verified(
+        path: &std::path::Path,
+        domain_id: Option<&str>,
+    ) -> Result<Verified, TrustError> {
         use std::io::Read;
         let mut bytes = Vec::new();
         std::fs::File::open(path)
@@ -169,7 +181,9 @@ impl Published {
                 path.display()
             )));
         }
-        Self::decode(&bytes)?.verify(domain_id)
+        let p = Self::decode(&bytes)?;
+        let own = p.domain_id()?;
+        p.verify(domain_id.unwrap_or(&own))
     }
 }
 

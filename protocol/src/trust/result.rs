@@ -120,9 +120,27 @@ mod tests {
         assert!(open(&t, &k.pk, &want).is_err());
         // Replays: another request, session, sandbox or generation.
         for (field, e) in [
-            ("request", Expect { request_id: &[2; 16], ..want }),
-            ("session", Expect { session_id: "t", ..want }),
-            ("sandbox", Expect { sandbox_id: "x", ..want }),
+            (
+                "request",
+                Expect {
+                    request_id: &[2; 16],
+                    ..want
+                },
+            ),
+            (
+                "session",
+                Expect {
+                    session_id: "t",
+                    ..want
+                },
+            ),
+            (
+                "sandbox",
+                Expect {
+                    sandbox_id: "x",
+                    ..want
+                },
+            ),
         ] {
             let err = open(&sealed, &k.pk, &e).unwrap_err().to_string();
             assert!(err.contains("another"), "{field}: {err}");
@@ -131,7 +149,15 @@ mod tests {
             number: 3,
             ..b.generation.clone()
         };
-        assert!(open(&sealed, &k.pk, &Expect { generation: &next, ..want }).is_err());
+        assert!(open(
+            &sealed,
+            &k.pk,
+            &Expect {
+                generation: &next,
+                ..want
+            }
+        )
+        .is_err());
         assert!(open(&sealed[..10], &k.pk, &want).is_err());
     }
 }
