@@ -349,6 +349,7 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
                 )))
             }
         };
+        lazaret_helpers::timeline::mark("cli", "control-authenticated");
         if !said_protected {
             say_protected(&r.domain_root);
             said_protected = true;

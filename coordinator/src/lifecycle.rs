@@ -233,15 +233,6 @@ fn run(
     }
 
     lazaret_helpers::timeline::mark("coordinator", "generation-leased");
-    // The network policy of this generation, bound to it; its intent is
-    // durable before the supervisor starts.
-    let binding = format!("{}/{}/{}", input.domain_id, gen.number, gen.sandbox_id);
-    let policy = crate::network::derive(input, &binding)?;
-    crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
-
-    // The sandbox request-signing key of this generation: the secret half
-    // is mounted read-only into the sandbox, the public half stays here.
-    let keys = ed25519_compact::KeyPair::generate();
     // The Trust Anchor of this generation: its secret keys stay in this
     // process; its public half is published before the sandbox starts.
     let anchor = match lazaret_trust::new_generation(&input.domain_id, gen.number)
@@ -253,6 +244,19 @@ fn run(
             return Err(format!("cannot make the Trust Anchor: {e}"));
         }
     };
+    // The network policy of this generation, bound to its network
+    // attachment; its intent is durable before the supervisor starts.
+    let binding = lazaret_protocol::trust::network_attachment(
+        anchor.generation(),
+        &format!("sidecar-{}", &random_id()[..16]),
+        &gen.sandbox_id,
+    );
+    let policy = crate::network::derive(input, &binding)?;
+    crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
+
+    // The sandbox request-signing key of this generation: the secret half
+    // is mounted read-only into the sandbox, the public half stays here.
+    let keys = ed25519_compact::KeyPair::generate();
     lazaret_helpers::timeline::mark("coordinator", "policy-derived");
     let started = start_sandbox(
         input,

@@ -150,6 +150,7 @@ pub fn prepare(
         evidence_dir: dir,
         hide_proc_sys_net: input.network.hide_proc_sys_net,
         domain_id: input.domain_id.clone(),
+        attachment: policy.binding.clone(),
     };
     let mount = PlannedMount {
         destination: RESOLV_CONF.into(),
@@ -205,7 +206,12 @@ pub fn record_evidence(
     let dir = net_dir(layout);
     let install = read_report(&dir.join("install.json"));
     let probe = read_report(&dir.join("probe.json"));
-    let passed = probe.get("ok") == Some(&serde_json::Value::Bool(true));
+    // The attestation must name this generation's network attachment.
+    let attached = install
+        .pointer("/attestation/binding")
+        .and_then(|b| b.as_str());
+    let misattached = attached.is_some_and(|b| b != policy.binding);
+    let passed = probe.get("ok") == Some(&serde_json::Value::Bool(true)) && !misattached;
     let fingerprint = [&probe, &install]
         .iter()
         .find_map(|v| v.pointer("/attestation/fingerprint")?.as_str())
@@ -213,6 +219,12 @@ pub fn record_evidence(
         .to_string();
     let error = if passed {
         None
+    } else if misattached {
+        Some(format!(
+            "the Network Sidecar attested another network attachment ({}), not {}",
+            attached.unwrap_or_default(),
+            policy.binding
+        ))
     } else {
         report_error(&probe)
             .or_else(|| report_error(&install))

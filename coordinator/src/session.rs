@@ -255,7 +255,10 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
             id: hex::encode(id),
         };
         let stream = match ctx.trust.accept(stream, &guard.id) {
-            Ok(s) => s,
+            Ok(s) => {
+                lazaret_helpers::timeline::mark("coordinator", "session-authenticated");
+                s
+            }
             Err(e) => {
                 log(format!(
                     "refused a control connection (Session ID {}): {e}",

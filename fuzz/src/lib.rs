@@ -75,6 +75,22 @@ pub const TARGETS: &[Target] = &[
         name: "image-reference",
         run: targets::image_reference,
     },
+    Target {
+        name: "escalation-result",
+        run: targets::escalation_result,
+    },
+    Target {
+        name: "trust-anchor",
+        run: targets::trust_anchor,
+    },
+    Target {
+        name: "registration",
+        run: targets::registration,
+    },
+    Target {
+        name: "certificate-claims",
+        run: targets::certificate_claims,
+    },
 ];
 
 pub mod seeds;

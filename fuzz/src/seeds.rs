@@ -173,6 +173,54 @@ trailing_args = true
         "cancel",
         postcard::to_stdvec(&body).unwrap_or_default(),
     );
+    let result_key = ed25519_compact::KeyPair::from_seed(ed25519_compact::Seed::new([8; 32])).sk;
+    add(
+        "escalation-result",
+        "completed",
+        lazaret_protocol::trust::result::seal(
+            &lazaret_protocol::trust::result::SignedBody {
+                generation: crate::targets::fuzz_generation(),
+                sandbox_id: "lazaret-0123456789abcdef".into(),
+                session_id: "0123456789abcdef0123456789abcdef".into(),
+                record: escalation::ResultRecord {
+                    request_id: [9; 16],
+                    outcome: escalation::Outcome::Completed {
+                        status: 0,
+                        stdout: b"hi\n".to_vec(),
+                        stderr: Vec::new(),
+                        truncated: false,
+                    },
+                },
+            },
+            &result_key,
+        ),
+    );
+    if let Ok(anchor) =
+        lazaret_trust::TrustAnchor::new(crate::targets::fuzz_generation(), "default", "c")
+    {
+        add("trust-anchor", "published", anchor.published().encode());
+        let key = lazaret_trust::Key::from_seed([4; 32]);
+        if let Ok(cert) = anchor.issue(
+            &key.public(),
+            &anchor.claims(
+                lazaret_protocol::trust::Role::ClientCli,
+                "cli",
+                Some("0123456789abcdef0123456789abcdef"),
+            ),
+            None,
+        ) {
+            add("certificate-claims", "client", cert);
+        }
+    }
+    add(
+        "registration",
+        "register",
+        postcard::to_stdvec(&session::Register {
+            version: session::PROTOCOL_VERSION,
+            public_key: [4; 32],
+        })
+        .unwrap_or_default(),
+    );
     add(
         "sandbox-plan",
         "plan",

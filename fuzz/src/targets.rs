@@ -122,3 +122,56 @@ pub fn image_reference(bytes: &[u8]) {
         lazaret_image::fuzzing::reference(s);
     }
 }
+
+/// The generation every trust seed and target names.
+pub fn fuzz_generation() -> lazaret_protocol::trust::GenerationId {
+    lazaret_protocol::trust::GenerationId {
+        domain_id: "0123456789abcdef0123456789abcdef".into(),
+        number: 1,
+        nonce: [5; 16],
+    }
+}
+
+/// An Escalation Result as `lazaret-escalate` reads it from the result
+/// path (which a root process inside can shadow), then its body as if the
+/// signature held.
+pub fn escalation_result(bytes: &[u8]) {
+    use lazaret_protocol::trust::result;
+    let key = ed25519_compact::KeyPair::from_seed(ed25519_compact::Seed::new([8; 32])).pk;
+    let g = fuzz_generation();
+    let _ = result::open(
+        bytes,
+        &key,
+        &result::Expect {
+            generation: &g,
+            sandbox_id: "lazaret-0123456789abcdef",
+            session_id: "0123456789abcdef0123456789abcdef",
+            request_id: &[9; 16],
+        },
+    );
+    if bytes.len() > 64 {
+        let _ = postcard::from_bytes::<result::SignedBody>(&bytes[64..]);
+    }
+}
+
+/// The published Trust Anchor, as `lazaret-escalate` reads it from
+/// `/.lazaret/trust` and the CLI from the run directory.
+pub fn trust_anchor(bytes: &[u8]) {
+    use lazaret_protocol::trust::manifest::Published;
+    if let Ok(p) = Published::decode(bytes) {
+        let _ = p.verify("0123456789abcdef0123456789abcdef");
+        let _ = p.domain_id();
+    }
+}
+
+/// A control connection's first record, as the coordinator reads it
+/// before TLS.
+pub fn registration(bytes: &[u8]) {
+    let _ = postcard::take_from_bytes::<lazaret_protocol::session::Register>(bytes);
+    let _ = postcard::from_bytes::<lazaret_protocol::session::Registered>(bytes);
+}
+
+/// The claims of a peer's certificate (read after the chain verified).
+pub fn certificate_claims(bytes: &[u8]) {
+    let _ = lazaret_trust::certificate::claims_of(bytes);
+}

@@ -120,6 +120,9 @@ pub struct SandboxNetwork {
     /// Named in the argv of the slirp4netns processes, so that `ps` (and
     /// the tests) can tell which Domain they belong to.
     pub domain_id: String,
+    /// The network attachment (`crate::trust::network_attachment`) the
+    /// helper's attestation must name.
+    pub attachment: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

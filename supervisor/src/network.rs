@@ -175,10 +175,11 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
     drop(uplink);
 
     let install = run_helper(net, &netns, "install", &[]).map_err(step("install"))?;
-    let fingerprint = install
+    let attestation = install
         .attestation
-        .map(|a| a.fingerprint)
-        .ok_or_else(|| step("install")("the helper's report has no fingerprint".into()))?;
+        .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
+    check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
+    let fingerprint = attestation.fingerprint;
 
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
     // namespace's resolv.conf: make it the policy's.
@@ -337,7 +338,55 @@ fn run_helper(
     }
 }
 
+/// The Network Sidecar must attest the attachment of this generation:
+/// (Domain ID, Network Sidecar ID, Agent Sandbox ID), exactly.
+fn check_attachment(attested: &str, expected: &str) -> Result<(), String> {
+    if attested != expected {
+        return Err(format!(
+            "the Network Sidecar attested another network attachment ({attested:?}), not {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// `install.json` or `probe.json`.
 pub fn evidence_file(dir: &Path, mode: &str) -> std::path::PathBuf {
     dir.join(format!("{mode}.json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_attachment;
+    use lazaret_protocol::trust::{network_attachment, GenerationId};
+
+    #[test]
+    fn only_this_generations_exact_attachment_is_accepted() {
+        let g = GenerationId {
+            domain_id: "d".into(),
+            number: 4,
+            nonce: [3; 16],
+        };
+        let ours = network_attachment(&g, "sidecar-1", "sandbox-1");
+        assert!(check_attachment(&ours, &ours).is_ok());
+        let previous = GenerationId {
+            number: 3,
+            ..g.clone()
+        };
+        for other in [
+            network_attachment(&previous, "sidecar-1", "sandbox-1"),
+            network_attachment(&g, "sidecar-2", "sandbox-1"),
+            network_attachment(&g, "sidecar-1", "sandbox-2"),
+            network_attachment(
+                &GenerationId {
+                    domain_id: "e".into(),
+                    ..g.clone()
+                },
+                "sidecar-1",
+                "sandbox-1",
+            ),
+        ] {
+            let e = check_attachment(&other, &ours).unwrap_err();
+            assert!(e.contains("another network attachment"), "{e}");
+        }
+    }
 }

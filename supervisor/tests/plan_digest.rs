@@ -100,6 +100,7 @@ fn a_network_policy_whose_digest_differs_is_refused_before_anything_starts() {
         evidence_dir: run.join("evidence"),
         hide_proc_sys_net: false,
         domain_id: "test".into(),
+        attachment: "test".into(),
     });
     let bytes = postcard::to_stdvec(&p).unwrap();
     let (msg, code) = supervise(&bytes, &memfd::digest(&bytes));

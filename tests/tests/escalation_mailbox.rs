@@ -178,9 +178,8 @@ fn the_mailbox_reader_is_a_separate_confined_child_of_the_coordinator() {
         .status();
     let out = session.wait_with_output().unwrap();
     assert!(
-        text(&out.stdout).starts_with("hi\nrc=0\n"),
-        "{} {}",
-        text(&out.stdout),
+        seen.starts_with("hi\nrc=0\n"),
+        "{seen} {}",
         text(&out.stderr)
     );
     assert_domain_gone(&domain);

@@ -20,3 +20,17 @@ pub enum TrustError {
     #[error("{0}")]
     Result(String),
 }
+
+/// The network attachment a generation's Network Sidecar is bound to:
+/// `(Domain ID, Network Sidecar ID, Agent Sandbox ID)` in that generation.
+/// The coordinator puts it in the policy it seals for the sidecar; the
+/// sidecar's attestation must name exactly it, or the supervisor refuses
+/// the network and the coordinator records the readiness as failed.
+pub fn network_attachment(generation: &GenerationId, sidecar_id: &str, sandbox_id: &str) -> String {
+    format!(
+        "lazaret-network-attachment/1 domain={} generation={}:{} sidecar={sidecar_id} sandbox={sandbox_id}",
+        generation.domain_id,
+        generation.number,
+        hex::encode(generation.nonce)
+    )
+}
