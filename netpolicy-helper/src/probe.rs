@@ -7,7 +7,7 @@
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use serde::{Deserialize, Serialize};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use crate::netlink::Rtnl;
@@ -26,6 +26,12 @@ pub enum TcpOutcome {
         errno: i32,
     },
     TimedOut,
+    /// Closed with no error recorded and no TCP segment received: the
+    /// SYN was refused by an ICMP error or locally, and the kernel lost
+    /// why (see [`tcp_connect`]). Nothing answered, nothing connected.
+    Unanswered {
+        detail: String,
+    },
     Failed {
         error: String,
     },
@@ -41,8 +47,11 @@ const AMBIGUOUS_BACKOFF_MS: [u64; 6] = [20, 40, 80, 160, 320, 640];
 /// When slirp answers a SYN at once (its ICMP error or reset arrives while
 /// `connect` still holds the socket), Linux sometimes closes the socket
 /// without recording why: the poll reports POLLHUP and `SO_ERROR` is 0.
-/// Such an attempt says nothing about the policy, so it is repeated (a
-/// few times) until the kernel reports a definite outcome.
+/// Such an attempt is repeated (a few times) until the kernel reports a
+/// definite outcome. When it never does, the last attempt says whether
+/// any TCP segment came back (`TCP_INFO`): none is [`TcpOutcome::Unanswered`],
+/// which a denied destination may be (its SYN got no answer from any
+/// host); one is a failure, since something answered.
 pub fn tcp_connect(target: SocketAddrV4, timeout: Duration) -> TcpOutcome {
     let mut outcome = tcp_connect_once(target, timeout);
     for pause in AMBIGUOUS_BACKOFF_MS {
@@ -56,23 +65,119 @@ pub fn tcp_connect(target: SocketAddrV4, timeout: Duration) -> TcpOutcome {
 }
 
 fn is_ambiguous(o: &TcpOutcome) -> bool {
-    matches!(o, TcpOutcome::Failed { error } if error.contains("no error set after POLLHUP"))
+    matches!(o, TcpOutcome::Unanswered { .. })
+        || matches!(o, TcpOutcome::Failed { error } if error.contains("no error set after POLLHUP"))
+}
+
+fn classify(e: rustix::io::Errno) -> TcpOutcome {
+    match e.raw_os_error() {
+        libc::ECONNREFUSED => TcpOutcome::Refused,
+        n @ (libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
+            TcpOutcome::NoRoute { errno: n }
+        }
+        libc::ETIMEDOUT => TcpOutcome::TimedOut,
+        _ => TcpOutcome::Failed {
+            error: std::io::Error::from(e).to_string(),
+        },
+    }
+}
+
+/// What the kernel says of a socket it closed without an error: the TCP
+/// segments it received (none, if nothing answered), its state, options,
+/// round-trip time and retransmissions, for the probe's report.
+fn tcp_state(fd: &std::os::fd::OwnedFd) -> (Option<u32>, String) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is plain data; an all-zero value is valid.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, which outlives the
+    // call; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return (
+            None,
+            format!("TCP_INFO: {}", std::io::Error::last_os_error()),
+        );
+    }
+    (
+        Some(info.tcpi_segs_in),
+        format!(
+            "tcp state {}, segments in {} out {}, options {:#x}, rtt {} us, total retransmits {}",
+            info.tcpi_state,
+            info.tcpi_segs_in,
+            info.tcpi_segs_out,
+            info.tcpi_options,
+            info.tcpi_rtt,
+            info.tcpi_total_retrans
+        ),
+    )
 }
 
 fn tcp_connect_once(target: SocketAddrV4, timeout: Duration) -> TcpOutcome {
-    match TcpStream::connect_timeout(&SocketAddr::V4(target), timeout) {
-        Ok(_) => TcpOutcome::Connected,
-        Err(e) => match e.raw_os_error() {
-            Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
-            Some(n @ (libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM)) => {
-                TcpOutcome::NoRoute { errno: n }
+    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let fd = match rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            return TcpOutcome::Failed {
+                error: format!("socket: {e}"),
             }
-            Some(libc::ETIMEDOUT) => TcpOutcome::TimedOut,
-            _ if e.kind() == std::io::ErrorKind::TimedOut => TcpOutcome::TimedOut,
-            _ => TcpOutcome::Failed {
-                error: e.to_string(),
+        }
+    };
+    match rustix::net::connect(&fd, &SocketAddr::V4(target)) {
+        Ok(()) => return TcpOutcome::Connected,
+        Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(e) => return classify(e),
+    }
+    let deadline = Instant::now() + timeout;
+    let revents = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return TcpOutcome::TimedOut;
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(0) => continue,
+            Ok(_) => break fds[0].revents(),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                return TcpOutcome::Failed {
+                    error: format!("poll: {e}"),
+                }
+            }
+        }
+    };
+    match rustix::net::sockopt::socket_error(&fd) {
+        Ok(Err(e)) => classify(e),
+        Err(e) => TcpOutcome::Failed {
+            error: format!("SO_ERROR: {e}"),
+        },
+        Ok(Ok(())) if revents.intersects(PollFlags::HUP | PollFlags::ERR) => match tcp_state(&fd) {
+            (Some(0), detail) => TcpOutcome::Unanswered {
+                detail: format!("closed with no error recorded (revents {revents:?}; {detail})"),
+            },
+            (_, detail) => TcpOutcome::Failed {
+                error: format!("no error set after POLLHUP (revents {revents:?}; {detail})"),
             },
         },
+        Ok(Ok(())) => TcpOutcome::Connected,
     }
 }
 
@@ -163,7 +268,10 @@ pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Prob
     checks.push(Check {
         check: "denied destination refused".into(),
         target: policy.probe.denied.to_string(),
-        passed: matches!(d, TcpOutcome::NoRoute { .. }),
+        passed: matches!(
+            d,
+            TcpOutcome::NoRoute { .. } | TcpOutcome::Unanswered { .. }
+        ),
         observed: format!("{d:?}"),
         required: true,
     });
