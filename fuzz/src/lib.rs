@@ -91,6 +91,10 @@ pub const TARGETS: &[Target] = &[
         name: "certificate-claims",
         run: targets::certificate_claims,
     },
+    Target {
+        name: "dns-filter",
+        run: targets::dns_filter,
+    },
 ];
 
 pub mod seeds;

@@ -212,6 +212,33 @@ trailing_args = true
             add("certificate-claims", "client", cert);
         }
     }
+    {
+        use hickory_proto::op::{Message, MessageType, Query};
+        use hickory_proto::rr::{rdata, Name, RData, Record, RecordType};
+        let name = Name::from_ascii("github.com.").unwrap_or_default();
+        let mut q = Message::new();
+        q.set_id(7)
+            .set_message_type(MessageType::Query)
+            .set_recursion_desired(true)
+            .add_query(Query::query(name.clone(), RecordType::A));
+        add("dns-filter", "query", q.to_vec().unwrap_or_default());
+        let mut a = Message::new();
+        a.set_id(7)
+            .set_message_type(MessageType::Response)
+            .add_query(Query::query(name.clone(), RecordType::A));
+        let lb = Name::from_ascii("lb.githubusercontent.com.").unwrap_or_default();
+        a.add_answer(Record::from_rdata(
+            name,
+            60,
+            RData::CNAME(rdata::CNAME(lb.clone())),
+        ));
+        a.add_answer(Record::from_rdata(
+            lb,
+            60,
+            RData::A(rdata::A::new(192, 0, 2, 7)),
+        ));
+        add("dns-filter", "answer", a.to_vec().unwrap_or_default());
+    }
     add(
         "registration",
         "register",

@@ -175,3 +175,17 @@ pub fn registration(bytes: &[u8]) {
 pub fn certificate_claims(bytes: &[u8]) {
     let _ = lazaret_trust::certificate::claims_of(bytes);
 }
+
+/// The allow-list the DNS filter target judges against.
+pub fn fuzz_allow_hosts() -> lazaret_netpolicy::hosts::AllowHosts {
+    lazaret_netpolicy::hosts::AllowHosts::parse(&["github.com", "*.githubusercontent.com"])
+        .expect("fuzz allow-list")
+}
+
+/// A query from the sandbox and an upstream answer, as the filtering
+/// resolver of `allow_hosts` will judge them.
+pub fn dns_filter(bytes: &[u8]) {
+    let allow = fuzz_allow_hosts();
+    let _ = lazaret_netpolicy::hosts::judge_query(&allow, bytes);
+    let _ = lazaret_netpolicy::hosts::judge_answer(&allow, "github.com", bytes);
+}

@@ -22,6 +22,7 @@
 
 #[cfg(feature = "derive")]
 pub mod derive;
+pub mod hosts;
 pub mod policy;
 pub mod record;
 
