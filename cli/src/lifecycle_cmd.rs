@@ -39,7 +39,9 @@ pub fn ask(domain_root: &Path, c: Control) -> Option<ServerMsg> {
         env: Default::default(),
         control: Some(c),
     };
-    write_frame(&mut s, &hello).ok()?;
+    // Not a SIGPIPE if the coordinator refused us and left: this command
+    // runs with SIGPIPE's default action.
+    write_frame(&mut lazaret_trust::tls::NoSigPipe(&s), &hello).ok()?;
     read_frame(&mut s).ok()
 }
 

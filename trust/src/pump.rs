@@ -8,6 +8,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 
+use crate::tls::NoSigPipe;
+
 const CHUNK: usize = 16 * 1024;
 
 /// Starts the pump; the returned stream is the plain end.
@@ -38,20 +40,20 @@ fn run(mut conn: rustls::Connection, mut sock: UnixStream, mut plain: UnixStream
             tls_eof = drain(&mut conn, &mut buf, &mut to_plain) || state.peer_has_closed();
         }
         Err(_) => {
-            let _ = conn.write_tls(&mut sock);
+            let _ = conn.write_tls(&mut NoSigPipe(&sock));
             return;
         }
     }
     loop {
         while conn.wants_write() {
-            match conn.write_tls(&mut sock) {
+            match conn.write_tls(&mut NoSigPipe(&sock)) {
                 Ok(_) => {}
                 Err(e) if would_block(&e) => break,
                 Err(_) => return,
             }
         }
         while !to_plain.is_empty() {
-            match plain.write(&to_plain) {
+            match NoSigPipe(&plain).write(&to_plain) {
                 Ok(n) => {
                     to_plain.drain(..n);
                 }
@@ -103,7 +105,7 @@ fn run(mut conn: rustls::Connection, mut sock: UnixStream, mut plain: UnixStream
                     }
                     Err(_) => {
                         // rustls queued an alert for the peer; send it.
-                        let _ = conn.write_tls(&mut sock);
+                        let _ = conn.write_tls(&mut NoSigPipe(&sock));
                         return;
                     }
                 },

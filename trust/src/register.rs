@@ -91,7 +91,7 @@ pub fn accept(
         None,
     )?;
     write_frame(
-        &mut sock,
+        &mut tls::NoSigPipe(&sock),
         &Registered::Issued {
             certificate: issued.clone(),
             client_id: client_id.clone(),
@@ -133,7 +133,7 @@ pub struct Issued {
 pub fn register(sock: &mut UnixStream) -> Result<Issued, TrustError> {
     let key = Key::generate();
     write_frame(
-        sock,
+        &mut tls::NoSigPipe(sock),
         &Register {
             version: PROTOCOL_VERSION,
             public_key: key.public(),

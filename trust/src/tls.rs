@@ -7,6 +7,7 @@ use lazaret_protocol::trust::{Claims, Expected};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 use crate::anchor::Key;
@@ -75,6 +76,27 @@ pub fn client_config(
     Ok(Arc::new(c))
 }
 
+/// A socket that is written with `MSG_NOSIGNAL`: a peer that went away
+/// is an `EPIPE` error, never a SIGPIPE, which would kill a `lazaret`
+/// command that restored the signal's default action (every command but
+/// `run` does, to end quietly in a pipe).
+pub struct NoSigPipe<'a>(pub &'a UnixStream);
+
+impl std::io::Write for NoSigPipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        rustix::net::send(self.0, buf, rustix::net::SendFlags::NOSIGNAL).map_err(Into::into)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for NoSigPipe<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
 /// Runs a handshake to its end on a blocking stream.
 pub fn handshake<C, S>(
     conn: &mut C,
@@ -85,7 +107,7 @@ where
     S: rustls::SideData,
 {
     while conn.is_handshaking() {
-        conn.complete_io(sock).map_err(|e| {
+        conn.complete_io(&mut NoSigPipe(sock)).map_err(|e| {
             match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
                 Some(rustls::Error::NoApplicationProtocol) => TrustError::Tls(format!(
                     "handshake: the peer did not offer ALPN {}",
@@ -102,8 +124,8 @@ where
     }
     // The last flight (the client's Finished) may still be buffered.
     while conn.wants_write() {
-        conn.write_tls(sock)
-            .map_err(|e| TrustError::Tls(format!("handshake: {e}")))?;
+        conn.write_tls(&mut NoSigPipe(sock))
+            .map_err(|e| TrustError::Io(format!("handshake: {e}")))?;
     }
     if conn.alpn_protocol() != Some(ALPN) {
         return Err(TrustError::Tls(format!(
