@@ -13,7 +13,7 @@ use crate::error::CliError;
 use crate::state_cmd::{self, Which};
 use lazaret_protocol::display;
 use lazaret_protocol::frame::{read_frame, write_frame};
-use lazaret_protocol::session::{Control, DomainStatus, Hello, ServerMsg, PROTOCOL_VERSION};
+use lazaret_protocol::session::{Control, DomainStatus, Hello, ServerMsg};
 use serde::Serialize;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -30,15 +30,7 @@ pub fn ask(domain_root: &Path, c: Control) -> Option<ServerMsg> {
     let mut s = crate::run::connect(domain_root).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        config_fingerprint: String::new(),
-        argv: None,
-        tty: None,
-        workdir: None,
-        env: Default::default(),
-        control: Some(c),
-    };
+    let hello = Hello::control(c);
     // Not a SIGPIPE if the coordinator refused us and left: this command
     // runs with SIGPIPE's default action.
     write_frame(&mut lazaret_trust::tls::NoSigPipe(&s), &hello).ok()?;

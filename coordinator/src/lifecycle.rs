@@ -513,16 +513,16 @@ fn prepare_control(
     }
     // The sandbox's root writes requests through the gofer, which runs as
     // the developer: the request directory stays private to the developer.
-    let write = |name: &str, bytes: &[u8], mode: u32| -> Result<(), String> {
-        let p = control.join(name);
+    let write_new = |p: &Path, bytes: &[u8], mode: u32| -> Result<(), String> {
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
-            .open(&p)
+            .open(p)
             .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
             .map_err(|e| format!("cannot write {}: {e}", p.display()))
     };
+    let write = |name: &str, bytes: &[u8], mode: u32| write_new(&control.join(name), bytes, mode);
     write("request-key", keys.sk.as_ref(), 0o600)?;
     write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
     // The public Trust Anchor: lazaret-escalate verifies results with it.
@@ -534,14 +534,7 @@ fn prepare_control(
         &published,
         0o644,
     )?;
-    let pin = crate::trust::pin_path(&layout.run());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&pin)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &published))
-        .map_err(|e| format!("cannot write {}: {e}", pin.display()))?;
+    write_new(&crate::trust::pin_path(&layout.run()), &published, 0o600)?;
     // The Agent Sandbox's certificate, for its request-signing key.
     let sandbox_cert = trust
         .issue(

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub struct ControlTrust {
-    pub anchor: Arc<TrustAnchor>,
+    anchor: Arc<TrustAnchor>,
     config: Arc<rustls::ServerConfig>,
     valid: AtomicBool,
     /// The published copy the `lazaret` CLI pins, in the run directory.

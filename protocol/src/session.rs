@@ -63,6 +63,21 @@ pub struct Hello {
     pub control: Option<Control>,
 }
 
+impl Hello {
+    /// The `Hello` of a control request: no session, no configuration.
+    pub fn control(c: Control) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            config_fingerprint: String::new(),
+            argv: None,
+            tty: None,
+            workdir: None,
+            env: SessionEnv::default(),
+            control: Some(c),
+        }
+    }
+}
+
 /// A control request ([`Hello::control`]).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Control {

@@ -14,7 +14,7 @@
 //! coordinator logs its reason).
 
 use lazaret_protocol::frame::{read_frame, write_frame};
-use lazaret_protocol::session::{Control, Hello, ServerMsg, PROTOCOL_VERSION};
+use lazaret_protocol::session::{Control, Hello, ServerMsg};
 use lazaret_protocol::trust::manifest::{Published, Verified};
 use lazaret_protocol::trust::Role;
 use lazaret_trust::register::{self, client_handshake};
@@ -23,21 +23,9 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-fn status_hello() -> Hello {
-    Hello {
-        version: PROTOCOL_VERSION,
-        config_fingerprint: String::new(),
-        argv: None,
-        tty: None,
-        workdir: None,
-        env: Default::default(),
-        control: Some(Control::Status),
-    }
-}
-
 /// Asks for the status over `s`; the answer, or why there was none.
 fn ask(s: &mut (impl Read + Write)) -> Result<String, String> {
-    write_frame(s, &status_hello()).map_err(|e| e.to_string())?;
+    write_frame(s, &Hello::control(Control::Status)).map_err(|e| e.to_string())?;
     match read_frame::<_, ServerMsg>(s) {
         Ok(ServerMsg::Status(st)) => Ok(format!("generation {}", st.generation)),
         Ok(other) => Ok(format!("{other:?}")),
