@@ -162,6 +162,10 @@ pub struct Escalations {
     reader: Mutex<Option<ReaderProc>>,
     /// Set when the Domain stops: the reader's end is expected then.
     stopping: AtomicBool,
+    /// Why the reader ended while the Domain ran: told to every session
+    /// that joins afterwards too. Written under the `sessions` lock, so a
+    /// joining session is either told by the loss or at its registration.
+    lost: Mutex<Option<String>>,
 }
 
 /// Unremovable mailbox entries the reader remembers (names are at most
@@ -330,6 +334,13 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Tells a session's terminal that nothing reads its Host Escalation
+/// requests any more.
+fn tell_lost(client: &Client, reason: &str) {
+    let line = format!("\r\nlazaret: {reason}\r\n").into_bytes();
+    let _ = write_frame(&mut *lock(&client.writer), &ServerMsg::Stderr(line));
+}
+
 /// Keeps a client's answer within what a result may hold.
 fn bounded(outcome: Outcome) -> Outcome {
     match outcome {
@@ -382,6 +393,7 @@ impl Escalations {
             log_lock: Mutex::new(()),
             reader: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            lost: Mutex::new(None),
         }
     }
 
@@ -497,13 +509,13 @@ impl Escalations {
         self.record(LogEvent::ReaderExited {
             reason: reason.clone(),
         });
-        let clients: Vec<Client> = lock(&self.sessions)
-            .values()
-            .map(|s| s.client.clone())
-            .collect();
-        let line = format!("\r\nlazaret: {reason}\r\n").into_bytes();
+        let clients: Vec<Client> = {
+            let sessions = lock(&self.sessions);
+            *lock(&self.lost) = Some(reason.clone());
+            sessions.values().map(|s| s.client.clone()).collect()
+        };
         for c in clients {
-            let _ = write_frame(&mut *lock(&c.writer), &ServerMsg::Stderr(line.clone()));
+            tell_lost(&c, &reason);
         }
     }
 
@@ -519,7 +531,17 @@ impl Escalations {
     /// the reader, before any process of the session exists.
     pub fn register(&self, session_id: &str, entry: SessionEntry) {
         let anchor = entry.anchor;
-        lock(&self.sessions).insert(session_id.to_string(), entry);
+        let client = entry.client.clone();
+        let lost = {
+            let mut sessions = lock(&self.sessions);
+            sessions.insert(session_id.to_string(), entry);
+            lock(&self.lost).clone()
+        };
+        if let Some(reason) = lost {
+            // Nobody to tell the session to: the reader is gone.
+            tell_lost(&client, &reason);
+            return;
+        }
         self.tell_reader(&ToReader::SessionAdded {
             session_id: session_id.to_string(),
             anchor,
@@ -1159,6 +1181,27 @@ mod tests {
             entry: entry.into(),
             body: body.clone(),
             envelope: envelope(sk, body),
+        }
+    }
+
+    #[test]
+    fn sessions_joining_after_the_reader_ended_are_told_too() {
+        let (_d, e, _sk) = mailbox(vec![]);
+        let (mut before, _) = register(&e, "before");
+        e.reader_lost("it exited");
+        let (mut after, _) = register(&e, "after");
+        for stream in [&mut before, &mut after] {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            match read_frame::<_, ServerMsg>(stream).unwrap() {
+                ServerMsg::Stderr(line) => assert!(
+                    String::from_utf8_lossy(&line).contains("Escalation Mailbox reader ended"),
+                    "{}",
+                    String::from_utf8_lossy(&line)
+                ),
+                other => panic!("{other:?}"),
+            }
         }
     }
 
