@@ -28,6 +28,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
         "lazaret-supervisor",
         "lazaret-exec-bridge",
         "lazaret-netpolicy",
+        "lazaret-dns-filter",
         "lazaret-mailbox",
     ] {
         if !dir.join(b).is_file() {
@@ -201,6 +202,7 @@ pub(crate) fn network_input(
         allow: net.allow.clone(),
         deny: net.deny.clone(),
         dns: net.dns.clone(),
+        allow_hosts: net.allow_hosts.clone(),
         default_deny: net.default == lazaret_config::NetworkDefault::Deny,
         probe: net.probe.clone(),
         slirp4netns,

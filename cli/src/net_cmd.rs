@@ -1,5 +1,7 @@
 //! `lazaret net show [--json]`: the Domain's network policy, its readiness
-//! fingerprint and the last readiness evidence (FR-18, FR-19, FR-20).
+//! fingerprint and the last readiness evidence (FR-18, FR-19, FR-20); with
+//! `allow_hosts`, the live name-to-address table. `lazaret net log
+//! [--json]`: what the filtering resolver refused, routed and expired.
 //!
 //! Reads `network.json`, which the coordinator writes in the Domain Root at
 //! every start (the Domain Store itself stays locked while the coordinator
@@ -11,16 +13,20 @@
 use crate::error::CliError;
 use crate::global::Global;
 use lazaret_config::EnvVars;
+use lazaret_netpolicy::dnslog::{self, DnsEvent};
 use lazaret_netpolicy::policy::{Origin, Policy, Verdict};
 use lazaret_netpolicy::record::{self, NetworkRecord};
 use lazaret_netpolicy::NetworkPlan;
 use lazaret_protocol::DomainIdV1;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand)]
 pub enum NetCmd {
     /// The Domain's derived policy, readiness fingerprint and last probe evidence
     Show(ShowArgs),
+    /// The filtering resolver's log (allow_hosts): refused lookups, routed and expired addresses
+    Log(ShowArgs),
 }
 
 #[derive(clap::Args)]
@@ -33,17 +39,133 @@ pub struct ShowArgs {
 pub fn run(cmd: NetCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
         NetCmd::Show(a) => show(&a, g),
+        NetCmd::Log(a) => log(&a, g),
     }
 }
 
-fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
+/// The Domain's ID and Domain Root, and the profile's `[network]`.
+fn domain(g: &Global) -> Result<(String, PathBuf, lazaret_config::Network, PathBuf), CliError> {
     let env = EnvVars::from_process();
     let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())?;
     let profile = loaded.config.profile(g.profile())?;
     let root = lazaret_config::storage_root(&loaded.config, &env)?;
     let ws = crate::run::canonical_workspace(g.workspace())?;
     let id = DomainIdV1::derive(g.profile(), ws.as_os_str().as_bytes()).to_string();
-    let path = root.join("domains").join(&id).join(record::FILE);
+    let dir = root.join("domains").join(&id);
+    Ok((id, dir, profile.network.clone(), ws))
+}
+
+/// The filtering resolver's events (none when it never ran).
+fn dns_events(domain_root: &Path) -> Result<Vec<DnsEvent>, CliError> {
+    use std::io::Read;
+    let path = domain_root.join(dnslog::FILE);
+    let mut bytes = Vec::new();
+    match std::fs::File::open(&path) {
+        Ok(f) => f
+            .take(dnslog::MAX_BYTES + dnslog::MAX_LINE as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| CliError::Session(format!("cannot read {}: {e}", path.display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CliError::Session(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    Ok(dnslog::parse(&String::from_utf8_lossy(&bytes)))
+}
+
+fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
+    let (_, dir, _, _) = domain(g)?;
+    let events = dns_events(&dir)?;
+    if a.json {
+        for e in &events {
+            println!(
+                "{}",
+                lazaret_protocol::display::ascii_json(&serde_json::to_string(e).expect("json"))
+            );
+        }
+        return Ok(0);
+    }
+    if events.is_empty() {
+        println!("no filtering resolver log: the profile lists no network.allow_hosts, or the Domain has not started with them");
+        return Ok(0);
+    }
+    for e in &events {
+        println!("{}", describe(e));
+    }
+    Ok(0)
+}
+
+/// One event for people; names are the sandbox's, so escaped.
+fn describe(e: &DnsEvent) -> String {
+    let esc = |s: &str| lazaret_protocol::display::escape(s);
+    let when = crate::human::time_ms(e.time_ms());
+    match e {
+        DnsEvent::Started { allow, .. } => {
+            format!("{when}  started: allow_hosts = {}", esc(&allow.join(", ")))
+        }
+        DnsEvent::Refused {
+            name,
+            qtype,
+            cname: None,
+            ..
+        } => format!(
+            "{when}  refused lookup {} ({}): no allow_hosts entry matches; add \"{}\" to allow it",
+            esc(name),
+            esc(qtype),
+            esc(name)
+        ),
+        DnsEvent::Refused {
+            name,
+            qtype,
+            cname: Some(c),
+            ..
+        } => format!(
+            "{when}  refused lookup {} ({}): its answer is an alias of {}, which no entry allows; add \"{}\" to allow it",
+            esc(name),
+            esc(qtype),
+            esc(c),
+            esc(c)
+        ),
+        DnsEvent::Routed {
+            name,
+            address,
+            ports,
+            expires_ms,
+            ..
+        } => format!(
+            "{when}  routed {address} for {} on {} until {}",
+            esc(name),
+            ports_text(ports),
+            crate::human::time_ms(*expires_ms)
+        ),
+        DnsEvent::AddressRefused {
+            name, address, why, ..
+        } => format!(
+            "{when}  refused address {address} of {}: {}",
+            esc(name),
+            esc(why)
+        ),
+        DnsEvent::Expired { address, .. } => format!("{when}  expired {address}: route removed"),
+        DnsEvent::Failed { message, .. } => format!("{when}  failed: {}", esc(message)),
+        DnsEvent::LogFull { .. } => format!("{when}  the log is full: nothing more is recorded"),
+    }
+}
+
+fn ports_text(ports: &[u16]) -> String {
+    if ports.is_empty() {
+        "every port".into()
+    } else {
+        let p: Vec<String> = ports.iter().map(|p| p.to_string()).collect();
+        format!("port {}", p.join(", "))
+    }
+}
+
+fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
+    let (id, dir, network, ws) = domain(g)?;
+    let path = dir.join(record::FILE);
 
     let rec = match record::read(&path) {
         Ok(r) => Some(r),
@@ -59,9 +181,9 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         Some(r) => r,
         None => {
             // Never started: what the profile derives now.
-            let opts = lazaret_netpolicy::options_for(&profile.network, "preview")
+            let opts = lazaret_netpolicy::options_for(&network, "preview")
                 .map_err(|e| CliError::Network(e.to_string()))?;
-            match lazaret_netpolicy::derive(&profile.network, &opts)
+            match lazaret_netpolicy::derive(&network, &opts)
                 .map_err(|e| CliError::Network(e.to_string()))?
             {
                 NetworkPlan::None => NetworkRecord::disabled(&id, 0),
@@ -72,15 +194,44 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
             }
         }
     };
+    // The live table, only for the generation that wrote the log.
+    let live = match rec.policy.as_ref().and_then(|p| p.hosts.as_ref()) {
+        Some(_) if rec.generation > 0 => dnslog::live_table(&dns_events(&dir)?),
+        _ => Vec::new(),
+    };
     if a.json {
+        let mut v = serde_json::to_value(&rec).expect("json");
+        if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
+            v["dns_table"] = serde_json::to_value(&live).expect("json");
+        }
         println!(
             "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&rec).expect("json")
-            )
+            lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
         );
     } else {
-        print!("{}", render(&rec, &ws.display().to_string(), g.profile()));
+        let mut out = render(&rec, &ws.display().to_string(), g.profile());
+        if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
+            out.push_str(&format!(
+                "names routed now (from {}): {}\n",
+                dnslog::FILE,
+                if live.is_empty() { "none" } else { "" }
+            ));
+            for e in &live {
+                let names: Vec<String> = e
+                    .names
+                    .iter()
+                    .map(|n| lazaret_protocol::display::escape(n))
+                    .collect();
+                out.push_str(&format!(
+                    "  {:<15} {}  {}  until {}\n",
+                    e.address.to_string(),
+                    names.join(", "),
+                    ports_text(&e.ports),
+                    crate::human::time_ms(e.expires_ms)
+                ));
+            }
+        }
+        print!("{out}");
     }
     Ok(0)
 }
@@ -127,6 +278,14 @@ fn render_policy(out: &mut String, p: &Policy) {
             "   (slirp's forwarder to the host's own resolver)"
         }
     ));
+    if let Some(h) = &p.hosts {
+        out.push_str(&format!(
+            "allow_hosts: {}\n  resolved by Lazaret's filtering resolver (other names get NXDOMAIN and are never sent upstream); each answer's addresses are routed for its TTL, kept {}..{} s\n",
+            h.allow.join(", "),
+            h.ttl_floor,
+            h.ttl_ceiling
+        ));
+    }
     out.push_str("IPv6: disabled in the enforcement and the sandbox namespace\n");
     if !p.ipv6_denied.is_empty() {
         out.push_str(&format!(

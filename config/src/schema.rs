@@ -156,6 +156,10 @@ pub struct Network {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub dns: Vec<String>,
+    /// Host names (`github.com`, `*.githubusercontent.com`, `host:22`) the
+    /// sandbox may resolve and reach, with `default = "deny"`; checked by
+    /// the network layer.
+    pub allow_hosts: Vec<String>,
     /// Policy for destinations matched by neither list.
     pub default: NetworkDefault,
     /// `"none"` disables networking (`--network=none`); unset or

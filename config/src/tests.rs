@@ -199,6 +199,7 @@ fn full_example_parses() {
             allow: vec!["10.0.0.0/8".into()],
             deny: vec!["169.254.169.254/32".into()],
             dns: vec!["1.1.1.1".into()],
+            allow_hosts: vec![],
             default: NetworkDefault::Deny,
             mode: Some(NetworkMode::Enabled),
             probe: Some("198.51.100.7:443".into()),

@@ -10,7 +10,7 @@
 use lazaret_netpolicy::record::{self, Evidence, NetworkRecord};
 use lazaret_netpolicy::{NetworkPlan, Policy};
 use lazaret_protocol::plan::{
-    CoordinatorInput, MountKind, MountPurpose, PlannedMount, SandboxNetwork,
+    CoordinatorInput, DnsFilterPlan, MountKind, MountPurpose, PlannedMount, SandboxNetwork,
 };
 use lazaret_state::store::{NetworkEvidence, NetworkIntent, Store};
 use lazaret_state::DomainLayout as Layout;
@@ -29,6 +29,7 @@ pub fn config(input: &CoordinatorInput) -> lazaret_config::Network {
         allow: n.allow.clone(),
         deny: n.deny.clone(),
         dns: n.dns.clone(),
+        allow_hosts: n.allow_hosts.clone(),
         default: if n.default_deny {
             lazaret_config::NetworkDefault::Deny
         } else {
@@ -140,6 +141,21 @@ pub fn prepare(
         .slirp4netns
         .clone()
         .ok_or("slirp4netns is not installed (apt-get install slirp4netns)")?;
+    let dns_filter = match &policy.hosts {
+        None => None,
+        Some(_) => {
+            let sidecar = dir.join("sidecar-resolv.conf");
+            write_file(&sidecar, policy.sidecar_resolv_conf().as_bytes())?;
+            // One generation's log, and the one before it.
+            let log = layout.root.join(lazaret_netpolicy::dnslog::FILE);
+            let _ = std::fs::rename(&log, log.with_extension("log.1"));
+            Some(DnsFilterPlan {
+                binary: input.libexec.join("lazaret-dns-filter"),
+                sidecar_resolv_conf: sidecar,
+                log,
+            })
+        }
+    };
     let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
     let net = SandboxNetwork {
         digest: lazaret_netpolicy::policy::digest_bytes(&bytes),
@@ -151,6 +167,7 @@ pub fn prepare(
         hide_proc_sys_net: input.network.hide_proc_sys_net,
         domain_id: input.domain_id.clone(),
         attachment: policy.binding.clone(),
+        dns_filter,
     };
     let mount = PlannedMount {
         destination: RESOLV_CONF.into(),

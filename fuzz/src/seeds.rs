@@ -110,6 +110,7 @@ fn coordinator_input() -> CoordinatorInput {
             allow: vec!["10.1.2.0/24".into()],
             deny: vec![],
             dns: vec![],
+            allow_hosts: vec!["github.com".into()],
             default_deny: false,
             probe: None,
             slirp4netns: Some("/usr/bin/slirp4netns".into()),

@@ -5,9 +5,11 @@ use netlink_packet_route::AddressFamily;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::netlink::{route_matches, NetlinkError, ObservedRoute, Rtnl};
+use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
-use lazaret_netpolicy::policy::{Policy, PolicyError};
+use lazaret_netpolicy::policy::{
+    Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY,
+};
 
 /// Domain separation of the fingerprint.
 pub const FINGERPRINT_CONTEXT: &[u8] = b"lazaret-netpolicy readiness fingerprint v1\0";
@@ -63,8 +65,12 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
 
 /// Reads the state back, verifies it against `policy`, fingerprints it.
 pub fn attest(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, AttestError> {
-    let observed = observe(ns)?;
-    let problems = verify(policy, &observed);
+    let mut observed = observe(ns)?;
+    // The filtering resolver's entries come and go with lookups: checked
+    // for their shape, then left out of the fingerprint.
+    let dynamic = take_dynamic(policy, &mut observed);
+    let mut problems = check_dynamic(policy, &dynamic);
+    problems.extend(verify(policy, &observed));
     if !problems.is_empty() {
         return Err(AttestError::Mismatch(problems));
     }
@@ -108,6 +114,102 @@ pub fn observe(ns: &mut Namespaces) -> Result<Observed, AttestError> {
         enforcement,
         sandbox,
     })
+}
+
+/// What the filtering resolver (`allow_hosts`) added: host routes in the
+/// main table, the port table and its rules.
+#[derive(Debug, Default)]
+pub struct Dynamic {
+    pub routes: Vec<ObservedRoute>,
+    pub rules: Vec<ObservedRule>,
+}
+
+/// Moves the filtering resolver's routes and rules out of `o` (only when
+/// the policy has `allow_hosts`; otherwise they stay and fail `verify`).
+pub fn take_dynamic(policy: &Policy, o: &mut Observed) -> Dynamic {
+    let mut d = Dynamic::default();
+    if policy.hosts.is_none() {
+        return d;
+    }
+    let e = &mut o.enforcement;
+    let (dynamic, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.routes_v4)
+        .into_iter()
+        .partition(|r| r.protocol == DNS_ROUTE_PROTOCOL || r.table == DNS_PORT_TABLE);
+    e.routes_v4 = kept;
+    d.routes = dynamic;
+    let (dynamic, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.rules_v4)
+        .into_iter()
+        .partition(|r| r.priority == DNS_RULE_PRIORITY);
+    e.rules_v4 = kept;
+    d.rules = dynamic;
+    d
+}
+
+/// Every filtering-resolver entry must be one it may add: a host route
+/// via the link's gateway to an address only the default denies (never
+/// one inside a denied range or `deny` entry), the port table's default
+/// route, and rules `to ADDR/32 ipproto tcp|udp dport PORT lookup 76`.
+pub fn check_dynamic(policy: &Policy, d: &Dynamic) -> Vec<String> {
+    let mut p = Vec::new();
+    let link = &policy.link;
+    let via_gateway = |r: &ObservedRoute| {
+        r.kind == "unicast"
+            && r.gateway.as_deref() == Some(link.gateway.to_string().as_str())
+            && r.dev.as_deref() == Some(link.ifname.as_str())
+            && r.onlink
+            && r.unusual.is_empty()
+            && r.protocol == DNS_ROUTE_PROTOCOL
+    };
+    for r in &d.routes {
+        let ok = match r.table {
+            MAIN => {
+                via_gateway(r)
+                    && r.dst
+                        .strip_suffix("/32")
+                        .and_then(|a| a.parse::<std::net::Ipv4Addr>().ok())
+                        .is_some_and(|a| may_route(policy, a))
+            }
+            DNS_PORT_TABLE => via_gateway(r) && r.dst == "0.0.0.0/0",
+            _ => false,
+        };
+        if !ok {
+            p.push(format!(
+                "route not allowed for the filtering resolver: {r:?}"
+            ));
+        }
+    }
+    for r in &d.rules {
+        let mut dst = None;
+        let mut shape_ok = r.table == DNS_PORT_TABLE && r.action == "totable";
+        for sel in &r.selectors {
+            if let Some(a) = sel
+                .strip_prefix("Destination(")
+                .and_then(|x| x.strip_suffix(')'))
+            {
+                dst = a.parse::<std::net::Ipv4Addr>().ok();
+            } else if !(sel == "src_len=0 dst_len=32 tos=0"
+                || sel == "IpProtocol(Tcp)"
+                || sel == "IpProtocol(Udp)"
+                || sel.starts_with("DestinationPortRange("))
+            {
+                shape_ok = false;
+            }
+        }
+        if !shape_ok || !dst.is_some_and(|a| may_route(policy, a)) {
+            p.push(format!(
+                "rule not allowed for the filtering resolver: {r:?}"
+            ));
+        }
+    }
+    p
+}
+
+/// May the filtering resolver route `addr`? Only where no rule of the
+/// policy decides (the default, deny, applies): an answer naming a
+/// private, link-local or `deny`-listed address is never routed.
+pub fn may_route(policy: &Policy, addr: std::net::Ipv4Addr) -> bool {
+    let d = policy.verdict_for(addr);
+    d.verdict == lazaret_netpolicy::policy::Verdict::Deny && d.origin.is_none()
 }
 
 const MAIN: u32 = 254;

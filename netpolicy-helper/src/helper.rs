@@ -197,7 +197,7 @@ fn open_handles(netns_fd: OwnedFd) -> Result<Namespaces, Failure> {
 }
 
 /// Step 4.
-fn read_policy(fd: &OwnedFd, digest: &str) -> Result<Policy, Failure> {
+pub fn read_policy(fd: &OwnedFd, digest: &str) -> Result<Policy, Failure> {
     let f = |m: String| fail(exit::BAD_INPUT, "policy")(m);
     let bytes = lazaret_helpers::memfd::read_sealed("network-policy", fd, MAX_POLICY_BYTES)
         .map_err(|e| f(e.to_string()))?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::netlink::Rtnl;
 use crate::sysctl::Ipv6Conf;
-use lazaret_netpolicy::policy::Policy;
+use lazaret_netpolicy::policy::{HostsPlan, Policy};
 
 /// How a TCP connection attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +258,47 @@ pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsA
 
 pub use lazaret_protocol::netreport::{Check, ProbeReport};
 
+/// `allow_hosts`: the sandbox's resolver is the filter (through slirp
+/// B). A name no entry allows must get NXDOMAIN, which the filter gives
+/// itself: required. An allowed name's answer comes from the host's
+/// resolver, which may be offline: evidence only.
+fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut Vec<Check>) {
+    let Some(r) = policy.resolvers.first() else {
+        return;
+    };
+    let name = &policy.probe.dns_name;
+    let (passed, observed) = match dns_ask(*r, name, t) {
+        Ok(a) => (
+            a.rcode == "NXDomain" && a.answers.is_empty(),
+            format!("rcode {} answers {:?}", a.rcode, a.answers),
+        ),
+        Err(e) => (false, e),
+    };
+    checks.push(Check {
+        check: "filtering resolver refuses a name not allowed".into(),
+        target: format!("{r}:53 {name}"),
+        passed,
+        observed,
+        required: true,
+    });
+    if let Some(allowed) = &hosts.probe_allowed {
+        let (passed, observed) = match dns_ask(*r, allowed, t) {
+            Ok(a) => (
+                a.rcode == "NoError",
+                format!("rcode {} answers {:?}", a.rcode, a.answers),
+            ),
+            Err(e) => (false, e),
+        };
+        checks.push(Check {
+            check: "filtering resolver answers an allowed name".into(),
+            target: format!("{r}:53 {allowed}"),
+            passed,
+            observed,
+            required: false,
+        });
+    }
+}
+
 /// Runs every check of `policy.probe` from the current namespace, which
 /// must be the sandbox's (`sandbox` and `sandbox_ipv6` are its handles).
 pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> ProbeReport {
@@ -285,7 +326,10 @@ pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Prob
             required: true,
         });
     }
-    for r in &policy.resolvers {
+    if let Some(hosts) = &policy.hosts {
+        filter_checks(policy, hosts, t, &mut checks);
+    }
+    for r in policy.resolvers.iter().filter(|_| policy.hosts.is_none()) {
         let (passed, observed) = match dns_ask(*r, &policy.probe.dns_name, t) {
             Ok(a) => (true, format!("rcode {} answers {:?}", a.rcode, a.answers)),
             Err(e) => (false, e),

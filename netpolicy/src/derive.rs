@@ -8,6 +8,7 @@ use ipnet::Ipv4Net;
 use lazaret_config::{Network, NetworkDefault, NetworkMode};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
+use crate::hosts::{HostName, HostPattern, TTL_CEILING, TTL_FLOOR};
 #[allow(unused_imports)]
 use crate::policy::*;
 
@@ -67,6 +68,51 @@ pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, Policy
         probe_permitted,
         ..DeriveOptions::default()
     })
+}
+
+/// `allow_hosts`: the filtering resolver's plan. It forwards to slirp
+/// A's forwarder (the host's resolver) only: a resolver the profile names
+/// would be reachable from the sandbox too.
+fn derive_hosts(net: &Network, link: &Link) -> Result<Option<HostsPlan>, PolicyError> {
+    if net.allow_hosts.is_empty() {
+        return Ok(None);
+    }
+    if net.allow_hosts.len() > MAX_HOSTS {
+        return Err(PolicyError::TooManyHosts {
+            count: net.allow_hosts.len(),
+        });
+    }
+    if net.default != NetworkDefault::Deny {
+        return Err(PolicyError::HostsNeedDeny);
+    }
+    if let Some(entry) = net.dns.first() {
+        return Err(PolicyError::HostsWithDns {
+            index: 0,
+            entry: entry.clone(),
+        });
+    }
+    let mut allow = Vec::new();
+    let mut probe_allowed = None;
+    for (index, e) in net.allow_hosts.iter().enumerate() {
+        let entry = e.trim().to_string();
+        let p = HostPattern::parse(&entry).map_err(|h| PolicyError::InvalidHost {
+            index,
+            entry: e.clone(),
+            why: h.why,
+        })?;
+        if let (None, HostName::Exact(n)) = (&probe_allowed, &p.name) {
+            probe_allowed = Some(n.clone());
+        }
+        allow.push(entry);
+    }
+    Ok(Some(HostsPlan {
+        allow,
+        listen: link.guest,
+        upstream: vec![link.dns],
+        ttl_floor: TTL_FLOOR,
+        ttl_ceiling: TTL_CEILING,
+        probe_allowed,
+    }))
 }
 
 /// Derives the policy. Pure: the same profile and options always give the
@@ -202,6 +248,8 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         resolvers.push((usize::MAX, link.dns));
     }
 
+    let hosts = derive_hosts(net, &link)?;
+
     // Assemble: built-ins, link, config. One rule per prefix.
     let mut rules: Vec<Rule> = Vec::new();
     let put = |rules: &mut Vec<Rule>, rule: Rule, replace: bool| {
@@ -323,6 +371,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
             dns_required,
         },
+        hosts,
     };
     policy.probe.denied = match opts.probe_denied {
         Some(t) => t,

@@ -1,6 +1,5 @@
-//! Names the sandbox may resolve, and what a filtering resolver decides
-//! about each query and answer (groundwork of `allow_hosts`, issue 19: not
-//! yet part of the configuration nor of the Network Sidecar).
+//! Names the sandbox may resolve (`allow_hosts`), and what the filtering
+//! resolver (`lazaret-dns-filter`) decides about each query and answer.
 //!
 //! An entry is an exact host name (`github.com`) or a leading wildcard
 //! (`*.githubusercontent.com`: any name below it, not the name itself),
@@ -10,7 +9,8 @@
 //! and its addresses are kept for their TTL, clamped to
 //! [`TTL_FLOOR`]..=[`TTL_CEILING`].
 
-use hickory_proto::op::{Message, MessageType, ResponseCode};
+pub use hickory_proto::op::ResponseCode;
+use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::{RData, RecordType};
 use std::net::IpAddr;
 
@@ -195,18 +195,37 @@ pub fn judge_query(allow: &AllowHosts, query: &[u8]) -> QueryVerdict {
     if allow.allows(&name) {
         return QueryVerdict::Forward { name };
     }
+    match reply(&msg, ResponseCode::NXDomain) {
+        Ok(response) => QueryVerdict::Refuse { name, response },
+        Err(why) => QueryVerdict::Drop { why },
+    }
+}
+
+/// The question's name and type, for the log.
+pub fn question(query: &[u8]) -> Option<(String, String)> {
+    let msg = Message::from_vec(query).ok()?;
+    let q = msg.queries().first()?;
+    Some((normalize(&q.name().to_ascii()), q.query_type().to_string()))
+}
+
+/// An answer of `code` (NXDOMAIN, SERVFAIL) with no records, to the
+/// query or response `bytes` (its ID and question kept).
+pub fn answer_with(bytes: &[u8], code: ResponseCode) -> Option<Vec<u8>> {
+    reply(&Message::from_vec(bytes).ok()?, code).ok()
+}
+
+fn reply(msg: &Message, code: ResponseCode) -> Result<Vec<u8>, String> {
     let mut r = Message::new();
     r.set_id(msg.id())
         .set_message_type(MessageType::Response)
         .set_op_code(msg.op_code())
         .set_recursion_desired(msg.recursion_desired())
         .set_recursion_available(true)
-        .set_response_code(ResponseCode::NXDomain)
-        .add_query(q.clone());
-    match r.to_vec() {
-        Ok(response) => QueryVerdict::Refuse { name, response },
-        Err(e) => QueryVerdict::Drop { why: e.to_string() },
+        .set_response_code(code);
+    for q in msg.queries() {
+        r.add_query(q.clone());
     }
+    r.to_vec().map_err(|e| e.to_string())
 }
 
 /// What the filter does with the upstream's answer to an allowed query.

@@ -6,6 +6,8 @@
 //!   `[network]` becomes a [`Policy`]; the only part that reads
 //!   `lazaret-config`;
 //! - [`record`]: `network.json`, what `lazaret net show` prints.
+//! - [`hosts`]: `allow_hosts` entries and the filtering resolver's
+//!   decisions; [`dnslog`]: its log (`lazaret net log`).
 //!
 //! Installing it as kernel routes, attesting and probing it is the
 //! confined helper's (`netpolicy-helper/`, binary `lazaret-netpolicy`),
@@ -22,6 +24,7 @@
 
 #[cfg(feature = "derive")]
 pub mod derive;
+pub mod dnslog;
 pub mod hosts;
 pub mod policy;
 pub mod record;

@@ -26,13 +26,15 @@ use sha2::{Digest, Sha256};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the canonical encoding; part of the digest.
-pub const POLICY_VERSION: u32 = 1;
+pub const POLICY_VERSION: u32 = 2;
 /// Upper bound of the canonical policy bytes (checked before parsing).
 pub const MAX_POLICY_BYTES: u64 = 256 * 1024;
 /// At most this many resolvers: the C library reads no more (`MAXNS`).
 pub const MAX_RESOLVERS: usize = 3;
 /// At most this many `allow` plus `deny` entries.
 pub const MAX_ENTRIES: usize = 1024;
+/// At most this many `allow_hosts` entries.
+pub const MAX_HOSTS: usize = 512;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
@@ -120,6 +122,18 @@ pub enum PolicyError {
     InvalidProbe { entry: String },
     #[error("the DNS probe name {name:?} is not a valid domain name")]
     ProbeName { name: String },
+    #[error("network.allow_hosts[{index}] {entry:?}: {why}")]
+    InvalidHost {
+        index: usize,
+        entry: String,
+        why: String,
+    },
+    #[error("network.allow_hosts lists {count} entries; at most {MAX_HOSTS} are supported")]
+    TooManyHosts { count: usize },
+    #[error("network.allow_hosts needs `default = \"deny\"`: with `default = \"allow\"` every address is reachable already, so a list of names would allow nothing more and restrict nothing")]
+    HostsNeedDeny,
+    #[error("network.dns[{index}] {entry:?} cannot be combined with network.allow_hosts: the sandbox could send any lookup to a resolver it can reach; with allow_hosts, names are resolved by Lazaret's filtering resolver through the host's own resolver (remove network.dns)")]
+    HostsWithDns { index: usize, entry: String },
     #[error("policy encoding: {0}")]
     Encode(String),
     #[error("policy bytes do not decode: {0}; the coordinator and this helper must come from the same Lazaret build")]
@@ -260,7 +274,50 @@ pub struct Policy {
     /// IPv6 `deny` entries, accepted as already satisfied (IPv6 is off).
     pub ipv6_denied: Vec<String>,
     pub probe: ProbePlan,
+    /// `allow_hosts`: the filtering resolver's plan, when names are listed.
+    pub hosts: Option<HostsPlan>,
 }
+
+/// The filtering resolver of the Network Sidecar (`lazaret-dns-filter`):
+/// it listens in the enforcement namespace on `listen:53`, which slirp4netns
+/// B's DNS forwarder (the sandbox's only resolver) sends every query to;
+/// answers names no entry allows with NXDOMAIN itself, forwards the others
+/// to `upstream`, and routes each answer's addresses in the enforcement
+/// namespace for the answer's TTL, clamped to `ttl_floor..=ttl_ceiling`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostsPlan {
+    /// The entries as written (trimmed), in the profile's order.
+    pub allow: Vec<String>,
+    /// The enforcement namespace's own address on the link.
+    pub listen: Ipv4Addr,
+    /// Where allowed queries go (slirp4netns A's forwarder, the host's
+    /// resolver).
+    pub upstream: Vec<Ipv4Addr>,
+    pub ttl_floor: u32,
+    pub ttl_ceiling: u32,
+    /// An exact allowed name the readiness probe asks for; its answer is
+    /// evidence (the host's resolver may be offline), while the probe's
+    /// disallowed name must be refused by the filter.
+    pub probe_allowed: Option<String>,
+}
+
+impl HostsPlan {
+    /// The parsed allow-list (the entries were checked when derived).
+    pub fn patterns(&self) -> Result<crate::hosts::AllowHosts, crate::hosts::HostError> {
+        crate::hosts::AllowHosts::parse(&self.allow)
+    }
+}
+
+/// Routes the filtering resolver installs carry this protocol number
+/// (`ip route ... proto 76`), so attestation can tell them from the
+/// policy's own and check their shape.
+pub const DNS_ROUTE_PROTOCOL: u8 = 76;
+/// The table of port-limited entries (`github.com:22`): one default route
+/// via the link's gateway, reached only through the rules below.
+pub const DNS_PORT_TABLE: u32 = 76;
+/// The priority of the filtering resolver's rules (`to ADDR/32 ipproto
+/// tcp|udp dport PORT lookup 76`), before the main table's.
+pub const DNS_RULE_PRIORITY: u32 = 1000;
 
 /// Result of derivation: no network at all, or a policy to install.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -489,6 +546,26 @@ impl Policy {
         if self.binding.len() > 4096 {
             return bad("binding longer than 4096 bytes".into());
         }
+        if let Some(h) = &self.hosts {
+            if self.default != Verdict::Deny {
+                return bad("allow_hosts without default deny".into());
+            }
+            if h.listen != self.link.guest || h.upstream != [self.link.dns] {
+                return bad(format!(
+                    "filtering resolver on {} with upstream {:?}",
+                    h.listen, h.upstream
+                ));
+            }
+            if h.allow.len() > MAX_HOSTS || h.patterns().is_err() {
+                return bad("allow_hosts entries do not parse".into());
+            }
+            if h.ttl_floor == 0 || h.ttl_floor > h.ttl_ceiling {
+                return bad(format!("TTL bounds {}..{}", h.ttl_floor, h.ttl_ceiling));
+            }
+            if self.resolvers != [self.link.dns] {
+                return bad("allow_hosts with resolvers other than the forwarder".into());
+            }
+        }
         self.check_probe()
     }
 
@@ -595,6 +672,18 @@ impl Policy {
         }
         s.push_str("options edns0\n");
         s
+    }
+
+    /// What slirp4netns B's DNS forwarder reads (in the holder's mount
+    /// namespace): the policy's resolvers, or the filtering resolver.
+    pub fn sidecar_resolv_conf(&self) -> String {
+        match &self.hosts {
+            None => self.resolv_conf(),
+            Some(h) => format!(
+                "# written by Lazaret: slirp4netns B forwards the sandbox's lookups to the filtering resolver (network.allow_hosts)\nnameserver {}\n",
+                h.listen
+            ),
+        }
     }
 }
 

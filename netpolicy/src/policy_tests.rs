@@ -9,6 +9,7 @@ fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> 
         allow: allow.iter().map(|s| s.to_string()).collect(),
         deny: deny.iter().map(|s| s.to_string()).collect(),
         dns: dns.iter().map(|s| s.to_string()).collect(),
+        allow_hosts: vec![],
         default,
         mode: None,
         probe: None,

@@ -123,6 +123,21 @@ pub struct SandboxNetwork {
     /// The network attachment (`crate::trust::network_attachment`) the
     /// helper's attestation must name.
     pub attachment: String,
+    /// `allow_hosts`: the filtering resolver to start before slirp4netns B.
+    pub dns_filter: Option<DnsFilterPlan>,
+}
+
+/// How the holder starts `lazaret-dns-filter`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DnsFilterPlan {
+    /// `lazaret-dns-filter`.
+    pub binary: PathBuf,
+    /// Bound over `/etc/resolv.conf` in the holder's mount namespace
+    /// instead of `resolv_conf`: slirp4netns B forwards to the filter.
+    pub sidecar_resolv_conf: PathBuf,
+    /// Its log (`dns-filter.log` in the Domain Root), opened by the holder
+    /// for appending.
+    pub log: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -266,6 +281,8 @@ pub struct NetworkInput {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub dns: Vec<String>,
+    /// `allow_hosts`: names the filtering resolver answers.
+    pub allow_hosts: Vec<String>,
     /// `default = "deny"`.
     pub default_deny: bool,
     /// `probe = "IP:PORT"`.

@@ -17,6 +17,7 @@ pub const SUITE: &[&str] = &[
     "lazaret-exec-bridge",
     "lazaret-mount-router",
     "lazaret-netpolicy",
+    "lazaret-dns-filter",
     "lazaret-escalate",
 ];
 
@@ -31,6 +32,7 @@ pub fn get(binary: &str) -> Option<Confinement> {
         "lazaret-exec-bridge" => exec_bridge(),
         "lazaret-mount-router" => mount_router(),
         "lazaret-netpolicy" => netpolicy(),
+        "lazaret-dns-filter" => dns_filter(),
         "lazaret-escalate" => escalate(),
         _ => return None,
     })
@@ -110,6 +112,40 @@ pub fn netpolicy() -> Confinement {
         notes: vec![
             "CAP_NET_ADMIN over the enforcement namespace is the authority this helper exists to use",
             "UDP is not covered by landlock; seccomp limits which sockets it can create",
+        ],
+    }
+}
+
+// ---------------------------------------------------------------- dns filter
+
+pub fn dns_filter() -> Confinement {
+    Confinement {
+        binary: "lazaret-dns-filter",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor's holder when the profile lists allow_hosts; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 its log (append-only, in the host-private network evidence directory)",
+        status: Status::Confined,
+        namespaces: "the enforcement network namespace (the holder's), never the sandbox's",
+        closes_fds: Some("0, 1, 2, the policy memfd and the log"),
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
+        landlock: Some(Landlock {
+            abi: NETPOLICY_ABI,
+            fs: AccessFs::from_all(NETPOLICY_ABI),
+            net: AccessNet::from_all(NETPOLICY_ABI),
+            scoping: Scoping::Required,
+            rules: vec![],
+            require_full: true,
+            notes: vec![
+                "no file system access: the policy, the log, /proc/self/net/tcp, the netlink socket and both UDP sockets are opened before confining",
+                "TCP: no bind, no connect",
+            ],
+        }),
+        seccomp: true,
+        notes: vec![
+            "binds UDP port 53 on the enforcement namespace's own address (with CAP_NET_BIND_SERVICE, dropped right after)",
+            "CAP_NET_ADMIN over the enforcement namespace: host routes (proto 76) and port rules (priority 1000, table 76) for addresses only the default denies; attestation rejects any other",
+            "creates no socket after confining; sends upstream only queries for allowed names",
+            "single-threaded",
         ],
     }
 }

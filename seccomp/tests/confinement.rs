@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 /// The binaries that confine themselves.
 const CONFINED: &[&str] = &[
     "lazaret-netpolicy",
+    "lazaret-dns-filter",
     "lazaret-mount-router",
     "lazaret-coordinator",
     "lazaret-mailbox",

@@ -765,9 +765,13 @@ fn holder_start(
     }
     if let Some(n) = &net {
         lazaret_protocol::log_line!(
-            "lazaret-supervisor: network ready: keeper {}, slirp4netns B {}",
+            "lazaret-supervisor: network ready: keeper {}, slirp4netns B {}{}",
             n.keeper,
-            n.slirp_b.id()
+            n.slirp_b.id(),
+            n.dns_filter
+                .as_ref()
+                .map(|f| format!(", lazaret-dns-filter {}", f.id()))
+                .unwrap_or_default()
         );
     }
 

@@ -22,7 +22,7 @@
 use lazaret_helpers::pidfd::Tracked;
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
-use lazaret_protocol::plan::SandboxNetwork;
+use lazaret_protocol::plan::{DnsFilterPlan, SandboxNetwork};
 use nix::sys::signal::{SigSet, Signal};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -146,6 +146,8 @@ pub struct HolderNet {
     pub netns_path: String,
     pub keeper: i32,
     pub slirp_b: Child,
+    /// `lazaret-dns-filter`, with `allow_hosts`.
+    pub dns_filter: Option<Child>,
 }
 
 /// Fails closed: the message names the step.
@@ -182,9 +184,18 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
     let fingerprint = attestation.fingerprint;
 
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
-    // namespace's resolv.conf: make it the policy's.
+    // namespace's resolv.conf: make it the policy's, or the filtering
+    // resolver's (`allow_hosts`), which must listen before slirp B runs.
+    let sidecar_resolv = net
+        .dns_filter
+        .as_ref()
+        .map_or(&net.resolv_conf, |f| &f.sidecar_resolv_conf);
+    let dns_filter = match &net.dns_filter {
+        None => None,
+        Some(f) => Some(start_dns_filter(net, f).map_err(step("filtering resolver"))?),
+    };
     nix::mount::mount(
-        Some(&net.resolv_conf),
+        Some(sidecar_resolv),
         "/etc/resolv.conf",
         None::<&str>,
         nix::mount::MsFlags::MS_BIND,
@@ -193,7 +204,7 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
     .map_err(|e| {
         format!(
             "cannot bind {} over /etc/resolv.conf in the holder's mount namespace: {e}",
-            net.resolv_conf.display()
+            sidecar_resolv.display()
         )
     })
     .map_err(step("resolver"))?;
@@ -205,7 +216,45 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
         netns_path,
         keeper,
         slirp_b,
+        dns_filter,
     })
+}
+
+/// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
+/// on fd 4; returns once it printed `ready` (it listens and is confined).
+fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
+    use std::io::BufRead;
+    use std::os::unix::fs::OpenOptionsExt;
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&plan.log)
+        .map_err(|e| format!("cannot open {}: {e}", plan.log.display()))?;
+    let mut cmd = Command::new(&plan.binary);
+    cmd.args(["--digest", &net.digest])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (OwnedFd::from(log), 4)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", plan.binary.display()))?;
+    drop(cmd);
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    if line.trim_end() != "ready" {
+        let _ = child.kill();
+        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+        return Err(format!(
+            "lazaret-dns-filter did not become ready ({status}); see its message in helpers.log in the Domain Root (`lazaret logs --helpers`)"
+        ));
+    }
+    Ok(child)
 }
 
 /// Only for runsc releases with the `isRootNS` bug: hides

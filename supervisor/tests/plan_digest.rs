@@ -101,6 +101,7 @@ fn a_network_policy_whose_digest_differs_is_refused_before_anything_starts() {
         hide_proc_sys_net: false,
         domain_id: "test".into(),
         attachment: "test".into(),
+        dns_filter: None,
     });
     let bytes = postcard::to_stdvec(&p).unwrap();
     let (msg, code) = supervise(&bytes, &memfd::digest(&bytes));

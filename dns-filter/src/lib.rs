@@ -1,0 +1,14 @@
+//! `lazaret-dns-filter`, the Network Sidecar's filtering resolver for a
+//! profile's `allow_hosts` (see [`serve`] for the order of one lookup):
+//!
+//! - [`grants`]: which addresses are routed, on which ports, until when;
+//! - [`inuse`]: which of them still carry a connection when they expire;
+//! - [`serve`]: the loop and its log (`dns-filter.log`).
+//!
+//! It runs in the enforcement namespace, next to slirp4netns B, started by
+//! the supervisor's holder after the policy is installed and before slirp
+//! B; the sandbox reaches it only as slirp B's DNS forwarder.
+
+pub mod grants;
+pub mod inuse;
+pub mod serve;

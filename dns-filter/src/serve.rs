@@ -1,0 +1,399 @@
+//! The filter's loop: queries from slirp4netns B's forwarder (the
+//! sandbox's only resolver) on the listening socket, answers from the
+//! upstream (slirp4netns A's forwarder, the host's resolver) on the other.
+//!
+//! Order for an allowed name: forward, check the answer's CNAME chain,
+//! route its addresses (the kernel acknowledged them), then answer; so
+//! the sandbox never holds an address it cannot reach yet, nor one of a
+//! name it may not use.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::unix::fs::FileExt;
+
+use crate::grants::{Change, Grants};
+use crate::inuse;
+use lazaret_netpolicy::dnslog::{self, DnsEvent};
+use lazaret_netpolicy::hosts::{self, AllowHosts, AnswerVerdict, QueryVerdict, ResponseCode};
+use lazaret_netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
+use lazaret_netpolicy_helper::netlink::Rtnl;
+
+/// Queries waiting for the upstream, at most.
+const MAX_PENDING: usize = 256;
+/// An upstream answer later than this is dropped (the client retries).
+const PENDING_MS: u64 = 5_000;
+/// Datagrams taken per socket per wake-up, so neither starves the other.
+const BATCH: usize = 64;
+/// Largest `/proc/self/net/tcp` read.
+const MAX_TCP_TABLE: usize = 4 << 20;
+const MAIN_TABLE: u32 = 254;
+
+struct Pending {
+    client: SocketAddr,
+    id: [u8; 2],
+    name: String,
+    qtype: String,
+    query: Vec<u8>,
+    deadline_ms: u64,
+}
+
+/// The log: append-only, bounded by [`dnslog::MAX_BYTES`].
+pub struct Log {
+    file: File,
+    written: u64,
+    full: bool,
+}
+
+impl Log {
+    pub fn new(file: File) -> Log {
+        let written = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Log {
+            file,
+            written,
+            full: false,
+        }
+    }
+
+    pub fn write(&mut self, e: &DnsEvent) {
+        if self.full {
+            return;
+        }
+        let Ok(mut line) = serde_json::to_string(e) else {
+            return;
+        };
+        line.push('\n');
+        if self.written + line.len() as u64 > dnslog::MAX_BYTES {
+            self.full = true;
+            line = serde_json::to_string(&DnsEvent::LogFull { time_ms: now_ms() })
+                .unwrap_or_default()
+                + "\n";
+        }
+        if self.file.write_all(line.as_bytes()).is_ok() {
+            self.written += line.len() as u64;
+        }
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Everything the loop holds; opened before confinement.
+pub struct Filter {
+    pub policy: Policy,
+    pub hosts: HostsPlan,
+    pub allow: AllowHosts,
+    pub listen: UdpSocket,
+    pub upstream: UdpSocket,
+    pub upstream_addr: SocketAddrV4,
+    pub rtnl: Rtnl,
+    pub ifindex: u32,
+    pub tcp: File,
+    pub log: Log,
+    port_table_ready: bool,
+    grants: Grants,
+    pending: HashMap<[u8; 2], Pending>,
+}
+
+impl Filter {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        policy: Policy,
+        hosts: HostsPlan,
+        allow: AllowHosts,
+        listen: UdpSocket,
+        upstream: UdpSocket,
+        rtnl: Rtnl,
+        ifindex: u32,
+        tcp: File,
+        log: Log,
+    ) -> Filter {
+        let upstream_addr = SocketAddrV4::new(hosts.upstream[0], 53);
+        Filter {
+            policy,
+            hosts,
+            allow,
+            listen,
+            upstream,
+            upstream_addr,
+            rtnl,
+            ifindex,
+            tcp,
+            log,
+            port_table_ready: false,
+            grants: Grants::default(),
+            pending: HashMap::new(),
+        }
+    }
+
+    /// Serves until a socket fails.
+    pub fn serve(&mut self) -> std::io::Result<()> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        self.listen.set_nonblocking(true)?;
+        self.upstream.set_nonblocking(true)?;
+        let mut buf = vec![0u8; 65_535];
+        loop {
+            let now = now_ms();
+            let wait = self
+                .grants
+                .next_expiry()
+                .map_or(1_000, |t| t.saturating_sub(now).clamp(10, 1_000));
+            let (q, a) = {
+                let mut fds = [
+                    PollFd::new(&self.listen, PollFlags::IN),
+                    PollFd::new(&self.upstream, PollFlags::IN),
+                ];
+                let timeout = rustix::event::Timespec {
+                    tv_sec: (wait / 1000) as i64,
+                    tv_nsec: ((wait % 1000) * 1_000_000) as i64,
+                };
+                match poll(&mut fds, Some(&timeout)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            };
+            if q {
+                for _ in 0..BATCH {
+                    match self.listen.recv_from(&mut buf) {
+                        Ok((n, from)) => {
+                            let query = buf[..n].to_vec();
+                            self.on_query(&query, from);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if a {
+                for _ in 0..BATCH {
+                    match self.upstream.recv_from(&mut buf) {
+                        Ok((n, from)) => {
+                            let answer = buf[..n].to_vec();
+                            self.on_answer(answer, from);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        // An ICMP error of an earlier send (upstream down):
+                        // the client times out and retries.
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            let now = now_ms();
+            self.pending.retain(|_, p| p.deadline_ms > now);
+            self.expire(now);
+        }
+    }
+
+    fn answer(&self, bytes: &[u8], to: SocketAddr) {
+        let _ = self.listen.send_to(bytes, to);
+    }
+
+    fn on_query(&mut self, query: &[u8], client: SocketAddr) {
+        match hosts::judge_query(&self.allow, query) {
+            QueryVerdict::Drop { .. } => {}
+            QueryVerdict::Refuse { name, response } => {
+                self.answer(&response, client);
+                let qtype = hosts::question(query).map(|q| q.1).unwrap_or_default();
+                self.log.write(&DnsEvent::Refused {
+                    time_ms: now_ms(),
+                    name,
+                    qtype,
+                    cname: None,
+                });
+            }
+            QueryVerdict::Forward { name } => {
+                if self.pending.len() >= MAX_PENDING {
+                    if let Some(r) = hosts::answer_with(query, ResponseCode::ServFail) {
+                        self.answer(&r, client);
+                    }
+                    return;
+                }
+                let mut id = [0u8; 2];
+                loop {
+                    if getrandom::getrandom(&mut id).is_err() {
+                        return;
+                    }
+                    if !self.pending.contains_key(&id) {
+                        break;
+                    }
+                }
+                let mut out = query.to_vec();
+                let orig = [out[0], out[1]];
+                out[..2].copy_from_slice(&id);
+                let qtype = hosts::question(query).map(|q| q.1).unwrap_or_default();
+                if self.upstream.send_to(&out, self.upstream_addr).is_ok() {
+                    self.pending.insert(
+                        id,
+                        Pending {
+                            client,
+                            id: orig,
+                            name,
+                            qtype,
+                            query: query.to_vec(),
+                            deadline_ms: now_ms() + PENDING_MS,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn on_answer(&mut self, mut answer: Vec<u8>, from: SocketAddr) {
+        if from != SocketAddr::V4(self.upstream_addr) || answer.len() < 12 {
+            return;
+        }
+        let Some(p) = self.pending.remove(&[answer[0], answer[1]]) else {
+            return;
+        };
+        // The answer must be to the question asked.
+        if hosts::question(&answer).map(|q| q.0) != Some(p.name.clone()) {
+            return;
+        }
+        let now = now_ms();
+        let fail = |f: &mut Filter, message: String| {
+            f.log.write(&DnsEvent::Failed {
+                time_ms: now,
+                message,
+            });
+            if let Some(r) = hosts::answer_with(&p.query, ResponseCode::ServFail) {
+                f.answer(&r, p.client);
+            }
+        };
+        let addresses = match hosts::judge_answer(&self.allow, &p.name, &answer) {
+            Err(e) => {
+                return fail(
+                    self,
+                    format!("the answer for {:?} does not decode: {e}", p.name),
+                )
+            }
+            Ok(AnswerVerdict::Refuse { name }) => {
+                if let Some(r) = hosts::answer_with(&p.query, ResponseCode::NXDomain) {
+                    self.answer(&r, p.client);
+                }
+                self.log.write(&DnsEvent::Refused {
+                    time_ms: now,
+                    name: p.name.clone(),
+                    qtype: p.qtype.clone(),
+                    cname: Some(name),
+                });
+                return;
+            }
+            Ok(AnswerVerdict::Accept { addresses }) => addresses,
+        };
+        let ports = self.allow.ports(&p.name);
+        for (ip, ttl) in addresses {
+            // IPv6 is off in both namespaces: AAAA answers route nothing.
+            let IpAddr::V4(a) = ip else { continue };
+            let d = self.policy.verdict_for(a);
+            match (d.verdict, &d.origin) {
+                (Verdict::Allow, _) => continue,
+                (Verdict::Deny, Some(origin)) => {
+                    self.log.write(&DnsEvent::AddressRefused {
+                        time_ms: now,
+                        name: p.name.clone(),
+                        address: a,
+                        why: format!("{} is denied by {} ({origin:?})", a, d.prefix),
+                    });
+                    continue;
+                }
+                (Verdict::Deny, None) => {}
+            }
+            let until = now + u64::from(ttl) * 1000;
+            let changes = match self.grants.grant(a, ports.as_deref(), until) {
+                Ok(c) => c,
+                Err(e) => return fail(self, e.to_string()),
+            };
+            for c in changes {
+                if let Err(e) = self.apply(c) {
+                    return fail(self, format!("cannot route {a} for {:?}: {e}", p.name));
+                }
+            }
+            self.log.write(&DnsEvent::Routed {
+                time_ms: now,
+                name: p.name.clone(),
+                address: a,
+                ports: ports.clone().unwrap_or_default(),
+                expires_ms: until,
+            });
+        }
+        answer[..2].copy_from_slice(&p.id);
+        self.answer(&answer, p.client);
+    }
+
+    fn apply(&mut self, c: Change) -> Result<(), lazaret_netpolicy_helper::netlink::NetlinkError> {
+        let gw = self.policy.link.gateway;
+        let ifindex = self.ifindex;
+        match c {
+            Change::AddRoute(a) => self.rtnl.dns_route(MAIN_TABLE, Some(a), gw, ifindex, true),
+            Change::DelRoute(a) => self.rtnl.dns_route(MAIN_TABLE, Some(a), gw, ifindex, false),
+            Change::AddRules(a, port) => {
+                if !self.port_table_ready {
+                    self.rtnl
+                        .dns_route(DNS_PORT_TABLE, None, gw, ifindex, true)?;
+                    self.port_table_ready = true;
+                }
+                self.rtnl.dns_port_rule(a, true, port, true)?;
+                self.rtnl.dns_port_rule(a, false, port, true)
+            }
+            Change::DelRules(a, port) => {
+                self.rtnl.dns_port_rule(a, true, port, false)?;
+                self.rtnl.dns_port_rule(a, false, port, false)
+            }
+        }
+    }
+
+    fn tcp_peers(&self) -> std::collections::BTreeSet<(Ipv4Addr, u16)> {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut text = Vec::new();
+        loop {
+            match self.tcp.read_at(&mut buf, text.len() as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+            if text.len() > MAX_TCP_TABLE {
+                break;
+            }
+        }
+        inuse::remote_peers(&String::from_utf8_lossy(&text))
+    }
+
+    fn expire(&mut self, now: u64) {
+        if self.grants.next_expiry().is_none_or(|t| t > now) {
+            return;
+        }
+        let peers = self.tcp_peers();
+        let extend = u64::from(self.hosts.ttl_floor) * 1000;
+        let changes = self.grants.expire(now, extend, |a, port| {
+            peers
+                .iter()
+                .any(|(pa, pp)| *pa == a && port.is_none_or(|p| p == *pp))
+        });
+        let mut touched = std::collections::BTreeSet::new();
+        for c in changes {
+            if let Err(e) = self.apply(c) {
+                self.log.write(&DnsEvent::Failed {
+                    time_ms: now,
+                    message: format!("cannot remove an expired entry ({c:?}): {e}"),
+                });
+            }
+            if let Change::DelRoute(a) | Change::DelRules(a, _) = c {
+                touched.insert(a);
+            }
+        }
+        for address in touched {
+            if self.grants.is_gone(address) {
+                self.log.write(&DnsEvent::Expired {
+                    time_ms: now,
+                    address,
+                });
+            }
+        }
+    }
+}
