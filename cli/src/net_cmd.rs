@@ -220,7 +220,7 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
                 let names: Vec<String> = e
                     .names
                     .iter()
-                    .map(|n| lazaret_protocol::display::escape(n))
+                    .map(lazaret_protocol::display::escape)
                     .collect();
                 out.push_str(&format!(
                     "  {:<15} {}  {}  until {}\n",

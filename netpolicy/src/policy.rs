@@ -320,6 +320,8 @@ pub const DNS_PORT_TABLE: u32 = 76;
 pub const DNS_RULE_PRIORITY: u32 = 1000;
 
 /// Result of derivation: no network at all, or a policy to install.
+// One value per start: boxing the policy would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkPlan {
     /// `mode = "none"`: run the sandbox with `--network=none`.
