@@ -303,3 +303,107 @@ pub fn fingerprint(policy_digest: &str, observed: &Observed) -> Result<String, P
     h.update(&bytes);
     Ok(hex::encode(h.finalize()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_netpolicy::policy::NetworkPlan;
+
+    fn policy() -> Policy {
+        let net = lazaret_config::Network {
+            default: lazaret_config::NetworkDefault::Deny,
+            allow: vec!["198.51.100.0/28".into()],
+            deny: vec!["203.0.113.0/24".into()],
+            allow_hosts: vec!["github.com".into()],
+            ..Default::default()
+        };
+        match lazaret_netpolicy::derive(&net, &Default::default()).unwrap() {
+            NetworkPlan::Policy(p) => p,
+            NetworkPlan::None => unreachable!(),
+        }
+    }
+
+    fn route(table: u32, dst: &str) -> ObservedRoute {
+        ObservedRoute {
+            table,
+            dst: dst.into(),
+            kind: "unicast".into(),
+            gateway: Some("10.0.2.2".into()),
+            dev: Some("tap0".into()),
+            scope: 0,
+            protocol: DNS_ROUTE_PROTOCOL,
+            onlink: true,
+            priority: None,
+            prefsrc: None,
+            unusual: vec![],
+        }
+    }
+
+    fn rule(dst: &str, extra: &str) -> ObservedRule {
+        ObservedRule {
+            priority: DNS_RULE_PRIORITY,
+            table: DNS_PORT_TABLE,
+            action: "totable".into(),
+            selectors: vec![
+                "src_len=0 dst_len=32 tos=0".into(),
+                format!("Destination({dst})"),
+                "IpProtocol(Tcp)".into(),
+                extra.into(),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_filter_may_route_only_what_the_default_alone_denies() {
+        let p = policy();
+        assert!(may_route(&p, "192.0.2.7".parse().unwrap()));
+        // Inside a built-in denied range, a `deny` entry, or already allowed.
+        for a in [
+            "10.1.2.3",
+            "169.254.169.254",
+            "203.0.113.9",
+            "198.51.100.1",
+            "10.0.2.3",
+        ] {
+            assert!(!may_route(&p, a.parse().unwrap()), "{a}");
+        }
+        let ok = Dynamic {
+            routes: vec![
+                route(MAIN, "192.0.2.7/32"),
+                route(DNS_PORT_TABLE, "0.0.0.0/0"),
+            ],
+            rules: vec![rule(
+                "192.0.2.8",
+                "DestinationPortRange(RulePortRange { start: 22, end: 22 })",
+            )],
+        };
+        assert_eq!(check_dynamic(&p, &ok), Vec::<String>::new());
+        let mut wide = route(MAIN, "192.0.2.0/24");
+        wide.dst = "192.0.2.0/24".into();
+        let mut elsewhere = route(MAIN, "192.0.2.9/32");
+        elsewhere.gateway = Some("10.0.2.3".into());
+        let bad = Dynamic {
+            routes: vec![
+                wide,
+                route(MAIN, "169.254.169.254/32"),
+                route(MAIN, "203.0.113.9/32"),
+                elsewhere,
+                route(DNS_PORT_TABLE, "192.0.2.0/24"),
+                route(77, "0.0.0.0/0"),
+            ],
+            rules: vec![
+                rule(
+                    "10.1.2.3",
+                    "DestinationPortRange(RulePortRange { start: 22, end: 22 })",
+                ),
+                rule("192.0.2.8", "Iifname(\"tap0\")"),
+            ],
+        };
+        assert_eq!(
+            check_dynamic(&p, &bad).len(),
+            8,
+            "{:#?}",
+            check_dynamic(&p, &bad)
+        );
+    }
+}

@@ -355,3 +355,63 @@ fn probe_key_and_implicit_resolver() {
     let p = policy(&net(&[], &[], &["198.51.100.53"], DA));
     assert!(p.probe.dns_required);
 }
+
+fn hosts_net(entries: &[&str], dns: &[&str], default: NetworkDefault) -> Network {
+    Network {
+        allow_hosts: entries.iter().map(|s| s.to_string()).collect(),
+        ..net(&[], &[], dns, default)
+    }
+}
+
+#[test]
+fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
+    let p = policy(&hosts_net(
+        &["*.githubusercontent.com", "github.com:22", " github.com "],
+        &[],
+        DD,
+    ));
+    let h = p.hosts.clone().expect("a filter plan");
+    assert_eq!(
+        h.allow,
+        ["*.githubusercontent.com", "github.com:22", "github.com"]
+    );
+    // The first exact name, for the probe; the filter listens on the
+    // enforcement namespace's own address, forwards to slirp A's.
+    assert_eq!(h.probe_allowed.as_deref(), Some("github.com"));
+    assert_eq!(h.listen, p.link.guest);
+    assert_eq!(h.upstream, [p.link.dns]);
+    assert_eq!(p.resolvers, [p.link.dns]);
+    assert!(p.resolv_conf().contains("nameserver 10.0.2.3"));
+    assert!(p
+        .sidecar_resolv_conf()
+        .contains(&format!("nameserver {}", p.link.guest)));
+    // The plan is part of the canonical, checked policy.
+    assert_eq!(Policy::from_bytes(&p.to_bytes().unwrap()).unwrap(), p);
+    let mut forged = p.clone();
+    forged.hosts.as_mut().unwrap().upstream = vec![ip("198.51.100.53")];
+    assert!(forged.check_consistent().is_err());
+
+    let err = |n: &Network| derive(n, &DeriveOptions::default()).unwrap_err();
+    let e = err(&hosts_net(&["github.com", "a.*.example.org"], &[], DD));
+    assert!(
+        matches!(&e, PolicyError::InvalidHost { index: 1, entry, .. } if entry == "a.*.example.org"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("network.allow_hosts[1]"), "{e}");
+    assert_eq!(
+        err(&hosts_net(&["github.com"], &[], DA)),
+        PolicyError::HostsNeedDeny
+    );
+    assert!(matches!(
+        err(&hosts_net(&["github.com"], &["198.51.100.53"], DD)),
+        PolicyError::HostsWithDns { index: 0, .. }
+    ));
+    let many: Vec<String> = (0..=MAX_HOSTS).map(|i| format!("h{i}.example")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(matches!(
+        err(&hosts_net(&many, &[], DD)),
+        PolicyError::TooManyHosts { .. }
+    ));
+    // Without allow_hosts, nothing changes.
+    assert_eq!(policy(&net(&[], &[], &[], DD)).hosts, None);
+}

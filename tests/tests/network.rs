@@ -607,3 +607,155 @@ fn allow_hosts_resolves_and_routes_only_listed_names() {
     );
     assert_domain_gone(&ws.domain_id("default"));
 }
+
+/// A process the test runs inside `net` (a Git or HTTP server) until
+/// dropped.
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_in(net: &TestNet, argv: &[&str], dir: &std::path::Path, port: &str) -> Served {
+    let mut cmd = std::process::Command::new(argv[0]);
+    cmd.args(&argv[1..]).current_dir(dir);
+    let child = net
+        .wrap(&cmd)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let served = Served(child);
+    let listening = eventually(Duration::from_secs(20), || {
+        let out = net
+            .wrap(&std::process::Command::new("ss"))
+            .args(["-ltnH", &format!("sport = :{port}")])
+            .output()
+            .unwrap();
+        !text(&out.stdout).trim().is_empty()
+    });
+    assert!(listening, "{argv:?} does not listen on {port}");
+    served
+}
+
+/// The workflow `allow_hosts` exists for: clone from an allowed Git host,
+/// install a package from an allowed registry (port-limited), with
+/// everything else denied.
+#[test]
+fn allow_hosts_clone_from_a_git_host_and_install_from_a_registry() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts-flow");
+    let srv = tempfile::tempdir().unwrap();
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    let repo = srv.path().join("demo.git");
+    std::fs::create_dir_all(srv.path().join("src")).unwrap();
+    std::fs::write(
+        srv.path().join("src/README"),
+        "cloned through allow_hosts\n",
+    )
+    .unwrap();
+    git(&["init", "-q", "-b", "main", "."], &srv.path().join("src"));
+    git(
+        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "README"],
+        &srv.path().join("src"),
+    );
+    git(
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "demo",
+        ],
+        &srv.path().join("src"),
+    );
+    git(
+        &["clone", "-q", "--bare", "src", repo.to_str().unwrap()],
+        srv.path(),
+    );
+    // The registry: a package archive over HTTP.
+    let reg = srv.path().join("registry");
+    std::fs::create_dir_all(reg.join("pkg/demo-pkg-1.0")).unwrap();
+    std::fs::write(reg.join("pkg/demo-pkg-1.0/VERSION"), "1.0\n").unwrap();
+    let out = std::process::Command::new("tar")
+        .args(["-czf", "demo-pkg-1.0.tar.gz", "demo-pkg-1.0"])
+        .current_dir(reg.join("pkg"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let base = format!("--base-path={}", srv.path().display());
+    let _git = serve_in(
+        &net,
+        &[
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            "--listen=198.51.100.1",
+            "--port=9418",
+            &base,
+        ],
+        srv.path(),
+        "9418",
+    );
+    let _http = serve_in(
+        &net,
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            "8000",
+            "--bind",
+            "198.51.100.3",
+        ],
+        &reg,
+        "8000",
+    );
+    write_network(
+        &ws,
+        "default = \"deny\"\nallow_hosts = [\"git.lazaret.test\", \"*.pkg.lazaret.test:8000\"]",
+    );
+    let fetch = r#"
+import io, sys, tarfile, urllib.request
+data = urllib.request.urlopen("http://registry.pkg.lazaret.test:8000/pkg/demo-pkg-1.0.tar.gz", timeout=10).read()
+tarfile.open(fileobj=io.BytesIO(data)).extractall("/tmp/site")
+print("INSTALLED", open("/tmp/site/demo-pkg-1.0/VERSION").read().strip())
+"#;
+    let script = format!(
+        "git clone -q git://git.lazaret.test/demo.git /tmp/demo && cat /tmp/demo/README && {} && {}; (git ls-remote git://other.lazaret.test/demo.git >/dev/null 2>&1 && echo OTHER-REACHED) || echo OTHER-REFUSED",
+        py(fetch, &[]),
+        py(CONNECT, &["registry.pkg.lazaret.test:8080", "198.51.100.1:8080"]),
+    );
+    let out = ws.run_sh_in(&net, &script);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("cloned through allow_hosts"), "{stdout}");
+    assert!(stdout.contains("INSTALLED 1.0"), "{stdout}");
+    assert!(stdout.contains("OTHER-REFUSED"), "{stdout}");
+    let r = connects(&out);
+    // The registry's other ports, and the Git host's address on a port the
+    // Git host's entry allows (every port, but only once resolved): the
+    // registry entry is port-limited.
+    refused(&r, "registry.pkg.lazaret.test:8080");
+    assert_eq!(r["198.51.100.1:8080"], "OK SERVED-OK 198.51.100.1");
+    assert_domain_gone(&ws.domain_id("default"));
+}
