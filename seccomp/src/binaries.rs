@@ -121,7 +121,7 @@ pub fn netpolicy() -> Confinement {
 pub fn dns_filter() -> Confinement {
     Confinement {
         binary: "lazaret-dns-filter",
-        runs_as: "root of the Domain user namespace, started by lazaret-supervisor's holder when the profile lists allow_hosts; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 its log (append-only, in the host-private network evidence directory)",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor's holder when the profile lists allow_hosts; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 its log (dns-filter.log in the Domain Root, opened for appending by the holder)",
         status: Status::Confined,
         namespaces: "the enforcement network namespace (the holder's), never the sandbox's",
         closes_fds: Some("0, 1, 2, the policy memfd and the log"),
