@@ -194,9 +194,11 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
             }
         }
     };
-    // The live table, only for the generation that wrote the log.
+    // The live table: only while a generation runs (its routes go with
+    // the Domain's network namespace).
+    let running = crate::lifecycle_cmd::is_running(&dir.join("domain.lock"));
     let live = match rec.policy.as_ref().and_then(|p| p.hosts.as_ref()) {
-        Some(_) if rec.generation > 0 => dnslog::live_table(&dns_events(&dir)?),
+        Some(_) if rec.generation > 0 && running => dnslog::live_table(&dns_events(&dir)?),
         _ => Vec::new(),
     };
     if a.json {
@@ -212,9 +214,12 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         let mut out = render(&rec, &ws.display().to_string(), g.profile());
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
             out.push_str(&format!(
-                "names routed now (from {}): {}\n",
-                dnslog::FILE,
-                if live.is_empty() { "none" } else { "" }
+                "names routed now: {}\n",
+                match (running, live.is_empty()) {
+                    (false, _) => "none (the Domain is not running)",
+                    (true, true) => "none",
+                    (true, false) => "",
+                }
             ));
             for e in &live {
                 let names: Vec<String> = e

@@ -667,8 +667,10 @@ impl Policy {
 
     /// The text of `/etc/resolv.conf` for the sandbox and for slirp B.
     pub fn resolv_conf(&self) -> String {
-        let mut s =
-            String::from("# written by Lazaret from the profile's network.dns; do not edit\n");
+        let mut s = String::from(match self.hosts {
+            None => "# written by Lazaret from the profile's network.dns; do not edit\n",
+            Some(_) => "# written by Lazaret: lookups go to Lazaret's filtering resolver (network.allow_hosts); do not edit\n",
+        });
         for r in &self.resolvers {
             s.push_str(&format!("nameserver {r}\n"));
         }

@@ -192,7 +192,11 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
         .map_or(&net.resolv_conf, |f| &f.sidecar_resolv_conf);
     let dns_filter = match &net.dns_filter {
         None => None,
-        Some(f) => Some(start_dns_filter(net, f).map_err(step("filtering resolver"))?),
+        Some(f) => {
+            let child = start_dns_filter(net, f).map_err(step("filtering resolver"))?;
+            lazaret_helpers::timeline::mark("holder", "dns-filter-ready");
+            Some(child)
+        }
     };
     nix::mount::mount(
         Some(sidecar_resolv),

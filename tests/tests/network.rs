@@ -759,3 +759,73 @@ print("INSTALLED", open("/tmp/site/demo-pkg-1.0/VERSION").read().strip())
     assert_eq!(r["198.51.100.1:8080"], "OK SERVED-OK 198.51.100.1");
     assert_domain_gone(&ws.domain_id("default"));
 }
+
+/// While the Domain runs, `lazaret net show` lists the names the filtering
+/// resolver routed, with their addresses and expiry; once it stopped,
+/// none.
+#[test]
+fn net_show_lists_the_names_routed_now() {
+    use std::io::BufRead;
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts-show");
+    write_network(
+        &ws,
+        "default = \"deny\"\nallow_hosts = [\"svc.lazaret.test\", \"*.pkg.lazaret.test:8081\"]",
+    );
+    let script = format!(
+        "{} && echo RESOLVED && sleep 600",
+        py(RESOLVE, &["svc.lazaret.test", "reg.pkg.lazaret.test"])
+    );
+    let mut session = ws
+        .lazaret_in(&net, &["run", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(session.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if l == "RESOLVED" {
+            break;
+        }
+        seen.push(l);
+    }
+    assert!(
+        seen.iter()
+            .any(|l| l == "svc.lazaret.test ['198.51.100.1']"),
+        "{seen:?}"
+    );
+    let v = net_show(&ws, &net);
+    let table = v["dns_table"].as_array().unwrap_or_else(|| panic!("{v}"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let row = |addr: &str| {
+        table
+            .iter()
+            .find(|r| r["address"] == addr)
+            .unwrap_or_else(|| panic!("{addr} not in {table:?}"))
+            .clone()
+    };
+    let svc = row("198.51.100.1");
+    assert_eq!(svc["names"][0], "svc.lazaret.test");
+    assert_eq!(svc["ports"].as_array().unwrap().len(), 0);
+    assert!(svc["expires_ms"].as_u64().unwrap() > now_ms, "{svc}");
+    assert_eq!(row("198.51.100.3")["ports"][0], 8081);
+    let human = ws.lazaret_in(&net, &["net", "show"]).output().unwrap();
+    let human = text(&human.stdout);
+    assert!(
+        human.contains("allow_hosts: svc.lazaret.test, *.pkg.lazaret.test:8081")
+            && human.contains("198.51.100.1")
+            && human.contains("svc.lazaret.test"),
+        "{human}"
+    );
+    let _ = session.kill();
+    let _ = session.wait();
+    assert_domain_gone(&ws.domain_id("default"));
+    let v = net_show(&ws, &net);
+    assert_eq!(v["dns_table"].as_array().map(Vec::len), Some(0), "{v}");
+}
