@@ -238,10 +238,15 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
         .open(&plan.log)
         .map_err(|e| format!("cannot open {}: {e}", plan.log.display()))?;
     let mut cmd = Command::new(&plan.binary);
-    cmd.args(["--digest", &net.digest])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    // The Domain ID in argv names the process for `ps` and the tests.
+    cmd.arg0(format!(
+        "lazaret-dns-filter:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args(["--digest", &net.digest])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     fds::pass_fds(&mut cmd, vec![(policy, 3), (OwnedFd::from(log), 4)]);
     unblock_and_die_with_parent(&mut cmd);
     let mut child = cmd

@@ -797,6 +797,16 @@ fn net_show_lists_the_names_routed_now() {
             .any(|l| l == "svc.lazaret.test ['198.51.100.1']"),
         "{seen:?}"
     );
+    // The filter runs confined: seccomp, no_new_privs, CAP_NET_ADMIN only.
+    let id = ws.domain_id("default");
+    let (pid, _) = processes_mentioning(&id)
+        .into_iter()
+        .find(|(_, c)| c.contains("lazaret-dns-filter"))
+        .unwrap_or_else(|| panic!("no lazaret-dns-filter: {:#?}", processes_mentioning(&id)));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
+        assert!(status.contains(want), "{want} not in {status}");
+    }
     let v = net_show(&ws, &net);
     let table = v["dns_table"].as_array().unwrap_or_else(|| panic!("{v}"));
     let now_ms = std::time::SystemTime::now()
