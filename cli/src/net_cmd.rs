@@ -129,6 +129,10 @@ fn describe(e: &DnsEvent) -> String {
             esc(c),
             esc(c)
         ),
+        DnsEvent::ProbeRefused { name, .. } => format!(
+            "{when}  readiness probe: lookup {} refused, as it must be",
+            esc(name)
+        ),
         DnsEvent::Routed {
             name,
             address,

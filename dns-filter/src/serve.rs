@@ -200,9 +200,16 @@ impl Filter {
             QueryVerdict::Drop { .. } => {}
             QueryVerdict::Refuse { name, response } => {
                 self.answer(&response, client);
+                let time_ms = now_ms();
+                // The probe's name carries nothing (it is the policy's);
+                // told apart so that it does not read as the sandbox's.
+                if name == hosts::normalize(&self.policy.probe.dns_name) {
+                    self.log.write(&DnsEvent::ProbeRefused { time_ms, name });
+                    return;
+                }
                 let qtype = hosts::question(query).map(|q| q.1).unwrap_or_default();
                 self.log.write(&DnsEvent::Refused {
-                    time_ms: now_ms(),
+                    time_ms,
                     name,
                     qtype,
                     cname: None,

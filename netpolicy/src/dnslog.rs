@@ -37,6 +37,9 @@ pub enum DnsEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         cname: Option<String>,
     },
+    /// The readiness probe's lookup of a name no entry allows, refused as
+    /// it must be (not a lookup of the sandbox's).
+    ProbeRefused { time_ms: u64, name: String },
     /// An allowed lookup's addresses, routed until `expires_ms`; `ports`
     /// empty means every port.
     Routed {
@@ -67,6 +70,7 @@ impl DnsEvent {
         match self {
             DnsEvent::Started { time_ms, .. }
             | DnsEvent::Refused { time_ms, .. }
+            | DnsEvent::ProbeRefused { time_ms, .. }
             | DnsEvent::Routed { time_ms, .. }
             | DnsEvent::AddressRefused { time_ms, .. }
             | DnsEvent::Expired { time_ms, .. }
