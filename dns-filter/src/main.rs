@@ -104,6 +104,29 @@ fn main() {
         .unwrap_or_else(|e| die(3, "upstream socket", e));
     let tcp = std::fs::File::open("/proc/self/net/tcp")
         .unwrap_or_else(|e| die(3, "/proc/self/net/tcp", e));
+    if policy.upstream_by_mark() {
+        // The profile's resolvers: reachable by this socket's packets
+        // alone (the main table keeps them denied for slirp B's).
+        use lazaret_netpolicy::policy::{DNS_UPSTREAM_MARK, DNS_UPSTREAM_TABLE};
+        nix::sys::socket::setsockopt(
+            &upstream,
+            nix::sys::socket::sockopt::Mark,
+            &DNS_UPSTREAM_MARK,
+        )
+        .unwrap_or_else(|e| die(3, "upstream socket", format!("SO_MARK: {e}")));
+        for u in &hosts.upstream {
+            rtnl.dns_route(
+                DNS_UPSTREAM_TABLE,
+                Some(*u),
+                policy.link.gateway,
+                ifindex,
+                true,
+            )
+            .unwrap_or_else(|e| die(3, "upstream route", e));
+        }
+        rtnl.dns_upstream_rule()
+            .unwrap_or_else(|e| die(3, "upstream rule", e));
+    }
 
     lazaret_seccomp::binaries::dns_filter()
         .apply(&[], &filters)

@@ -90,7 +90,9 @@ pub struct Filter {
     pub allow: AllowHosts,
     pub listen: UdpSocket,
     pub upstream: UdpSocket,
-    pub upstream_addr: SocketAddrV4,
+    /// The resolvers, asked in turn (a client's retry goes to the next).
+    upstreams: Vec<SocketAddrV4>,
+    next_upstream: usize,
     pub rtnl: Rtnl,
     pub ifindex: u32,
     pub tcp: File,
@@ -113,14 +115,19 @@ impl Filter {
         tcp: File,
         log: Log,
     ) -> Filter {
-        let upstream_addr = SocketAddrV4::new(hosts.upstream[0], 53);
+        let upstreams = hosts
+            .upstream
+            .iter()
+            .map(|u| SocketAddrV4::new(*u, 53))
+            .collect();
         Filter {
             policy,
             hosts,
             allow,
             listen,
             upstream,
-            upstream_addr,
+            upstreams,
+            next_upstream: 0,
             rtnl,
             ifindex,
             tcp,
@@ -235,7 +242,9 @@ impl Filter {
                 let orig = [out[0], out[1]];
                 out[..2].copy_from_slice(&id);
                 let qtype = hosts::question(query).map(|q| q.1).unwrap_or_default();
-                if self.upstream.send_to(&out, self.upstream_addr).is_ok() {
+                let to = self.upstreams[self.next_upstream % self.upstreams.len()];
+                self.next_upstream = self.next_upstream.wrapping_add(1);
+                if self.upstream.send_to(&out, to).is_ok() {
                     self.pending.insert(
                         id,
                         Pending {
@@ -253,7 +262,8 @@ impl Filter {
     }
 
     fn on_answer(&mut self, mut answer: Vec<u8>, from: SocketAddr) {
-        if from != SocketAddr::V4(self.upstream_addr) || answer.len() < 12 {
+        let SocketAddr::V4(from) = from else { return };
+        if !self.upstreams.contains(&from) || answer.len() < 12 {
             return;
         }
         let Some(p) = self.pending.remove(&[answer[0], answer[1]]) else {

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
 use lazaret_netpolicy::policy::{
-    Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY,
+    Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
+    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE,
 };
 
 /// Domain separation of the fingerprint.
@@ -132,14 +133,17 @@ pub fn take_dynamic(policy: &Policy, o: &mut Observed) -> Dynamic {
         return d;
     }
     let e = &mut o.enforcement;
-    let (dynamic, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.routes_v4)
-        .into_iter()
-        .partition(|r| r.protocol == DNS_ROUTE_PROTOCOL || r.table == DNS_PORT_TABLE);
+    let (dynamic, kept): (Vec<_>, Vec<_>) =
+        std::mem::take(&mut e.routes_v4).into_iter().partition(|r| {
+            r.protocol == DNS_ROUTE_PROTOCOL
+                || r.table == DNS_PORT_TABLE
+                || r.table == DNS_UPSTREAM_TABLE
+        });
     e.routes_v4 = kept;
     d.routes = dynamic;
     let (dynamic, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.rules_v4)
         .into_iter()
-        .partition(|r| r.priority == DNS_RULE_PRIORITY);
+        .partition(|r| r.priority == DNS_RULE_PRIORITY || r.priority == DNS_UPSTREAM_PRIORITY);
     e.rules_v4 = kept;
     d.rules = dynamic;
     d
@@ -170,6 +174,14 @@ pub fn check_dynamic(policy: &Policy, d: &Dynamic) -> Vec<String> {
                         .is_some_and(|a| may_route(policy, a))
             }
             DNS_PORT_TABLE => via_gateway(r) && r.dst == "0.0.0.0/0",
+            DNS_UPSTREAM_TABLE => {
+                via_gateway(r)
+                    && policy.upstream_by_mark()
+                    && policy
+                        .hosts
+                        .as_ref()
+                        .is_some_and(|h| h.upstream.iter().any(|u| r.dst == format!("{u}/32")))
+            }
             _ => false,
         };
         if !ok {
@@ -179,6 +191,22 @@ pub fn check_dynamic(policy: &Policy, d: &Dynamic) -> Vec<String> {
         }
     }
     for r in &d.rules {
+        if r.priority == DNS_UPSTREAM_PRIORITY {
+            let mark = format!("FwMark({DNS_UPSTREAM_MARK})");
+            let ok = policy.upstream_by_mark()
+                && r.table == DNS_UPSTREAM_TABLE
+                && r.action == "totable"
+                && r.selectors.contains(&mark)
+                && r.selectors
+                    .iter()
+                    .all(|s| *s == mark || s == "FwMask(4294967295)");
+            if !ok {
+                p.push(format!(
+                    "rule not allowed for the filtering resolver: {r:?}"
+                ));
+            }
+            continue;
+        }
         let mut dst = None;
         let mut shape_ok = r.table == DNS_PORT_TABLE && r.action == "totable";
         for sel in &r.selectors {
@@ -405,5 +433,30 @@ mod tests {
             "{:#?}",
             check_dynamic(&p, &bad)
         );
+        // The upstream table and its mark rule only with `dns` upstreams.
+        let upstream_rule = ObservedRule {
+            priority: DNS_UPSTREAM_PRIORITY,
+            table: DNS_UPSTREAM_TABLE,
+            action: "totable".into(),
+            selectors: vec![
+                format!("FwMark({DNS_UPSTREAM_MARK})"),
+                "FwMask(4294967295)".into(),
+            ],
+        };
+        let upstream = Dynamic {
+            routes: vec![route(DNS_UPSTREAM_TABLE, "9.9.9.9/32")],
+            rules: vec![upstream_rule.clone()],
+        };
+        assert_eq!(check_dynamic(&p, &upstream).len(), 2);
+        let mut with_dns = p.clone();
+        with_dns.hosts.as_mut().unwrap().upstream = vec!["9.9.9.9".parse().unwrap()];
+        assert_eq!(check_dynamic(&with_dns, &upstream), Vec::<String>::new());
+        let mut unmarked = upstream_rule;
+        unmarked.selectors = vec!["FwMark(1)".into()];
+        let other = Dynamic {
+            routes: vec![route(DNS_UPSTREAM_TABLE, "9.9.9.8/32")],
+            rules: vec![unmarked],
+        };
+        assert_eq!(check_dynamic(&with_dns, &other).len(), 2);
     }
 }

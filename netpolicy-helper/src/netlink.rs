@@ -19,7 +19,10 @@ use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::net::{IpAddr, Ipv4Addr};
 
-use lazaret_netpolicy::policy::{RouteSpec, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY};
+use lazaret_netpolicy::policy::{
+    RouteSpec, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
+    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetlinkError {
@@ -389,6 +392,25 @@ impl Rtnl {
             )?;
         }
         Ok(())
+    }
+
+    /// Adds the rule `fwmark 0x4c5a lookup 77` at priority 900: the
+    /// filter's upstream socket, alone, reaches the profile's resolvers.
+    pub fn dns_upstream_rule(&mut self) -> Result<(), NetlinkError> {
+        let mut m = RuleMessage::default();
+        m.header.family = AddressFamily::Inet;
+        m.header.action = RuleAction::ToTable;
+        m.attributes
+            .push(RuleAttribute::Priority(DNS_UPSTREAM_PRIORITY));
+        m.attributes.push(RuleAttribute::Table(DNS_UPSTREAM_TABLE));
+        m.attributes.push(RuleAttribute::FwMark(DNS_UPSTREAM_MARK));
+        m.attributes.push(RuleAttribute::FwMask(u32::MAX));
+        self.request(
+            &format!("adding rule `fwmark {DNS_UPSTREAM_MARK:#x} lookup {DNS_UPSTREAM_TABLE}`"),
+            RouteNetlinkMessage::NewRule(m),
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .map(drop)
     }
 
     /// Adds or deletes the rule `to ADDR/32 ipproto PROTO dport PORT

@@ -260,8 +260,9 @@ pub use lazaret_protocol::netreport::{Check, ProbeReport};
 
 /// `allow_hosts`: the sandbox's resolver is the filter (through slirp
 /// B). A name no entry allows must get NXDOMAIN, which the filter gives
-/// itself: required. An allowed name's answer comes from the host's
-/// resolver, which may be offline: evidence only.
+/// itself: required. An allowed name's answer comes from the upstream:
+/// required for resolvers the profile names, evidence only for the host's
+/// (which may be offline).
 fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut Vec<Check>) {
     let Some(r) = policy.resolvers.first() else {
         return;
@@ -282,11 +283,10 @@ fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut V
         required: true,
     });
     if let Some(allowed) = &hosts.probe_allowed {
+        // Any answer proves the way to the upstream; its rcode is
+        // evidence (a listed name may not exist yet).
         let (passed, observed) = match dns_ask(*r, allowed, t) {
-            Ok(a) => (
-                a.rcode == "NoError",
-                format!("rcode {} answers {:?}", a.rcode, a.answers),
-            ),
+            Ok(a) => (true, format!("rcode {} answers {:?}", a.rcode, a.answers)),
             Err(e) => (false, e),
         };
         checks.push(Check {
@@ -294,7 +294,9 @@ fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut V
             target: format!("{r}:53 {allowed}"),
             passed,
             observed,
-            required: false,
+            // Required when the profile names the resolvers (`dns`): the
+            // filter's own route to them is what this proves.
+            required: policy.probe.dns_required,
         });
     }
 }

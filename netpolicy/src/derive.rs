@@ -70,10 +70,14 @@ pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, Policy
     })
 }
 
-/// `allow_hosts`: the filtering resolver's plan. It forwards to slirp
-/// A's forwarder (the host's resolver) only: a resolver the profile names
-/// would be reachable from the sandbox too.
-fn derive_hosts(net: &Network, link: &Link) -> Result<Option<HostsPlan>, PolicyError> {
+/// `allow_hosts`: the filtering resolver's plan. It forwards to the
+/// profile's `dns` (`resolvers`, routed for the filter alone) or else to
+/// slirp A's forwarder (the host's resolver).
+fn derive_hosts(
+    net: &Network,
+    link: &Link,
+    resolvers: &[Ipv4Addr],
+) -> Result<Option<HostsPlan>, PolicyError> {
     if net.allow_hosts.is_empty() {
         return Ok(None);
     }
@@ -84,12 +88,6 @@ fn derive_hosts(net: &Network, link: &Link) -> Result<Option<HostsPlan>, PolicyE
     }
     if net.default != NetworkDefault::Deny {
         return Err(PolicyError::HostsNeedDeny);
-    }
-    if let Some(entry) = net.dns.first() {
-        return Err(PolicyError::HostsWithDns {
-            index: 0,
-            entry: entry.clone(),
-        });
     }
     let mut allow = Vec::new();
     let mut probe_allowed = None;
@@ -108,7 +106,7 @@ fn derive_hosts(net: &Network, link: &Link) -> Result<Option<HostsPlan>, PolicyE
     Ok(Some(HostsPlan {
         allow,
         listen: link.guest,
-        upstream: vec![link.dns],
+        upstream: resolvers.to_vec(),
         ttl_floor: TTL_FLOOR,
         ttl_ceiling: TTL_CEILING,
         probe_allowed,
@@ -248,7 +246,8 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         resolvers.push((usize::MAX, link.dns));
     }
 
-    let hosts = derive_hosts(net, &link)?;
+    let upstream: Vec<Ipv4Addr> = resolvers.iter().map(|(_, a)| *a).collect();
+    let hosts = derive_hosts(net, &link, &upstream)?;
 
     // Assemble: built-ins, link, config. One rule per prefix.
     let mut rules: Vec<Rule> = Vec::new();
@@ -331,6 +330,10 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         if *a == link.dns {
             continue; // on-link: the device route reaches it
         }
+        if hosts.is_some() {
+            // The filter's upstream only: routed by mark, not here.
+            break;
+        }
         let host = Ipv4Net::new(*a, 32).expect("32 is valid");
         let rule = Rule {
             prefix: host,
@@ -358,7 +361,12 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         link,
         default,
         rules,
-        resolvers: resolvers.into_iter().map(|(_, a)| a).collect(),
+        // With allow_hosts the sandbox asks slirp B's forwarder, which
+        // the holder points at the filter.
+        resolvers: match hosts {
+            Some(_) => vec![Link::default().dns],
+            None => resolvers.into_iter().map(|(_, a)| a).collect(),
+        },
         ipv6: Ipv6Mode::DisabledInBothNamespaces,
         ipv6_denied,
         probe: ProbePlan {

@@ -132,8 +132,6 @@ pub enum PolicyError {
     TooManyHosts { count: usize },
     #[error("network.allow_hosts needs `default = \"deny\"`: with `default = \"allow\"` every address is reachable already, so a list of names would allow nothing more and restrict nothing")]
     HostsNeedDeny,
-    #[error("network.dns[{index}] {entry:?} cannot be combined with network.allow_hosts: the sandbox could send any lookup to a resolver it can reach; with allow_hosts, names are resolved by Lazaret's filtering resolver through the host's own resolver (remove network.dns)")]
-    HostsWithDns { index: usize, entry: String },
     #[error("policy encoding: {0}")]
     Encode(String),
     #[error("policy bytes do not decode: {0}; the coordinator and this helper must come from the same Lazaret build")]
@@ -290,8 +288,8 @@ pub struct HostsPlan {
     pub allow: Vec<String>,
     /// The enforcement namespace's own address on the link.
     pub listen: Ipv4Addr,
-    /// Where allowed queries go (slirp4netns A's forwarder, the host's
-    /// resolver).
+    /// Where allowed queries go: the profile's `dns`, else slirp4netns A's
+    /// forwarder (the host's resolver).
     pub upstream: Vec<Ipv4Addr>,
     pub ttl_floor: u32,
     pub ttl_ceiling: u32,
@@ -318,6 +316,14 @@ pub const DNS_PORT_TABLE: u32 = 76;
 /// The priority of the filtering resolver's rules (`to ADDR/32 ipproto
 /// tcp|udp dport PORT lookup 76`), before the main table's.
 pub const DNS_RULE_PRIORITY: u32 = 1000;
+/// With `dns` and `allow_hosts`, the configured resolvers are the filter's
+/// upstream only: routed in this table, which only packets of the filter's
+/// upstream socket (marked [`DNS_UPSTREAM_MARK`]) look up, by a rule at
+/// [`DNS_UPSTREAM_PRIORITY`]; the main table keeps them denied, so the
+/// sandbox (through slirp B) cannot reach them.
+pub const DNS_UPSTREAM_TABLE: u32 = 77;
+pub const DNS_UPSTREAM_PRIORITY: u32 = 900;
+pub const DNS_UPSTREAM_MARK: u32 = 0x4c5a;
 
 /// Result of derivation: no network at all, or a policy to install.
 // One value per start: boxing the policy would buy nothing.
@@ -540,7 +546,9 @@ impl Policy {
         if self.resolvers.is_empty() || self.resolvers.len() > MAX_RESOLVERS {
             return bad(format!("{} resolvers", self.resolvers.len()));
         }
-        for r in &self.resolvers {
+        // With allow_hosts the sandbox's resolver is slirp B's forwarder
+        // (the filter), whatever N1's routes say of 10.0.2.3.
+        for r in self.resolvers.iter().filter(|_| self.hosts.is_none()) {
             if self.verdict_for(*r).verdict != Verdict::Allow {
                 return bad(format!("resolver {r} is not reachable"));
             }
@@ -552,7 +560,11 @@ impl Policy {
             if self.default != Verdict::Deny {
                 return bad("allow_hosts without default deny".into());
             }
-            if h.listen != self.link.guest || h.upstream != [self.link.dns] {
+            let implicit = h.upstream == [self.link.dns];
+            let separate = !h.upstream.is_empty()
+                && h.upstream.len() <= MAX_RESOLVERS
+                && h.upstream.iter().all(|u| !self.link.network.contains(u));
+            if h.listen != self.link.guest || !(implicit || separate) {
                 return bad(format!(
                     "filtering resolver on {} with upstream {:?}",
                     h.listen, h.upstream
@@ -676,6 +688,14 @@ impl Policy {
         }
         s.push_str("options edns0\n");
         s
+    }
+
+    /// Whether the filter's upstream is the profile's `dns` (routed by
+    /// mark, in [`DNS_UPSTREAM_TABLE`]) rather than slirp A's forwarder.
+    pub fn upstream_by_mark(&self) -> bool {
+        self.hosts
+            .as_ref()
+            .is_some_and(|h| h.upstream != [self.link.dns])
     }
 
     /// What slirp4netns B's DNS forwarder reads (in the holder's mount

@@ -388,7 +388,7 @@ fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
     // The plan is part of the canonical, checked policy.
     assert_eq!(Policy::from_bytes(&p.to_bytes().unwrap()).unwrap(), p);
     let mut forged = p.clone();
-    forged.hosts.as_mut().unwrap().upstream = vec![ip("198.51.100.53")];
+    forged.hosts.as_mut().unwrap().upstream = vec![ip("10.0.2.2")];
     assert!(forged.check_consistent().is_err());
 
     let err = |n: &Network| derive(n, &DeriveOptions::default()).unwrap_err();
@@ -402,10 +402,23 @@ fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
         err(&hosts_net(&["github.com"], &[], DA)),
         PolicyError::HostsNeedDeny
     );
-    assert!(matches!(
-        err(&hosts_net(&["github.com"], &["198.51.100.53"], DD)),
-        PolicyError::HostsWithDns { index: 0, .. }
-    ));
+    // With `dns`: the resolvers are the filter's upstream only, never
+    // routed in the main table (the sandbox asks slirp B's forwarder).
+    let with_dns = policy(&hosts_net(&["github.com"], &["10.99.5.53", "9.9.9.9"], DD));
+    assert_eq!(
+        with_dns.hosts.as_ref().unwrap().upstream,
+        [ip("10.99.5.53"), ip("9.9.9.9")]
+    );
+    assert!(with_dns.upstream_by_mark() && !p.upstream_by_mark());
+    assert_eq!(with_dns.resolvers, [with_dns.link.dns]);
+    for a in ["10.99.5.53", "9.9.9.9", "10.0.2.3"] {
+        assert_eq!(with_dns.verdict_for(ip(a)).verdict, D, "{a}");
+    }
+    assert!(with_dns.probe.dns_required);
+    assert_eq!(
+        Policy::from_bytes(&with_dns.to_bytes().unwrap()).unwrap(),
+        with_dns
+    );
     let many: Vec<String> = (0..=MAX_HOSTS).map(|i| format!("h{i}.example")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     assert!(matches!(

@@ -143,7 +143,7 @@ pub fn dns_filter() -> Confinement {
         seccomp: true,
         notes: vec![
             "binds UDP port 53 on the enforcement namespace's own address (with CAP_NET_BIND_SERVICE, dropped right after)",
-            "CAP_NET_ADMIN over the enforcement namespace: host routes (proto 76) and port rules (priority 1000, table 76) for addresses only the default denies; attestation rejects any other",
+            "CAP_NET_ADMIN over the enforcement namespace: host routes (proto 76) and port rules (priority 1000, table 76) for addresses only the default denies, and with `dns` its upstream's routes (table 77) behind a mark rule (priority 900) only its upstream socket (SO_MARK, set before confining) matches; attestation rejects any other",
             "creates no socket after confining; sends upstream only queries for allowed names",
             "single-threaded",
         ],

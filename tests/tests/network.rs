@@ -839,3 +839,77 @@ fn net_show_lists_the_names_routed_now() {
     let v = net_show(&ws, &net);
     assert_eq!(v["dns_table"].as_array().map(Vec::len), Some(0), "{v}");
 }
+
+/// Inside: one raw DNS query for `name` straight to `server`:53 over UDP,
+/// bypassing `/etc/resolv.conf`; prints "DIRECT ANSWERED" or "DIRECT ERR".
+const DIRECT_DNS: &str = r#"
+import socket, struct, sys
+server, name = sys.argv[1], sys.argv[2]
+q = struct.pack("!HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+try:
+    s.sendto(q, (server, 53))
+    s.recv(512)
+    print("DIRECT ANSWERED")
+except OSError as e:
+    print("DIRECT ERR", e)
+"#;
+
+/// `allow_hosts` with the profile's own resolver (`dns`): the filter
+/// forwards to it over a route only its own packets use; the sandbox
+/// cannot send it anything.
+#[test]
+fn allow_hosts_with_a_configured_resolver_keeps_it_out_of_reach() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts-dns");
+    write_network(
+        &ws,
+        "default = \"deny\"\ndns = [\"10.99.5.53\"]\nallow_hosts = [\"svc.lazaret.test\"]",
+    );
+    let script = format!(
+        "cat /etc/resolv.conf && {} && {} && {}",
+        py(RESOLVE, &["svc.lazaret.test", "other.lazaret.test"]),
+        py(DIRECT_DNS, &["10.99.5.53", "bypass.lazaret.test"]),
+        py(CONNECT, &["svc.lazaret.test:8080", "10.99.5.53:8080"]),
+    );
+    let out = ws.run_sh_in(&net, &script);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("nameserver 10.0.2.3"), "{stdout}");
+    assert!(!stdout.contains("nameserver 10.99.5.53"), "{stdout}");
+    assert!(
+        stdout.contains("svc.lazaret.test ['198.51.100.1']"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("other.lazaret.test ERR"), "{stdout}");
+    assert!(
+        stdout.contains("DIRECT ERR"),
+        "the resolver answered the sandbox: {stdout}"
+    );
+    let r = connects(&out);
+    assert_eq!(r["svc.lazaret.test:8080"], "OK SERVED-OK 198.51.100.1");
+    refused(&r, "10.99.5.53:8080");
+    let asked = net.queries();
+    assert!(asked.iter().any(|q| q == "svc.lazaret.test"), "{asked:?}");
+    assert!(
+        !asked
+            .iter()
+            .any(|q| q == "bypass.lazaret.test" || q == "other.lazaret.test"),
+        "{asked:?}"
+    );
+    // The probe asked the configured resolver through the filter.
+    let v = net_show(&ws, &net);
+    let checks = v["evidence"]["probe"]["probe"]["checks"].to_string();
+    assert!(
+        checks.contains("filtering resolver answers an allowed name"),
+        "{checks}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
