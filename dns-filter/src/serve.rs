@@ -26,6 +26,9 @@ const MAX_PENDING: usize = 256;
 const PENDING_MS: u64 = 5_000;
 /// Datagrams taken per socket per wake-up, so neither starves the other.
 const BATCH: usize = 64;
+/// Addresses routed per answer, at most: the rest of a longer answer is
+/// passed on but not routed (its owner cannot fill the table in one go).
+const MAX_PER_ANSWER: usize = 64;
 /// Largest `/proc/self/net/tcp` read.
 const MAX_TCP_TABLE: usize = 4 << 20;
 const MAIN_TABLE: u32 = 254;
@@ -305,7 +308,7 @@ impl Filter {
             Ok(AnswerVerdict::Accept { addresses }) => addresses,
         };
         let ports = self.allow.ports(&p.name);
-        for (ip, ttl) in addresses {
+        for (ip, ttl) in addresses.into_iter().take(MAX_PER_ANSWER) {
             // IPv6 is off in both namespaces: AAAA answers route nothing.
             let IpAddr::V4(a) = ip else { continue };
             let d = self.policy.verdict_for(a);
