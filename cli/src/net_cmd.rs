@@ -80,12 +80,13 @@ fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
     let (_, dir, _, _) = domain(g)?;
     let events = dns_events(&dir)?;
     if a.json {
-        for e in &events {
-            println!(
-                "{}",
-                lazaret_protocol::display::ascii_json(&serde_json::to_string(e).expect("json"))
-            );
-        }
+        // One document, like every other `--json`.
+        println!(
+            "{}",
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&events).expect("json")
+            )
+        );
         return Ok(0);
     }
     if events.is_empty() {

@@ -23,6 +23,7 @@ pub const MAX_LINE: usize = 4096;
 pub enum DnsEvent {
     /// The filter listens; `allow` is the profile's list.
     Started {
+        #[serde(rename = "time_unix_ms")]
         time_ms: u64,
         generation: String,
         allow: Vec<String>,
@@ -31,6 +32,7 @@ pub enum DnsEvent {
     /// (never sent upstream), or `cname` (allowed, but the answer led to a
     /// name that is not).
     Refused {
+        #[serde(rename = "time_unix_ms")]
         time_ms: u64,
         name: String,
         qtype: String,
@@ -39,30 +41,48 @@ pub enum DnsEvent {
     },
     /// The readiness probe's lookup of a name no entry allows, refused as
     /// it must be (not a lookup of the sandbox's).
-    ProbeRefused { time_ms: u64, name: String },
+    ProbeRefused {
+        #[serde(rename = "time_unix_ms")]
+        time_ms: u64,
+        name: String,
+    },
     /// An allowed lookup's addresses, routed until `expires_ms`; `ports`
     /// empty means every port.
     Routed {
+        #[serde(rename = "time_unix_ms")]
         time_ms: u64,
         name: String,
         address: Ipv4Addr,
         ports: Vec<u16>,
+        #[serde(rename = "expires_unix_ms")]
         expires_ms: u64,
     },
     /// An answer's address that the policy denies by a rule (a private,
     /// link-local or `deny`-listed range): passed on, never routed.
     AddressRefused {
+        #[serde(rename = "time_unix_ms")]
         time_ms: u64,
         name: String,
         address: Ipv4Addr,
         why: String,
     },
     /// The address's route (or port rules) expired and was removed.
-    Expired { time_ms: u64, address: Ipv4Addr },
+    Expired {
+        #[serde(rename = "time_unix_ms")]
+        time_ms: u64,
+        address: Ipv4Addr,
+    },
     /// The filter could not do what it should (it answered SERVFAIL).
-    Failed { time_ms: u64, message: String },
+    Failed {
+        #[serde(rename = "time_unix_ms")]
+        time_ms: u64,
+        message: String,
+    },
     /// The log reached [`MAX_BYTES`]; nothing more is written.
-    LogFull { time_ms: u64 },
+    LogFull {
+        #[serde(rename = "time_unix_ms")]
+        time_ms: u64,
+    },
 }
 
 impl DnsEvent {
@@ -95,6 +115,7 @@ pub struct LiveEntry {
     pub names: Vec<String>,
     /// Empty: every port.
     pub ports: Vec<u16>,
+    #[serde(rename = "expires_unix_ms")]
     pub expires_ms: u64,
 }
 

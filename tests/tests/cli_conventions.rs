@@ -258,6 +258,8 @@ fn data_commands_print_json_and_human_times() {
     assert!(ok(&["image", "list", "--json"]).is_array());
     let net = ok(&["net", "show", "--json"]);
     assert_eq!(net["domain_id"], id, "{net}");
+    // No allow_hosts here: no filtering resolver, an empty log.
+    assert_eq!(ok(&["net", "log", "--json"]), serde_json::json!([]));
     // doctor: every check with its status and fix; its exit code as the
     // document says.
     let out = ws.lazaret(&["doctor", "--json"]).output().unwrap();

