@@ -334,11 +334,10 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Tells a session's terminal that nothing reads its Host Escalation
-/// requests any more.
-fn tell_lost(client: &Client, reason: &str) {
-    let line = format!("\r\nlazaret: {reason}\r\n").into_bytes();
-    let _ = write_frame(&mut *lock(&client.writer), &ServerMsg::Stderr(line));
+/// What a session's terminal is told when nothing reads its Host
+/// Escalation requests any more.
+fn lost_line(reason: &str) -> String {
+    format!("\r\nlazaret: {reason}\r\n")
 }
 
 /// Keeps a client's answer within what a result may hold.
@@ -514,8 +513,9 @@ impl Escalations {
             *lock(&self.lost) = Some(reason.clone());
             sessions.values().map(|s| s.client.clone()).collect()
         };
+        let line = ServerMsg::Stderr(lost_line(&reason).into_bytes());
         for c in clients {
-            tell_lost(&c, &reason);
+            let _ = write_frame(&mut *lock(&c.writer), &line);
         }
     }
 
@@ -528,10 +528,11 @@ impl Escalations {
     }
 
     /// Registers a Client Session: in the routing table first, then with
-    /// the reader, before any process of the session exists.
-    pub fn register(&self, session_id: &str, entry: SessionEntry) {
+    /// the reader, before any process of the session exists. When the
+    /// reader already ended, returns the line the session must be shown
+    /// (after its first record, which must stay `Accepted`).
+    pub fn register(&self, session_id: &str, entry: SessionEntry) -> Option<String> {
         let anchor = entry.anchor;
-        let client = entry.client.clone();
         let lost = {
             let mut sessions = lock(&self.sessions);
             sessions.insert(session_id.to_string(), entry);
@@ -539,13 +540,13 @@ impl Escalations {
         };
         if let Some(reason) = lost {
             // Nobody to tell the session to: the reader is gone.
-            tell_lost(&client, &reason);
-            return;
+            return Some(lost_line(&reason));
         }
         self.tell_reader(&ToReader::SessionAdded {
             session_id: session_id.to_string(),
             anchor,
         });
+        None
     }
 
     /// The session ended: its requests end and their commands stop.
@@ -1189,20 +1190,42 @@ mod tests {
         let (_d, e, _sk) = mailbox(vec![]);
         let (mut before, _) = register(&e, "before");
         e.reader_lost("it exited");
-        let (mut after, _) = register(&e, "after");
-        for stream in [&mut before, &mut after] {
-            stream
-                .set_read_timeout(Some(Duration::from_secs(5)))
-                .unwrap();
-            match read_frame::<_, ServerMsg>(stream).unwrap() {
-                ServerMsg::Stderr(line) => assert!(
-                    String::from_utf8_lossy(&line).contains("Escalation Mailbox reader ended"),
-                    "{}",
-                    String::from_utf8_lossy(&line)
-                ),
-                other => panic!("{other:?}"),
-            }
+        // Told at once, on its connection.
+        before
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        match read_frame::<_, ServerMsg>(&mut before).unwrap() {
+            ServerMsg::Stderr(line) => assert!(
+                String::from_utf8_lossy(&line).contains("Escalation Mailbox reader ended"),
+                "{}",
+                String::from_utf8_lossy(&line)
+            ),
+            other => panic!("{other:?}"),
         }
+        // A session joining later: nothing written before its first record
+        // (Accepted, the caller's), the line to show after it returned.
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let notice = e.register(
+            "after",
+            SessionEntry {
+                anchor: ANCHOR,
+                client: Client {
+                    writer: Arc::new(Mutex::new(ours)),
+                    replies: Replies::default(),
+                },
+                terminal: None,
+                gone: Arc::new(AtomicBool::new(false)),
+            },
+        );
+        assert!(
+            notice
+                .as_deref()
+                .is_some_and(|n| n.contains("Escalation Mailbox reader ended")),
+            "{notice:?}"
+        );
+        theirs.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        assert!(std::io::Read::read(&mut theirs, &mut b).is_err());
     }
 
     #[test]

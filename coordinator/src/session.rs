@@ -356,7 +356,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     env.extend(workdir_env(&workdir));
     let gate = Arc::new(Gate::default());
     let replies = Replies::default();
-    let _registration = Registration::new(
+    let (_registration, notice) = Registration::new(
         ctx,
         sid,
         SessionEntry {
@@ -384,9 +384,13 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     let latch = Arc::new(StartLatch::new(pid_file));
     let bridge = Bridge { sid, process };
 
-    let accepted = ServerMsg::Accepted {
+    // The first record is Accepted; a notice (no Host Escalation in this
+    // Domain any more) follows it.
+    let accepted: Vec<ServerMsg> = std::iter::once(ServerMsg::Accepted {
         session_id: sid.to_string(),
-    };
+    })
+    .chain(notice.map(|n| ServerMsg::Stderr(n.into_bytes())))
+    .collect();
     match tty {
         Some(t) => run_pty(
             ctx,
@@ -749,15 +753,20 @@ struct Registration<'a> {
 }
 
 impl<'a> Registration<'a> {
-    fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> Self {
-        ctx.escalations.register(sid, entry);
+    /// Also returns what the session must be told once accepted (see
+    /// `Escalations::register`).
+    fn new(ctx: &'a SessionCtx, sid: &str, entry: SessionEntry) -> (Self, Option<String>) {
+        let notice = ctx.escalations.register(sid, entry);
         record(Event::Joined {
             session: sid.to_string(),
         });
-        Self {
-            ctx,
-            sid: sid.to_string(),
-        }
+        (
+            Self {
+                ctx,
+                sid: sid.to_string(),
+            },
+            notice,
+        )
     }
 }
 
@@ -838,7 +847,7 @@ fn run_pty(
     (rows, cols): (u16, u16),
     mut reader: UnixStream,
     writer: Writer,
-    accepted: ServerMsg,
+    accepted: Vec<ServerMsg>,
     (gate, replies): (Arc<Gate>, Replies),
     latch: Arc<StartLatch>,
 ) -> Result<(), String> {
@@ -856,7 +865,9 @@ fn run_pty(
     // command, a client that loses this coordinator must say so, never
     // start the command again in a new Domain (it retries only when
     // nothing was accepted).
-    send(&writer, &accepted);
+    for m in &accepted {
+        send(&writer, m);
+    }
     let (bridge_fd, events) = bridge.start(ctx, true, &slave).inspect_err(|e| {
         send(
             &writer,
@@ -931,7 +942,7 @@ fn run_pipes(
     bridge: Bridge<'_>,
     mut reader: UnixStream,
     writer: Writer,
-    accepted: ServerMsg,
+    accepted: Vec<ServerMsg>,
     latch: Arc<StartLatch>,
     replies: Replies,
 ) -> Result<(), String> {
@@ -942,7 +953,9 @@ fn run_pipes(
     let (err_r, err_w) = pipe().map_err(err)?;
     let far_ends = [in_r, out_w, err_w];
     // Accepted before the bridge starts (see `run_pty`).
-    send(&writer, &accepted);
+    for m in &accepted {
+        send(&writer, m);
+    }
     let (bridge_fd, events) = bridge.start(ctx, false, &far_ends).inspect_err(|e| {
         send(
             &writer,

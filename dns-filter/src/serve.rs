@@ -325,6 +325,7 @@ impl Filter {
                 }
                 (Verdict::Deny, None) => {}
             }
+            let ttl = ttl.clamp(self.hosts.ttl_floor, self.hosts.ttl_ceiling);
             let until = now + u64::from(ttl) * 1000;
             let changes = match self.grants.grant(a, ports.as_deref(), until) {
                 Ok(c) => c,

@@ -6,8 +6,8 @@
 //! with an optional port (`github.com:22`). A query for a name no entry
 //! matches is answered NXDOMAIN by the filter itself and never leaves; an
 //! answer is accepted only if every name of its CNAME chain is allowed,
-//! and its addresses are kept for their TTL, clamped to
-//! [`TTL_FLOOR`]..=[`TTL_CEILING`].
+//! and its addresses are kept for their TTL, which the filter clamps to the
+//! plan's bounds ([`TTL_FLOOR`]..=[`TTL_CEILING`] as derived).
 
 pub use hickory_proto::op::ResponseCode;
 use hickory_proto::op::{Message, MessageType};
@@ -231,7 +231,8 @@ fn reply(msg: &Message, code: ResponseCode) -> Result<Vec<u8>, String> {
 /// What the filter does with the upstream's answer to an allowed query.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AnswerVerdict {
-    /// Route these addresses (TTL clamped), then pass the answer on.
+    /// Route these addresses (with their TTL as answered), then pass the
+    /// answer on.
     Accept { addresses: Vec<(IpAddr, u32)> },
     /// A name of the CNAME chain is not allowed: answer NXDOMAIN instead.
     Refuse { name: String },
@@ -275,7 +276,7 @@ pub fn judge_answer(
                 (RecordType::AAAA, RData::AAAA(a)) => IpAddr::V6(a.0),
                 _ => return None,
             };
-            Some((ip, r.ttl().clamp(TTL_FLOOR, TTL_CEILING)))
+            Some((ip, r.ttl()))
         })
         .collect();
     Ok(AnswerVerdict::Accept { addresses })
@@ -396,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn every_name_of_a_cname_chain_must_be_allowed_and_ttls_are_clamped() {
+    fn every_name_of_a_cname_chain_must_be_allowed_and_only_its_addresses_count() {
         let a_ = allow();
         let ok = answer(vec![
             cname("github.com.", "lb.githubusercontent.com."),
@@ -406,7 +407,7 @@ mod tests {
         assert_eq!(
             judge_answer(&a_, "github.com", &ok).unwrap(),
             AnswerVerdict::Accept {
-                addresses: vec![("192.0.2.7".parse().unwrap(), TTL_FLOOR)]
+                addresses: vec![("192.0.2.7".parse().unwrap(), 5)]
             }
         );
         let bad = answer(vec![
@@ -423,7 +424,7 @@ mod tests {
         assert_eq!(
             judge_answer(&a_, "github.com", &long).unwrap(),
             AnswerVerdict::Accept {
-                addresses: vec![("192.0.2.9".parse().unwrap(), TTL_CEILING)]
+                addresses: vec![("192.0.2.9".parse().unwrap(), 86_400)]
             }
         );
         // A CNAME loop ends; nothing of it is routed.

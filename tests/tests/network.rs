@@ -936,3 +936,67 @@ fn allow_hosts_with_a_configured_resolver_keeps_it_out_of_reach() {
     );
     assert_domain_gone(&ws.domain_id("default"));
 }
+
+/// Inside: a lookup whose name carries a terminal escape and a line break,
+/// sent raw to the sandbox's resolver (the filter refuses and logs it).
+const HOSTILE_NAME: &str = r#"
+import socket, struct
+labels = [b"\x1b[2J\x1b]0;pwned\x07", b"x\nFAKE-LINE routed 10.0.0.1", b"attacker", b"example"]
+q = struct.pack("!HHHHHH", 0x4343, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l for l in labels) + b"\0" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(q, ("10.0.2.3", 53))
+a = s.recv(512)
+print("RCODE", a[3] & 15)
+"#;
+
+/// The names the sandbox looks up reach the developer's terminal through
+/// `lazaret net log`: escaped, never as control sequences or extra lines.
+#[test]
+fn hostile_lookup_names_are_shown_escaped() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts-hostile");
+    write_network(
+        &ws,
+        "default = \"deny\"\nallow_hosts = [\"svc.lazaret.test\"]",
+    );
+    let out = ws.run_sh_in(&net, &py(HOSTILE_NAME, &[]));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // NXDOMAIN, from the filter: it never went upstream.
+    assert!(stdout.contains("RCODE 3"), "{stdout}");
+    assert!(
+        !net.queries().iter().any(|q| q.contains("attacker")),
+        "{:?}",
+        net.queries()
+    );
+    let human = ws.lazaret_in(&net, &["net", "log"]).output().unwrap();
+    assert!(human.status.success());
+    let shown = text(&human.stdout);
+    assert!(
+        !human.stdout.iter().any(|b| *b == 0x1b || *b == 0x07),
+        "a control byte reached the terminal: {shown:?}"
+    );
+    assert!(
+        !shown.lines().any(|l| l.starts_with("FAKE-LINE")),
+        "the name forged a line: {shown}"
+    );
+    assert!(shown.contains("attacker.example"), "{shown}");
+    let json = ws
+        .lazaret_in(&net, &["net", "log", "--json"])
+        .output()
+        .unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        events.iter().any(|e| e["event"] == "refused"
+            && e["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("attacker.example")
+                    && !n.contains('\u{1b}')
+                    && !n.contains('\n'))),
+        "{events:?}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}
