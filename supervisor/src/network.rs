@@ -33,7 +33,7 @@ use std::time::Duration;
 
 /// The slirp link's MTU, as the policy's `Link` says.
 const MTU: &str = "--mtu=65520";
-/// How long a slirp4netns may take to report ready.
+/// How long a slirp4netns (or the DNS filter) may take to report ready.
 const SLIRP_READY: Duration = Duration::from_secs(20);
 
 fn unblock_and_die_with_parent(cmd: &mut Command) {
@@ -50,7 +50,8 @@ fn unblock_and_die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`).
+/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS
+/// filter's `ready` line).
 fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
     let f = std::fs::File::from(r);
     let mut pfd = [nix::poll::PollFd::new(
@@ -227,7 +228,6 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
 /// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
 /// on fd 4; returns once it printed `ready` (it listens and is confined).
 fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
-    use std::io::BufRead;
     use std::os::unix::fs::OpenOptionsExt;
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = std::fs::OpenOptions::new()
@@ -253,16 +253,8 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", plan.binary.display()))?;
     drop(cmd);
-    let mut line = String::new();
-    let stdout = child.stdout.take().expect("piped");
-    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-    if line.trim_end() != "ready" {
-        let _ = child.kill();
-        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-        return Err(format!(
-            "lazaret-dns-filter did not become ready ({status}); see its message in helpers.log in the Domain Root (`lazaret logs --helpers`)"
-        ));
-    }
+    let stdout = OwnedFd::from(child.stdout.take().expect("piped"));
+    wait_ready(stdout, "lazaret-dns-filter", &mut child)?;
     Ok(child)
 }
 
