@@ -108,6 +108,7 @@
 pub mod baseline;
 pub mod confine;
 pub mod gitcfg;
+pub mod index;
 pub mod linked;
 pub mod nodes;
 pub mod quota;

@@ -72,6 +72,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod checked;
+
 /// Which backing tree a path lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Store {
@@ -82,6 +84,19 @@ pub enum Store {
 }
 
 type Res<T> = Result<T, rustix::io::Errno>;
+
+/// A host file's identity and version: device, inode, size, mtime, ctime.
+type HostStamp = (u64, u64, i64, (i64, i64), (i64, i64));
+
+fn host_stamp(st: &Stat) -> HostStamp {
+    (
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        (st.st_mtime, st.st_mtime_nsec as i64),
+        (st.st_ctime, st.st_ctime_nsec as i64),
+    )
+}
 
 fn fe(e: rustix::io::Errno) -> Errno {
     Errno::from_i32(e.raw_os_error())
@@ -184,6 +199,13 @@ pub struct Router {
     bound_logged: AtomicBool,
     /// The state store's size against its bound.
     quota: crate::quota::Quota,
+    /// For each Git directory's index the router gave the host: the host
+    /// index's stamp right after it was written. While the host's index
+    /// still has it, the sandbox reads its own copy (see [`Access::Mirrored`]).
+    mirror: Mutex<HashMap<Vec<u8>, HostStamp>>,
+    /// Why an index or `packed-refs` was not given to the host, said once
+    /// each (bounded).
+    refusals_logged: Mutex<std::collections::HashSet<String>>,
     next_fh: AtomicU64,
     ttl: Duration,
     uid: u32,
@@ -292,6 +314,8 @@ impl Router {
             protected: opts.protected,
             bound_logged: AtomicBool::new(false),
             quota,
+            mirror: Mutex::new(HashMap::new()),
+            refusals_logged: Mutex::new(std::collections::HashSet::new()),
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
             uid: rustix::process::geteuid().as_raw(),
@@ -318,7 +342,9 @@ impl Router {
         match self.access(path) {
             Access::Free => {}
             Access::Live | Access::ReadOnly => return Store::Host,
-            Access::Private | Access::HostOrPrivate | Access::Shadowed => return Store::State,
+            Access::Private | Access::HostOrPrivate | Access::Shadowed | Access::Mirrored => {
+                return Store::State
+            }
         }
         if self.isolate_ignored && self.rules.is_ignored(path, dir) {
             Store::State
@@ -371,15 +397,84 @@ impl Router {
     /// protected name on the host (`EPERM`), or a private one whose host
     /// entry exists (`EEXIST`: it stays the host's, read-only).
     fn may_create(&self, s: Store, path: &[u8]) -> Result<(), Errno> {
+        if self.rename_only(path) {
+            return Err(Errno::EPERM);
+        }
         match self.access(path) {
             Access::Free | Access::Live | Access::Private | Access::Shadowed => Ok(()),
-            Access::ReadOnly => Err(Errno::EPERM),
+            Access::ReadOnly | Access::Mirrored => Err(Errno::EPERM),
             Access::HostOrPrivate => {
                 if s == Store::State && self.stat_in(Store::Host, path).map_err(fe)?.is_some() {
                     return Err(Errno::EEXIST);
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// Whether `path` changes only by Git's lock-and-rename, which the
+    /// router checks: a Git directory's index and `packed-refs`. Creating
+    /// them, writing them in place, or renaming them away is refused
+    /// (`EPERM`); Git never does any of it.
+    fn rename_only(&self, path: &[u8]) -> bool {
+        match self.access(path) {
+            Access::Mirrored => true,
+            Access::Live => sentry::is_packed_refs(&HostView(self), path),
+            _ => false,
+        }
+    }
+
+    /// Which copy of the mirrored index `path` the sandbox sees, given the
+    /// host's and the state store's entries: its own while the host's
+    /// index is still the one the router wrote from it, else the host's.
+    fn mirrored_pick(
+        &self,
+        path: &[u8],
+        host: Option<Stat>,
+        state: Option<Stat>,
+    ) -> (Option<(Store, Stat)>, bool) {
+        let current = host
+            .as_ref()
+            .is_some_and(|h| lock(&self.mirror).get(path) == Some(&host_stamp(h)));
+        match (state, current) {
+            (Some(st), true) => (Some((Store::State, st)), false),
+            // The host's index changed (host Git wrote it) or was never
+            // the router's: the sandbox's copy is stale.
+            (stale, _) => (host.map(|h| (Store::Host, h)), stale.is_some()),
+        }
+    }
+
+    /// [`Self::mirrored_pick`] for a lookup: a stale private copy is
+    /// removed, so the sandbox's Git reads the host's index afresh.
+    fn resolve_mirrored(&self, path: &[u8]) -> Res<Option<(Store, Stat)>> {
+        let host = self.stat_in(Store::Host, path)?;
+        let state = self.stat_in(Store::State, path)?;
+        let (pick, stale) = self.mirrored_pick(path, host, state);
+        if stale {
+            if let Some(st) = state {
+                let (pp, name) = split(path);
+                if let Ok(d) = open_dir(self.root(Store::State), pp) {
+                    if rustix::fs::unlinkat(&d, OsStr::from_bytes(name), AtFlags::empty()).is_ok() {
+                        self.quota.removed(&st);
+                        lock(&self.table).removed(Store::State, path, &st);
+                    }
+                }
+            }
+            lock(&self.mirror).remove(path);
+        }
+        Ok(pick)
+    }
+
+    /// Says once per distinct reason why an index or `packed-refs` the
+    /// sandbox wrote was not given to the host.
+    fn log_refusal(&self, path: &[u8], why: &str) {
+        let line = format!(
+            "lazaret-mount-router: {}: not given to the host: {why}",
+            lazaret_protocol::display::escape(path)
+        );
+        let mut seen = lock(&self.refusals_logged);
+        if seen.len() < 256 && seen.insert(line.clone()) {
+            lazaret_protocol::log_line!("{line}");
         }
     }
 
@@ -514,6 +609,7 @@ impl Router {
                     None => self.stat_in(Store::Host, path)?.map(|s| (Store::Host, s)),
                 })
             }
+            Access::Mirrored => return self.resolve_mirrored(path),
         }
         let store = |ignored: bool| if ignored { Store::State } else { Store::Host };
         let (f, d) = self.ignored_both(path);
@@ -745,6 +841,7 @@ impl Router {
                     Access::Shadowed => st
                         .map(|x| (Store::State, x))
                         .or(h.map(|x| (Store::Host, x))),
+                    Access::Mirrored => self.mirrored_pick(&child, h, st).0,
                 }
             };
             if let Some(p) = pick {
@@ -780,6 +877,9 @@ impl Router {
         } = a;
         let (s, path) = self.node(ino)?;
         self.may_change(s, &path)?;
+        if self.rename_only(&path) {
+            return Err(Errno::EPERM);
+        }
         if s == Store::Host && size.is_some() && is_rules_path(&path) {
             self.rules.before_sandbox_change(&path);
         }
@@ -910,6 +1010,12 @@ impl Router {
         let (nps, nppath) = self.node(newparent)?;
         let from = join(&ppath, name);
         let to = join(&nppath, newname);
+        if self.rename_only(&from) {
+            return Err(Errno::EPERM);
+        }
+        if self.access(&to) == Access::Mirrored {
+            return self.rename_into_index(ps, &from, &to, flags);
+        }
         let (s, st) = self.resolve(ps, &from).map_err(fe)?.ok_or(Errno::ENOENT)?;
         let dir = is_dir(&st);
         self.may_change(s, &from)?;
@@ -917,7 +1023,12 @@ impl Router {
         if s != dst {
             return Err(Errno::EXDEV);
         }
-        if nps == Store::Host {
+        if nps == Store::Host && self.rename_only(&to) {
+            // `packed-refs`: only a file whose replace refs the host's
+            // already has.
+            self.may_change(dst, &to)?;
+            self.check_packed_refs(s, &from, &to)?;
+        } else if nps == Store::Host {
             self.may_create(dst, &to)?;
             self.may_change(dst, &to)?;
         }
@@ -1375,6 +1486,9 @@ impl Filesystem for Router {
             let (nps, nppath) = self.node(newparent)?;
             let to = join(&nppath, newname.as_bytes());
             self.may_change(s, &path)?;
+            if self.rename_only(&path) || self.rename_only(&to) {
+                return Err(Errno::EPERM);
+            }
             if self.route(nps, &to, false) != s {
                 return Err(Errno::EXDEV);
             }
@@ -1412,6 +1526,9 @@ impl Filesystem for Router {
                 & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
             if of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND) {
                 self.may_change(s, &path)?;
+                if self.rename_only(&path) {
+                    return Err(Errno::EPERM);
+                }
             }
             let writes =
                 of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND);

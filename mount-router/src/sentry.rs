@@ -60,6 +60,12 @@ pub enum Access {
     /// update`, `branch -D`) and host Git must never read from the
     /// sandbox.
     Shadowed,
+    /// The index: the sandbox reads its own exact copy while the host's
+    /// index is the one the router last wrote from it; the host's index
+    /// is written only by the router, sanitized (no flag that hides a
+    /// change, no cached stat the host did not vouch for, no cache tree).
+    /// Changed only by Git's lock-and-rename.
+    Mirrored,
 }
 
 impl Access {
@@ -85,29 +91,59 @@ pub fn is_git_dir_by(is_dir: impl Fn(&[u8]) -> Option<bool>, path: &[u8]) -> boo
 }
 
 /// Top-level files of a Git directory that Git writes in normal
-/// operation (each also as `NAME.lock`, Git's lock-and-rename).
+/// operation and that the host must share with the sandbox (each also as
+/// `NAME.lock`, Git's lock-and-rename): what the branch is and the refs.
 pub const LIVE: &[&str] = &[
-    "HEAD",             // checkout, commit, branch switch
-    "ORIG_HEAD",        // reset, merge, rebase, pull
-    "FETCH_HEAD",       // fetch, pull
-    "MERGE_HEAD",       // merge in progress
-    "MERGE_MSG",        // merge in progress
-    "MERGE_MODE",       // merge in progress
-    "MERGE_RR",         // rerere during merge
-    "MERGE_AUTOSTASH",  // merge --autostash
-    "AUTO_MERGE",       // merge-ort's tree of the last merge
-    "CHERRY_PICK_HEAD", // cherry-pick in progress
-    "REVERT_HEAD",      // revert in progress
-    "REBASE_HEAD",      // rebase stopped at a commit
-    "BISECT_LOG",       // bisect
-    "BISECT_START",     // bisect
-    "BISECT_EXPECTED_REV",
-    "BISECT_ANCESTORS_OK",
-    "BISECT_NAMES",
-    "BISECT_TERMS",
-    "BISECT_RUN",
-    "BISECT_HEAD",
-    "SQUASH_MSG",          // merge --squash
+    "HEAD",        // checkout, commit, branch switch
+    "packed-refs", // pack-refs, gc, fetch (its content is checked: no replace refs)
+    "description", // init (gitweb reads it; Git runs nothing)
+];
+
+/// Top-level directories of a Git directory that Git writes in normal
+/// operation and the host shares; everything beneath them is live, except
+/// [`READ_ONLY_BENEATH`] and [`PRIVATE_BENEATH`].
+pub const LIVE_DIRS: &[&str] = &[
+    "objects",    // every write of a blob, tree, commit, pack
+    "refs",       // branches, tags, remotes' refs, stash
+    "logs",       // reflogs
+    "lost-found", // fsck --lost-found
+];
+
+/// Names beneath live directories that Git reads as a pointer to other
+/// object stores: read-only.
+pub const READ_ONLY_BENEATH: &[&str] = &["objects/info/alternates", "objects/info/http-alternates"];
+
+/// Names beneath live directories that change what host Git shows of a
+/// commit without changing the commit (what `git push` sends): replace
+/// refs swap one object for another in `log`, `show` and `diff`, and a
+/// commit-graph file is trusted for parents. Sandbox-private: Git inside
+/// uses its own, host Git never sees them.
+pub const PRIVATE_BENEATH: &[&str] = &[
+    "refs/replace",               // git replace
+    "objects/info/commit-graph",  // gc, commit-graph write
+    "objects/info/commit-graphs", // split commit-graph chains
+];
+
+/// The state of an operation in progress, and other per-operation files:
+/// host Git carries out or reuses what they say when the developer
+/// continues (`rebase --continue` runs the todo list's `exec` lines,
+/// `commit` concludes a merge with `MERGE_HEAD` as a parent, rerere
+/// replays its resolutions, `gc --auto` prints `gc.log` raw). Each side has
+/// its own: the sandbox's are private, and the host's are hidden inside
+/// (so Git inside neither sees nor continues an operation the host began).
+pub const PRIVATE_FILES: &[&str] = &[
+    "ORIG_HEAD",           // reset, merge, rebase, pull
+    "FETCH_HEAD",          // fetch, pull (merged by pull)
+    "MERGE_HEAD",          // merge in progress
+    "MERGE_MSG",           // merge in progress
+    "MERGE_MODE",          // merge in progress
+    "MERGE_RR",            // rerere during merge
+    "MERGE_AUTOSTASH",     // merge --autostash
+    "AUTO_MERGE",          // merge-ort's tree of the last merge
+    "CHERRY_PICK_HEAD",    // cherry-pick in progress
+    "REVERT_HEAD",         // revert in progress
+    "REBASE_HEAD",         // rebase stopped at a commit
+    "SQUASH_MSG",          // merge --squash (the next commit's message)
     "COMMIT_EDITMSG",      // commit
     "TAG_EDITMSG",         // tag -a
     "NOTES_EDITMSG",       // notes
@@ -115,58 +151,55 @@ pub const LIVE: &[&str] = &[
     "NOTES_MERGE_REF",     // notes merge
     "EDIT_DESCRIPTION",    // branch --edit-description
     "PULLREQ_EDITMSG",     // request-pull editors
-    "index",               // add, commit, status (refresh), checkout
-    "packed-refs",         // pack-refs, gc, fetch
-    "shallow",             // fetch --depth
     "gc.pid",              // gc
-    "gc.log",              // gc --auto in the background
-    "description",         // init (gitweb reads it; Git runs nothing)
+    "gc.log",              // gc --auto in the background (printed by host gc)
+    "index.lock",          // the index's lock: see MIRRORED
 ];
 
-/// Prefixes of live top-level files whose rest Git chooses (temporary
-/// index files and split-index files).
-pub const LIVE_PREFIXES: &[&str] = &[
-    "sharedindex.", // split index
-    "next-index-",  // commit with pathspec, add -i
-    "index.stash.", // stash's temporary index
-    "BISECT_",      // bisect's other state files
+/// Prefixes of per-operation files whose rest Git chooses: private.
+pub const PRIVATE_PREFIXES: &[&str] = &[
+    "BISECT_",      // bisect's state files (BISECT_LOG, BISECT_START...)
     "shallow_",     // fetch's temporary shallow file
+    "sharedindex.", // split index (the host never reads the sandbox's)
+    "next-index-",  // commit with pathspec, add -i: a temporary index
+    "index.stash.", // stash's temporary index
 ];
 
-/// Top-level directories of a Git directory that Git writes in normal
-/// operation; everything beneath them is live, except [`READ_ONLY_BENEATH`].
-pub const LIVE_DIRS: &[&str] = &[
-    "objects",              // every write of a blob, tree, commit, pack
-    "refs",                 // branches, tags, remotes' refs, stash
-    "logs",                 // reflogs
-    "rebase-merge",         // rebase in progress
-    "rebase-apply",         // am, rebase --apply
-    "sequencer",            // cherry-pick/revert of several commits
-    "rr-cache",             // rerere
-    "lfs",                  // git-lfs object store (data only)
-    "lost-found",           // fsck --lost-found
+/// Directories of operations in progress: private, everything beneath.
+pub const PRIVATE_DIRS: &[&str] = &[
+    "rebase-merge",         // rebase in progress: git-rebase-todo, strategy...
+    "rebase-apply",         // am, rebase --apply: the patches to apply
+    "sequencer",            // cherry-pick/revert of several commits: todo
+    "rr-cache",             // rerere's recorded resolutions
     "NOTES_MERGE_WORKTREE", // notes merge
+    "lfs",                  // git-lfs object store: smudged into checkouts
 ];
 
-/// Names beneath live directories that Git reads as a pointer to other
-/// object stores: read-only.
-pub const READ_ONLY_BENEATH: &[&str] = &["objects/info/alternates", "objects/info/http-alternates"];
-
-/// Entries of `info/` that Git writes: the rest of `info/` (attributes,
-/// grafts) is read-only.
+/// Entries of `info/` that Git writes for dumb transports: live. The
+/// rest of `info/` (attributes, grafts) is read-only, and `exclude` and
+/// `sparse-checkout` are shadowed ([`SHADOWED_INFO`]).
 pub const INFO_LIVE: &[&str] = &[
-    "exclude",         // ignore rules: the router lets these only hide more
-    "refs",            // update-server-info
-    "packs",           // (objects/info/packs, for dumb transports)
-    "sparse-checkout", // sparse-checkout set
+    "refs",  // update-server-info
+    "packs", // (objects/info/packs, for dumb transports)
 ];
 
-/// Configuration files: Git inside rewrites them, into a sandbox-private
-/// copy ([`Access::Shadowed`]); the host's are never written.
+/// Top-level files Git inside rewrites into a sandbox-private copy
+/// ([`Access::Shadowed`]); the host's are never written.
 pub const SHADOWED: &[&str] = &[
     "config",          // configuration: core.fsmonitor, aliases, filters...
     "config.worktree", // per-worktree configuration
+    "shallow",         // fetch --depth: commits shown without parents
 ];
+
+/// Files of `info/` Git inside rewrites into a private copy: what host
+/// `git status` hides (`exclude`) and which files a checkout leaves out
+/// (`sparse-checkout`) stay the host's.
+pub const SHADOWED_INFO: &[&str] = &["exclude", "sparse-checkout"];
+
+/// The index: the sandbox's own exact copy, and a sanitized copy for the
+/// host written by the router at each rename into place
+/// ([`Access::Mirrored`], see `crate::index`).
+pub const MIRRORED: &[&str] = &["index"];
 
 /// Names Git reads as configuration, attributes, hooks' location or a
 /// redirection to another Git directory: never written from inside.
@@ -183,20 +216,28 @@ pub fn describe() -> String {
     format!(
         "[git sentry] in every Git directory (.git, .git/modules/<existing>, \
          .git/worktrees/<existing>, a nested repository's .git); each name also as NAME.lock and NAME.new\n\
-         live (read-write): {}\n\
-         live prefixes: {}\n\
+         live (read-write, shared with the host): {}\n\
          live directories (and all beneath): {}\n\
          live in info/: {}\n\
-         shadowed (private copy on rewrite, host's read-only): {}\n\
+         private beneath live directories: {}\n\
+         private (in-progress and per-operation state, each side its own): {} {}* and {}/\n\
+         shadowed (private copy on rewrite, host's read-only): {} info/{}\n\
+         mirrored (the sandbox's own copy; the host's written by the router, sanitized): {}\n\
          read-only: {} {}\n\
          private: hooks/, a .git the host does not have, .git/modules/<new>, .git/worktrees/<new>\n\
          refused (EPERM): any other name; symlinks; links to or from protected names; \
-         renaming a directory that holds a protected name\n",
+         renaming a directory that holds a protected name; packed-refs naming a replace ref \
+         the host's does not; writing the index or packed-refs other than by lock-and-rename\n",
         list(LIVE),
-        list(LIVE_PREFIXES),
         list(LIVE_DIRS),
         list(INFO_LIVE),
+        list(PRIVATE_BENEATH),
+        list(PRIVATE_FILES),
+        PRIVATE_PREFIXES.join("* "),
+        list(PRIVATE_DIRS).replace(' ', "/ "),
         list(SHADOWED),
+        SHADOWED_INFO.join(" info/"),
+        list(MIRRORED),
         list(PROTECTED),
         list(READ_ONLY_BENEATH),
     )
@@ -257,42 +298,104 @@ pub fn access(host: &dyn Host, path: &[u8]) -> Access {
     Access::Free
 }
 
-/// The access to `rest` beneath the Git directory `dir`.
-fn in_git_dir(host: &dyn Host, dir: &[&[u8]], rest: &[&[u8]]) -> Access {
-    let top = rest[0];
-    let name = unlocked(top);
-    if rest.len() == 1 && is_one_of(name, SHADOWED) {
+/// Whether `path` is the `packed-refs` file of a Git directory (whose
+/// content the router checks when it is put in place: see
+/// [`replace_refs`]).
+pub fn is_packed_refs(host: &dyn Host, path: &[u8]) -> bool {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) if &path[i + 1..] == b"packed-refs" => host.is_git_dir(&path[..i]),
+        _ => false,
+    }
+}
+
+/// The lines of a `packed-refs` file that name a replace ref (`OID
+/// refs/replace/...`), which host Git would apply to what `log`, `show`
+/// and `diff` show.
+pub fn replace_refs(packed: &[u8]) -> std::collections::BTreeSet<&[u8]> {
+    packed
+        .split(|&b| b == b'\n')
+        .filter(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            l.split(|&b| b == b' ')
+                .nth(1)
+                .is_some_and(|r| r.starts_with(b"refs/replace/"))
+        })
+        .collect()
+}
+
+/// `path` is `prefix` or lies beneath it.
+fn beneath_or_at(path: &[u8], prefix: &[u8]) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|r| r.is_empty() || r[0] == b'/')
+}
+
+/// The access to the entry `top` (`name` without its lock suffix) at the
+/// top of a Git directory.
+fn top_level(top: &[u8], name: &[u8]) -> Access {
+    if top == b"index.lock" || is_one_of(name, PRIVATE_FILES) {
+        return Access::Private;
+    }
+    if top == b"index" {
+        return Access::Mirrored;
+    }
+    if is_one_of(name, SHADOWED) {
         return Access::Shadowed;
     }
     if is_one_of(name, PROTECTED) {
         return Access::ReadOnly;
     }
-    if top == b"hooks" {
+    if top == b"hooks"
+        || is_one_of(name, PRIVATE_DIRS)
+        || PRIVATE_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(p.as_bytes()))
+    {
         return Access::Private;
     }
+    if is_one_of(name, LIVE)
+        || is_one_of(name, LIVE_DIRS)
+        || matches!(name, b"info" | b"modules" | b"worktrees")
+    {
+        return Access::Live;
+    }
+    Access::ReadOnly
+}
+
+/// The access to `rest` beneath the Git directory `dir`.
+fn in_git_dir(host: &dyn Host, dir: &[&[u8]], rest: &[&[u8]]) -> Access {
+    let top = rest[0];
+    let name = unlocked(top);
     if rest.len() == 1 {
-        if is_one_of(name, LIVE)
-            || is_one_of(name, LIVE_DIRS)
-            || LIVE_PREFIXES.iter().any(|p| name.starts_with(p.as_bytes()))
-            || matches!(name, b"info" | b"modules" | b"worktrees")
-        {
-            return Access::Live;
-        }
+        return top_level(top, name);
+    }
+    if top == b"hooks" || is_one_of(top, PRIVATE_DIRS) {
+        return Access::Private;
+    }
+    if is_one_of(name, PROTECTED) {
         return Access::ReadOnly;
     }
     if is_one_of(top, LIVE_DIRS) {
         let rel = join(rest);
-        if READ_ONLY_BENEATH.iter().any(|r| {
-            let r = r.as_bytes();
-            rel == r || unlocked(&rel) == r
-        }) {
+        let at = |list: &[&str]| {
+            list.iter().any(|r| {
+                let r = r.as_bytes();
+                beneath_or_at(&rel, r) || unlocked(&rel) == r
+            })
+        };
+        if at(READ_ONLY_BENEATH) {
             return Access::ReadOnly;
+        }
+        if at(PRIVATE_BENEATH) {
+            return Access::Private;
         }
         return Access::Live;
     }
     match top {
         b"info" => {
-            if rest.len() == 2 && is_one_of(temp_of(unlocked(rest[1])), INFO_LIVE) {
+            let leaf = unlocked(rest[1]);
+            if rest.len() == 2 && is_one_of(leaf, SHADOWED_INFO) {
+                Access::Shadowed
+            } else if rest.len() == 2 && is_one_of(temp_of(leaf), INFO_LIVE) {
                 Access::Live
             } else {
                 Access::ReadOnly
@@ -378,35 +481,100 @@ mod tests {
         for p in [
             ".git/HEAD",
             ".git/HEAD.lock",
-            ".git/index",
-            ".git/index.lock",
-            ".git/ORIG_HEAD",
-            ".git/FETCH_HEAD",
-            ".git/COMMIT_EDITMSG",
             ".git/packed-refs.lock",
             ".git/packed-refs.new",
-            ".git/shallow_Ab12Cd",
-            ".git/sharedindex.0123abcd",
-            ".git/next-index-1234.lock",
             ".git/objects/ab/cdef",
             ".git/objects/pack/pack-1.pack",
             ".git/objects/info/packs",
             ".git/refs/heads/main.lock",
             ".git/refs/stash",
+            ".git/refs/replacement/x",
             ".git/logs/HEAD",
-            ".git/rebase-merge/done",
-            ".git/sequencer/todo",
-            ".git/info/exclude",
-            ".git/info/sparse-checkout",
             ".git/info/refs_a1B2c3",
             ".git/modules/lib/sub/HEAD",
             ".git/modules/lib/sub/objects/ab/cd",
             ".git/worktrees/wt/HEAD",
-            ".git/worktrees/wt/index.lock",
             "nested/.git/refs/heads/x",
         ] {
             assert_eq!(access(&h, p.as_bytes()), Access::Live, "{p}");
         }
+    }
+
+    #[test]
+    fn operations_in_progress_are_each_sides_own() {
+        let h = host();
+        for p in [
+            ".git/ORIG_HEAD",
+            ".git/FETCH_HEAD",
+            ".git/MERGE_HEAD",
+            ".git/MERGE_MSG.lock",
+            ".git/MERGE_RR",
+            ".git/AUTO_MERGE",
+            ".git/CHERRY_PICK_HEAD",
+            ".git/REVERT_HEAD",
+            ".git/REBASE_HEAD",
+            ".git/SQUASH_MSG",
+            ".git/COMMIT_EDITMSG",
+            ".git/BISECT_LOG",
+            ".git/BISECT_START",
+            ".git/gc.log",
+            ".git/gc.pid",
+            ".git/index.lock",
+            ".git/shallow_Ab12Cd",
+            ".git/sharedindex.0123abcd",
+            ".git/next-index-1234.lock",
+            ".git/index.stash.77",
+            ".git/rebase-merge",
+            ".git/rebase-merge/git-rebase-todo",
+            ".git/rebase-merge/strategy",
+            ".git/rebase-apply/0001",
+            ".git/sequencer/todo",
+            ".git/rr-cache/abc/preimage",
+            ".git/lfs/objects/ab/cd/abcd",
+            ".git/refs/replace",
+            ".git/refs/replace/0123abcd",
+            ".git/refs/replace/0123abcd.lock",
+            ".git/objects/info/commit-graph",
+            ".git/objects/info/commit-graph.lock",
+            ".git/objects/info/commit-graphs/graph-1.graph",
+            ".git/worktrees/wt/index.lock",
+            ".git/worktrees/wt/rebase-merge/done",
+            ".git/modules/lib/sub/MERGE_HEAD",
+            "nested/.git/sequencer/todo",
+        ] {
+            assert_eq!(access(&h, p.as_bytes()), Access::Private, "{p}");
+        }
+    }
+
+    #[test]
+    fn packed_refs_are_known_and_their_replace_refs_found() {
+        let h = host();
+        assert!(is_packed_refs(&h, b".git/packed-refs"));
+        assert!(is_packed_refs(&h, b".git/modules/lib/sub/packed-refs"));
+        assert!(!is_packed_refs(&h, b".git/refs/heads/packed-refs"));
+        assert!(!is_packed_refs(&h, b"packed-refs"));
+        let packed = b"# pack-refs with: peeled fully-peeled sorted \n\
+            1111 refs/heads/main\n\
+            2222 refs/replace/1111\n\
+            ^3333\n\
+            4444 refs/replacement\n";
+        let found: Vec<&[u8]> = replace_refs(packed).into_iter().collect();
+        assert_eq!(found, vec![&b"2222 refs/replace/1111"[..]]);
+    }
+
+    #[test]
+    fn the_index_is_mirrored() {
+        let h = host();
+        for p in [
+            ".git/index",
+            ".git/modules/lib/sub/index",
+            ".git/worktrees/wt/index",
+            "nested/.git/index",
+        ] {
+            assert_eq!(access(&h, p.as_bytes()), Access::Mirrored, "{p}");
+        }
+        assert!(!Access::Mirrored.host_writable());
+        assert_eq!(access(&h, b".git/index.new"), Access::ReadOnly);
     }
 
     #[test]
@@ -447,6 +615,12 @@ mod tests {
             ".git/modules/lib/sub/config.lock",
             ".git/worktrees/wt/config.worktree",
             "nested/.git/config",
+            ".git/shallow",
+            ".git/shallow.lock",
+            ".git/info/exclude",
+            ".git/info/exclude.lock",
+            ".git/info/sparse-checkout",
+            ".git/modules/lib/sub/info/exclude",
         ] {
             assert_eq!(access(&h, p.as_bytes()), Access::Shadowed, "{p}");
         }

@@ -184,7 +184,8 @@ pub fn candidates(host_fd: BorrowedFd<'_>, protected: &[Vec<u8>]) -> Vec<Vec<u8>
         for p in names {
             let Some(k) = kind(&host, &p) else { continue };
             let access = sentry::access(&host, &p);
-            if access.host_writable() {
+            // The index is written on the host by the router itself.
+            if access.host_writable() || access == Access::Mirrored {
                 continue;
             }
             let name = p.rsplit(|&b| b == b'/').next().unwrap_or(&p);
@@ -361,7 +362,6 @@ mod tests {
             ".git/HEAD",
             ".git/index",
             ".git/description",
-            ".git/info/exclude",
             ".git/refs",
             ".git/objects",
             ".git/info",
