@@ -73,6 +73,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod checked;
+mod shadow;
 
 /// Which backing tree a path lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -875,7 +876,12 @@ impl Router {
             atime,
             mtime,
         } = a;
-        let (s, path) = self.node(ino)?;
+        let (mut s, path) = self.node(ino)?;
+        if s == Store::Host && self.access(&path) == Access::Shadowed {
+            // A handle is the copy made when it was opened for writing.
+            self.copy_up(&path)?;
+            s = Store::State;
+        }
         self.may_change(s, &path)?;
         if self.rename_only(&path) {
             return Err(Errno::EPERM);
@@ -1521,10 +1527,15 @@ impl Filesystem for Router {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.with_file_slot(|| {
-            let (s, path) = self.node(ino)?;
+            let (mut s, path) = self.node(ino)?;
             let of = OFlags::from_bits_retain(flags.0 as u32)
                 & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
+            let mut copied_up = false;
             if of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND) {
+                if s == Store::Host && self.access(&path) == Access::Shadowed {
+                    self.copy_up(&path)?;
+                    (s, copied_up) = (Store::State, true);
+                }
                 self.may_change(s, &path)?;
                 if self.rename_only(&path) {
                     return Err(Errno::EPERM);
@@ -1539,8 +1550,12 @@ impl Filesystem for Router {
             }
             let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
             // The name may now be another file (replaced on the host by a
-            // rename): never serve it under this node.
-            self.same_file(ino.0, &rustix::fs::fstat(&fd).map_err(fe)?)?;
+            // rename): never serve it under this node. (A copy-up serves
+            // the private copy under the host's node until the next
+            // lookup, which finds the copy.)
+            if !copied_up {
+                self.same_file(ino.0, &rustix::fs::fstat(&fd).map_err(fe)?)?;
+            }
             if let (Some(r), true) = (&rules, of.contains(OFlags::TRUNC)) {
                 self.rules.after_sandbox_change(r);
             }

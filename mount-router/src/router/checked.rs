@@ -94,11 +94,12 @@ impl Router {
         let (fdir, fname) = split(from);
         let sfrom = open_dir(self.root(Store::State), fdir).map_err(fe)?;
         let old = self.stat_in(Store::State, to).map_err(fe)?;
-        if let Err(e) = rustix::fs::renameat(
+        if let Err(e) = rustix::fs::renameat_with(
             &sfrom,
             OsStr::from_bytes(fname),
             &sdir,
             OsStr::from_bytes(name),
+            rustix::fs::RenameFlags::empty(),
         ) {
             // The host has the new index; the sandbox reads it from there.
             mirror.remove(to);
@@ -176,7 +177,15 @@ fn write_locked(
     let written = f.write_all(bytes).and_then(|()| f.flush());
     let done = written
         .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))
-        .and_then(|()| rustix::fs::renameat(dir, lockname, dir, OsStr::from_bytes(name)));
+        .and_then(|()| {
+            rustix::fs::renameat_with(
+                dir,
+                lockname,
+                dir,
+                OsStr::from_bytes(name),
+                rustix::fs::RenameFlags::empty(),
+            )
+        });
     if let Err(e) = done {
         let _ = rustix::fs::unlinkat(dir, lockname, AtFlags::empty());
         return Err(fe(e));
