@@ -7,12 +7,14 @@
 //! podman); and for `run`, the command's own status, 126 when it cannot be
 //! invoked, 127 when it is not found, 128+N when signal N killed it.
 
+mod changes_cmd;
 mod completions;
 mod doctor;
 mod error;
 mod global;
 mod host_command;
 mod human;
+mod ignore_check;
 mod image_cmd;
 mod leader;
 mod lifecycle_cmd;
@@ -58,6 +60,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// What the sandbox created, modified, renamed or deleted in the workspace
+    Changes(changes_cmd::ChangesArgs),
     /// The Domain's network policy, readiness fingerprint and probe evidence
     #[command(subcommand)]
     Net(net_cmd::NetCmd),
@@ -159,6 +163,7 @@ fn main() {
         Cmd::Image(args) => image_cmd::run(args, &g),
         Cmd::State(cmd) => report(state_cmd::run(cmd, &g)),
         Cmd::Escalations { which, json } => report(state_cmd::escalations(which, &g, json)),
+        Cmd::Changes(args) => report(changes_cmd::run(args, &g)),
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
         Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
             let env = lazaret_config::EnvVars::from_process();

@@ -109,6 +109,7 @@ pub mod baseline;
 pub mod confine;
 pub mod gitcfg;
 pub mod index;
+pub mod journal;
 pub mod linked;
 pub mod nodes;
 pub mod quota;
@@ -563,6 +564,25 @@ pub fn run(args: Args) -> Result<(), Error> {
         }
         None => baseline::Baseline::in_memory(),
     };
+    // The changes journal beside the rules baseline, opened before the
+    // router confines itself (landlock keeps that directory writable).
+    let journal = match &plan.baseline {
+        Some(dir) => {
+            let err = |source: std::io::Error| Error::Open {
+                what: "changes journal directory",
+                path: dir.clone(),
+                source,
+            };
+            let fd = rustix::fs::open(
+                dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+            .map_err(|e| err(e.into()))?;
+            journal::Journal::open(fd.as_fd()).map_err(err)?
+        }
+        None => journal::Journal::none(),
+    };
     let rules = rules::Rules::new(
         rules_host,
         plan.git.info_exclude.clone(),
@@ -584,6 +604,7 @@ pub fn run(args: Args) -> Result<(), Error> {
             isolate_ignored: !args.sentry_only && args.git_dir.is_none(),
             protected: protected.iter().map(|(p, _)| p.clone()).collect(),
             state_max_bytes: args.state_max_bytes,
+            journal,
         },
     );
     let filters = confine::seccomp_filters()?;

@@ -59,6 +59,7 @@ use fuser::{
     KernelConfig, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
+use lazaret_protocol::changes::Op;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RawDir, Stat};
 use std::collections::{BTreeMap, HashMap};
@@ -110,6 +111,8 @@ enum Handle {
         rules: Option<Vec<u8>>,
         /// The backing file, when opened for writing (see `writers`).
         writer: Option<(u64, u64)>,
+        /// The host path it writes, for the changes journal.
+        host_path: Option<Vec<u8>>,
     },
     Dir(Arc<Vec<Entry>>),
 }
@@ -148,6 +151,8 @@ pub struct Options {
     pub protected: Vec<Vec<u8>>,
     /// The byte bound of the state store (see [`crate::quota`]).
     pub state_max_bytes: Option<u64>,
+    /// Where every change to the host store is recorded first.
+    pub journal: crate::journal::Journal,
 }
 
 /// The most entries a directory rename looks at for protected entries
@@ -200,6 +205,7 @@ pub struct Router {
     bound_logged: AtomicBool,
     /// The state store's size against its bound.
     quota: crate::quota::Quota,
+    journal: crate::journal::Journal,
     /// For each Git directory's index the router gave the host: the host
     /// index's stamp right after it was written. While the host's index
     /// still has it, the sandbox reads its own copy (see [`Access::Mirrored`]).
@@ -315,6 +321,7 @@ impl Router {
             protected: opts.protected,
             bound_logged: AtomicBool::new(false),
             quota,
+            journal: opts.journal,
             mirror: Mutex::new(HashMap::new()),
             refusals_logged: Mutex::new(std::collections::HashSet::new()),
             next_fh: AtomicU64::new(1),
@@ -328,6 +335,24 @@ impl Router {
         match s {
             Store::Host => self.host.as_fd(),
             Store::State => self.state.as_fd(),
+        }
+    }
+
+    /// Records, before it is made, a change to the host store in the
+    /// changes journal (see [`crate::journal`]); `Err` fails the change.
+    fn journal(&self, s: Store, op: Op, path: &[u8], to: Option<&[u8]>) -> Result<(), Errno> {
+        if s == Store::Host {
+            self.journal.note(op, path, to)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The host path the handle `fh` writes, if it writes the host store.
+    fn written_path(&self, fh: FileHandle) -> Option<Vec<u8>> {
+        match lock(&self.handles).get(&fh.0) {
+            Some(Handle::File { host_path, .. }) => host_path.clone(),
+            _ => None,
         }
     }
 
@@ -904,6 +929,12 @@ impl Router {
             Some(fd) => fd.as_fd(),
             None => self.root(s),
         };
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            self.journal(s, Op::Attr, &path, None)?;
+        }
+        if size.is_some() {
+            self.journal(s, Op::Write, &path, None)?;
+        }
         if let Some(m) = mode {
             match &file {
                 Some(f) => rustix::fs::fchmod(f.as_fd(), Mode::from_raw_mode(m & 0o7777)),
@@ -1074,6 +1105,10 @@ impl Router {
         }
         let rflags = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        self.journal(s, Op::Rename, &from, Some(&to))?;
+        if exchange {
+            self.journal(s, Op::Rename, &to, Some(&from))?;
+        }
         let src_dir = open_dir(self.root(s), &ppath).map_err(fe)?;
         let dst_dir = self.dir_fd(s, &nppath, true).map_err(fe)?;
         // A host directory carries its state counterpart along.
@@ -1304,6 +1339,7 @@ impl Filesystem for Router {
                 self.may_create(s, &path)?;
             }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            self.journal(s, Op::Create, &path, None)?;
             rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), 0).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
                 .map(|s| s.st_mode & 0o2000 != 0)
@@ -1341,6 +1377,7 @@ impl Filesystem for Router {
             if s == Store::State {
                 self.quota.admit_entry(self.root(s))?;
             }
+            self.journal(s, Op::Mkdir, &path, None)?;
             rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
                 .map(|s| s.st_mode & 0o2000 != 0)
@@ -1366,6 +1403,7 @@ impl Filesystem for Router {
                 self.rules.before_sandbox_change(&path);
             }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
+            self.journal(s, Op::Remove, &path, None)?;
             rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
             if s == Store::State {
                 self.quota.removed(&st);
@@ -1408,6 +1446,7 @@ impl Filesystem for Router {
                 }
             }
             let d = open_dir(self.root(s), &ppath).map_err(fe)?;
+            self.journal(s, Op::Remove, &path, None)?;
             rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR).map_err(fe)?;
             if s == Store::State {
                 self.quota.removed(&st);
@@ -1443,6 +1482,7 @@ impl Filesystem for Router {
                 return Err(Errno::EPERM);
             }
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
+            self.journal(s, Op::Symlink, &path, None)?;
             rustix::fs::symlinkat(target, &d, link_name).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
                 .map(|s| s.st_mode & 0o2000 != 0)
@@ -1514,6 +1554,7 @@ impl Filesystem for Router {
             let (pp, name) = split(&path);
             let sd = open_dir(self.root(s), pp).map_err(fe)?;
             let dd = self.dir_fd(s, &nppath, true).map_err(fe)?;
+            self.journal(s, Op::Link, &path, Some(&to))?;
             rustix::fs::linkat(&sd, OsStr::from_bytes(name), &dd, newname, AtFlags::empty())
                 .map_err(fe)?;
             let st = self.stat_in(s, &to).map_err(fe)?.ok_or(Errno::ENOENT)?;
@@ -1548,6 +1589,9 @@ impl Filesystem for Router {
             if let Some(r) = &rules {
                 self.rules.before_sandbox_change(r);
             }
+            if writes && of.contains(OFlags::TRUNC) {
+                self.journal(s, Op::Write, &path, None)?;
+            }
             let fd = open_beneath(self.root(s), &path, of | OFlags::NOFOLLOW).map_err(fe)?;
             // The name may now be another file (replaced on the host by a
             // rename): never serve it under this node. (A copy-up serves
@@ -1569,6 +1613,7 @@ impl Filesystem for Router {
                 file: Arc::new(File::from(fd)),
                 rules,
                 writer,
+                host_path: (writes && s == Store::Host).then(|| path.clone()),
             });
             if s == Store::State {
                 self.quota.opened(fh);
@@ -1627,6 +1672,9 @@ impl Filesystem for Router {
     ) {
         let r = (|| {
             let (f, rules) = self.file(fh)?;
+            if let Some(p) = self.written_path(fh) {
+                self.journal.note(Op::Write, &p, None)?;
+            }
             if self.quota.counts(fh.0) {
                 let end = offset.saturating_add(data.len() as u64);
                 let before = self.quota.admit(self.state.as_fd(), f.as_fd(), end)?;
@@ -1885,6 +1933,7 @@ impl Filesystem for Router {
             if s == Store::State {
                 self.quota.admit_entry(self.root(s))?;
             }
+            self.journal(s, Op::Create, &path, None)?;
             let fd =
                 rustix::fs::openat(&d, name, of, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
             let setgid = rustix::fs::fstat(&d)
@@ -1900,6 +1949,7 @@ impl Filesystem for Router {
                 file: Arc::new(File::from(fd)),
                 rules,
                 writer,
+                host_path: (s == Store::Host).then(|| path.clone()),
             });
             if s == Store::State {
                 self.quota.added(&st);
@@ -1931,6 +1981,9 @@ impl Filesystem for Router {
         reply: ReplyEmpty,
     ) {
         let r = self.file(fh).and_then(|(f, _)| {
+            if let Some(p) = self.written_path(fh) {
+                self.journal.note(Op::Write, &p, None)?;
+            }
             let counted = self.quota.counts(fh.0);
             let before = if counted {
                 let end = offset.saturating_add(length);

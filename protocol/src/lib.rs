@@ -4,6 +4,7 @@
 //! with postcard. File descriptors never travel inside payloads: they are
 //! inherited at fixed numbers or passed out of band.
 
+pub mod changes;
 pub mod display;
 pub mod domain;
 pub mod escalation;

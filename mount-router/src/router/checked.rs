@@ -87,6 +87,8 @@ impl Router {
         let (dir, name) = split(to);
         let hdir = open_dir(self.root(Store::Host), dir).map_err(fe)?;
         let old_host = self.stat_in(Store::Host, to).map_err(fe)?;
+        self.journal
+            .note(lazaret_protocol::changes::Op::Write, to, None)?;
         let stamp = write_locked(&hdir, name, &given)?;
         mirror.insert(to.to_vec(), stamp);
         // The sandbox's exact index becomes its private copy.
