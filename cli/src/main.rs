@@ -23,6 +23,7 @@ mod session_env;
 mod shared_paths;
 mod state_cmd;
 mod terminal;
+mod vt;
 
 use clap::{Parser, Subcommand};
 use global::{Global, Uses};

@@ -510,6 +510,9 @@ fn session(
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr();
     let mut backlog = VecDeque::new();
+    // The terminal's input modes and screen as the session's program set
+    // them, to give back after a prompt resets them.
+    let mut modes = crate::vt::Modes::default();
     loop {
         let ev = match backlog.pop_front() {
             Some(ev) => ev,
@@ -517,6 +520,9 @@ fn session(
         };
         match ev {
             Ok(ServerMsg::Stdout(d)) => {
+                if tty {
+                    modes.feed(&d);
+                }
                 if out.write_all(&d).and_then(|_| out.flush()).is_err() {
                     // Our reader is gone (`lazaret run -- yes | head`):
                     // hang the session up, exit as if by SIGPIPE.
@@ -535,7 +541,8 @@ fn session(
             }
             Ok(ServerMsg::Prompt(p)) => {
                 drop(out);
-                if let Some(argv) = prompt::ask(&p, &route, &events, &mut backlog) {
+                let decision = prompt::ask(&p, &route, &events, &mut backlog);
+                if let Some(argv) = decision {
                     let _ = write_frame(
                         &mut *w.lock().unwrap(),
                         &ClientMsg::Decision {
@@ -544,6 +551,7 @@ fn session(
                         },
                     );
                 }
+                give_back(&mut modes, &w);
                 out = std::io::stdout().lock();
             }
             Ok(ServerMsg::PromptWithdrawn { .. }) => {}
@@ -564,6 +572,37 @@ fn session(
             }
         }
     }
+}
+
+/// After a prompt, once decided: the session's program gets its input
+/// modes and screen back, and a full-screen one is made to redraw the
+/// screen the prompt took, by a resize to one row less and back (the
+/// kernel signals only a change of size), through the session's own
+/// resize path.
+fn give_back(modes: &mut crate::vt::Modes, w: &Arc<Mutex<UnixStream>>) {
+    let restore = modes.restore();
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(restore.as_bytes()).and_then(|_| o.flush());
+    if !modes.alternate_screen() {
+        return;
+    }
+    let (rows, cols) = terminal::size();
+    let resize = |rows, cols| {
+        let msg = ClientMsg::Resize { rows, cols };
+        let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
+    };
+    if rows > 1 {
+        resize(rows - 1, cols);
+    } else {
+        resize(rows, cols.saturating_sub(1).max(1));
+    }
+    let w = w.clone();
+    // Apart, so the program sees two sizes, not one it already had.
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let msg = ClientMsg::Resize { rows, cols };
+        let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
+    });
 }
 
 /// Ends the session's host commands when the session ends.
