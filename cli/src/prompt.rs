@@ -49,7 +49,9 @@
 //!    discarded (`tcflush`, and what the relay already read), and so is
 //!    everything up to the terminal's answer to a status request sent
 //!    right before the question ([`SYNC`]), which a terminal sends once it
-//!    has drawn all before it (at most [`SYNC_WAIT`]). Input is parsed
+//!    has drawn all before it (at most [`SYNC_WAIT`]; what follows that
+//!    answer in the same read was typed after it, and is read on its
+//!    own). Input is parsed
 //!    ([`crate::vt`]): an escape sequence or a terminal report (a cursor
 //!    position, DECRQSS, a title the sandbox's output asked for, even one
 //!    split over reads) is one unit and never answers, and a read holding

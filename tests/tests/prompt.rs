@@ -24,6 +24,8 @@ fn real_question() -> String {
 
 /// The attacker's script, run by `sh` inside from the workspace.
 const ATTACK: &str = r#"#!/bin/sh
+# A full-screen program redraws when its size changes.
+trap 'echo redraw-asked-$((6*7))' WINCH
 # A fake prompt with a harmless command, on the alternate screen.
 printf '\033[?1049h\033[2J\033[H'
 printf -- '-- lazaret: Host Escalation request --\r\n'
@@ -50,6 +52,9 @@ printf '\033[6n\033[5n\033P$qm\033\\\033[21t\033[c\033[>c\033]11;?\007'
 # A synchronized update begun, and a sequence left unfinished.
 printf '\033[?2026h\033[1;'
 lazaret-escalate --justification routine -- /usr/bin/touch real-ran
+rc=$?
+sleep 1
+exit $rc
 "#;
 
 fn write_attack(ws: &Workspace) {
@@ -197,6 +202,10 @@ fn a_prompt_after_hostile_output_shows_the_real_command() {
     assert!(!ws.path.join("real-ran").exists());
 
     pty.send("a");
+    // The program on the alternate screen gets it back, and is made to
+    // redraw.
+    at = pty.expect(at, "\x1b[?1049h", short);
+    at = pty.expect(at, "redraw-asked-42", short);
     at = pty.expect(at, "rc=0", short);
     assert!(
         ws.path.join("real-ran").exists(),
