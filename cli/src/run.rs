@@ -587,22 +587,24 @@ fn give_back(modes: &mut crate::vt::Modes, w: &Arc<Mutex<UnixStream>>) {
         return;
     }
     let (rows, cols) = terminal::size();
-    let resize = |rows, cols| {
-        let msg = ClientMsg::Resize { rows, cols };
-        let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
-    };
     if rows > 1 {
-        resize(rows - 1, cols);
+        send_resize(w, rows - 1, cols);
     } else {
-        resize(rows, cols.saturating_sub(1).max(1));
+        send_resize(w, rows, cols.saturating_sub(1).max(1));
     }
     let w = w.clone();
-    // Apart, so the program sees two sizes, not one it already had.
+    // Apart, so the program sees two sizes, not one it already had; the
+    // terminal's size as it is then.
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
-        let msg = ClientMsg::Resize { rows, cols };
-        let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
+        let (rows, cols) = terminal::size();
+        send_resize(&w, rows, cols);
     });
+}
+
+fn send_resize(w: &Mutex<UnixStream>, rows: u16, cols: u16) {
+    let msg = ClientMsg::Resize { rows, cols };
+    let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
 }
 
 /// Ends the session's host commands when the session ends.
