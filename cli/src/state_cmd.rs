@@ -1155,7 +1155,7 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
     use lazaret_state::DomainLayout as Layout;
     let root = lazaret_state::beneath::Root::open(&domain.layout.root)
         .map_err(|e| CliError::Session(e.to_string()))?;
-    for name in [Layout::IGNORED, Layout::LINKED_GIT] {
+    for name in [Layout::IGNORED, Layout::LINKED_GIT, Layout::VOLUME_GIT] {
         match root.kind(Path::new(name)) {
             Ok(None) => continue,
             Ok(Some(lazaret_state::beneath::Kind::Dir)) => {}

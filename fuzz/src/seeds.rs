@@ -73,6 +73,7 @@ fn sandbox_plan() -> SandboxPlan {
         network: None,
         router: Some(router()),
         git_router: None,
+        volume_routers: Vec::new(),
         limits: SandboxLimits::default(),
     }
 }
@@ -101,9 +102,14 @@ fn coordinator_input() -> CoordinatorInput {
             host: "/data".into(),
             sandbox: "/data".into(),
             read_only: true,
+            git_sentry: true,
         }],
         shared_paths: vec![],
-        auto_approve: vec![(vec!["git".into(), "fetch".into()], false)],
+        auto_approve: vec![AutoApproveRule {
+            argv: vec!["git".into(), "fetch".into()],
+            trailing_args: false,
+            trailing_options: vec![],
+        }],
         libexec: "/usr/libexec/lazaret".into(),
         network: NetworkInput {
             disabled: false,

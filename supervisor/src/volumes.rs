@@ -4,9 +4,41 @@
 //! that descriptor holds is bound at a private path of the holder's mount
 //! namespace, which runsc then mounts. Which volumes exist and where they
 //! go in the sandbox is the plan's business.
+//!
+//! A writable volume the plan routes (`SandboxPlan::volume_routers`) is
+//! then served through a mount router of its own, started over the pinned
+//! directory ([`route`]): Git Sentry holds for every Git directory in it.
 
 use lazaret_protocol::plan::SandboxPlan;
 use std::os::fd::AsRawFd;
+
+/// Starts the router of each routed volume over what [`pin`] bound for it,
+/// and makes the router's mount point the volume's source; returns the
+/// routers (the holder's children, watched like the workspace's). A
+/// volume that turned out to be a single file is left bound directly: a
+/// file holds no repository.
+pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, String> {
+    use lazaret_protocol::plan::MountKind;
+    let mut routers = Vec::new();
+    for v in plan.volume_routers.clone() {
+        let Some(MountKind::Bind { source, .. }) =
+            plan.mounts.get_mut(v.mount).map(|m| &mut m.kind)
+        else {
+            return Err(format!(
+                "the plan routes mount {} as a volume, which it is not",
+                v.mount
+            ));
+        };
+        if !source.is_dir() {
+            continue;
+        }
+        let mut router = v.router;
+        router.workspace = source.clone();
+        routers.push(crate::router::start(&router)?);
+        *source = router.mountpoint;
+    }
+    Ok(routers)
+}
 
 /// Resolves each volume's host path once, with no symbolic link in any
 /// component (`lazaret_helpers::hostpath::open_volume`), and binds what
@@ -151,6 +183,7 @@ mod tests {
             network: None,
             router: None,
             git_router: None,
+            volume_routers: Vec::new(),
             limits: Default::default(),
         }
     }
