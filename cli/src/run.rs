@@ -197,7 +197,6 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         Some(w) => workdir_beneath_workspace(w)?,
         None => subdir,
     };
-    lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {
         return Err(CliError::Placement(format!(
@@ -225,11 +224,13 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
             Err(e) => return Err(e.into()),
         }
     }
+    // The overlaps first: they name the key at fault.
     lazaret_config::check_host_overlap(
         &loaded,
         &profile_name,
         &host_places(&workspace, &storage_root, &env),
     )?;
+    lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let env =
         crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
     let domain_id = DomainIdV1::derive(&profile_name, workspace.as_os_str().as_bytes());

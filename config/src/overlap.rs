@@ -20,8 +20,8 @@
 //!   file in its place.
 //!
 //! Places are compared by identity (device and inode of the path and of
-//! each ancestor), after resolving what exists of each path, so a symlink
-//! or a second mount of the same directory does not hide an overlap.
+//! each ancestor, the place resolved first), so a symlink or a second
+//! mount of the same directory does not hide an overlap.
 //!
 //! Leaves to others: that a volume's path holds no symlink (the holder
 //! opens it with `RESOLVE_NO_SYMLINKS`), the config file's own placement
@@ -133,10 +133,15 @@ fn identities(p: &Path) -> Vec<Option<(u64, u64)>> {
         .collect()
 }
 
-/// How `a` relates to `b`, by identity where both exist, else by path.
+/// How `a`, a path of the configuration, relates to the place `b`, by
+/// identity where both exist, else by path. `a` is taken as written: its
+/// ancestors are the directories it is reached through (a link at its end
+/// does not move it out of the workspace it lies in; the open that follows
+/// refuses links anyway). `b` is resolved first, so its ancestors are
+/// those of the real directory.
 pub(crate) fn relation(a: &Path, b: &Path) -> Option<Relation> {
-    let (a, b) = (resolve_existing_prefix(a), resolve_existing_prefix(b));
-    let (ia, ib) = (identities(&a), identities(&b));
+    let b = resolve_existing_prefix(b);
+    let (ia, ib) = (identities(a), identities(&b));
     if let (Some(Some(x)), Some(Some(y))) = (ia.first(), ib.first()) {
         if x == y {
             return Some(Relation::Same);
@@ -152,10 +157,10 @@ pub(crate) fn relation(a: &Path, b: &Path) -> Option<Relation> {
             return Some(Relation::Inside);
         }
     }
-    // What does not exist yet is compared by its resolved path.
+    // What does not exist yet is compared by its path.
     if a == b {
         Some(Relation::Same)
-    } else if b.starts_with(&a) {
+    } else if b.starts_with(a) {
         Some(Relation::Contains)
     } else if a.starts_with(&b) {
         Some(Relation::Inside)
@@ -308,5 +313,9 @@ mod tests {
         assert_eq!(r("src/new", "src"), Some(Relation::Inside));
         assert_eq!(r("src2", "src/new"), None);
         assert_eq!(relation(Path::new("/"), b), Some(Relation::Contains));
+        // A link in the workspace to a file outside still lies inside.
+        std::fs::write(b.join("src2/key.pem"), "").unwrap();
+        std::os::unix::fs::symlink(b.join("src2/key.pem"), b.join("src/app/ca.pem")).unwrap();
+        assert_eq!(r("src/app/ca.pem", "src/app"), Some(Relation::Inside));
     }
 }
