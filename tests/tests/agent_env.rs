@@ -204,12 +204,13 @@ fn host_ca_file_is_read_without_links_and_only_certificates_reach_the_sandbox() 
     let refused = |what: &str| {
         let out = ws.run_sh("cat /.lazaret/host-ca.pem; echo ran");
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(!text(&out.stdout).contains("ran"), "it started: {err}");
         assert!(
             !text(&out.stdout).contains("PRIVATE KEY"),
-            "the key reached the sandbox"
+            "the key reached the sandbox: {}",
+            text(&out.stdout)
         );
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(!text(&out.stdout).contains("ran"), "it started: {err}");
         assert!(err.contains(what), "no `{what}`: {err}");
         err
     };

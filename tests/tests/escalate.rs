@@ -681,9 +681,17 @@ fn trailing_arguments_never_let_the_sandbox_add_options() {
     let ws = env.workspace("esc-trailing");
     let marker = ws.base.join("PWNED");
     let m = marker.display().to_string();
-    ws.write_config(
-        "[[profiles.default.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\ntrailing_args = true\ntrailing_options = [\"--quiet\"]\n",
-    );
+    // The README's example, as written.
+    let readme =
+        "[[profiles.default.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\ntrailing_args = true\n";
+    ws.write_config(readme);
+    let cmd = format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' .");
+    let out = ws.run_sh(&cmd);
+    assert!(!marker.exists(), "{cmd} ran on the host with no prompt");
+    assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+    // With options the rule lists.
+    ws.write_config(&format!("{readme}trailing_options = [\"--quiet\"]\n"));
     for cmd in [
         format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' ."),
         format!("lazaret-escalate -- git fetch . --upload-pack='touch {m}; git-upload-pack'"),

@@ -234,35 +234,56 @@ fn assert_refused_at(
     assert!(err.contains(what), "no `{what}`: {err}");
 }
 
+/// The Domain Root of (`profile`, `workspace`) in the test Storage Root.
+fn domain_root_of(
+    ws: &Workspace,
+    profile: &str,
+    workspace: &std::path::Path,
+) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let id = lazaret_protocol::DomainIdV1::derive(profile, workspace.as_os_str().as_bytes());
+    ws.env
+        .data_home
+        .join("lazaret/domains")
+        .join(id.to_string())
+}
+
 /// Issue 26, item 6: a volume over the workspace (or its parent, or inside
 /// it), over the Git directory a linked worktree uses, over the Storage
 /// Root or over where Lazaret reads its configuration is refused with the
 /// file, line and key, and nothing starts. On the code before, each of
-/// these started, and the last one let the sandbox write the
-/// configuration the next `lazaret run` obeys: an auto-approval rule for
-/// any host command.
+/// these started (the parent's volume gave the sandbox the workspace's
+/// `.git/config` to write and its ignored files to read), and the last one
+/// let the sandbox write the configuration the next `lazaret run` obeys:
+/// an auto-approval rule for any host command.
 #[test]
 fn a_volume_over_the_workspace_or_what_guards_it_is_refused_and_nothing_starts() {
     let env = require_env!();
     let ws = env.workspace("vol-over");
     let b = ws.base.display().to_string();
-    let w = ws.path.display().to_string();
-    let out = env.sh(&format!("mkdir -p '{w}/docs' '{b}/shared/ro'"));
+    // The workspace is `~/src/app`, the developer's projects in `~/src`.
+    let out = env.sh(&format!(
+        "set -e; mkdir -p '{b}/src/app/docs' '{b}/shared/ro'; cd '{b}/src/app'; git init -q; \
+         echo .env > .gitignore; echo secret > .env; git add .gitignore; git commit -qm app"
+    ));
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let domain_root = ws.domain_root("default");
+    let app = std::fs::canonicalize(ws.base.join("src/app")).unwrap();
+    let w = app.display().to_string();
+    let src = format!("{b}/src");
+    let app_root = domain_root_of(&ws, "default", &app);
     let key = |i: usize| format!("for key `profiles.default.volumes[{i}].host`");
     for (volumes, line, index, what) in [
         (
-            volume("default", &b, "/src", false),
+            volume("default", &src, "/src", false),
             2,
             0,
-            format!("volume host path `{b}` contains the workspace {w}: "),
+            format!("volume host path `{src}` contains the workspace {w}: "),
         ),
         (
-            volume("default", &b, "/src", true),
+            volume("default", &src, "/src", true),
             2,
             0,
-            format!("volume host path `{b}` contains the workspace {w}: "),
+            format!("volume host path `{src}` contains the workspace {w}: "),
         ),
         (
             volume("default", &w, "/again", false),
@@ -300,10 +321,13 @@ fn a_volume_over_the_workspace_or_what_guards_it_is_refused_and_nothing_starts()
     ] {
         let config = ws.write_config(&volumes);
         let config = std::fs::canonicalize(config).unwrap();
-        let out = ws.run_sh("echo ran");
+        let out = ws
+            .lazaret(&["run", "--workspace", &w, "--", "sh", "-c", "echo ran"])
+            .output()
+            .unwrap();
         assert_refused_at(
             &out,
-            &domain_root,
+            &app_root,
             &format!("config {}:{line}: ", config.display()),
             &what,
         );
@@ -313,6 +337,8 @@ fn a_volume_over_the_workspace_or_what_guards_it_is_refused_and_nothing_starts()
             text(&out.stderr)
         );
     }
+    let domain_root = ws.domain_root("default");
+    let w = ws.path.display().to_string();
 
     // The directory the configuration is read from by default, writable
     // in the sandbox while this run reads another file: refused too.
@@ -351,13 +377,7 @@ fn a_volume_over_the_workspace_or_what_guards_it_is_refused_and_nothing_starts()
         false,
     )))
     .unwrap();
-    let wt_root = env.data_home.join("lazaret/domains").join(
-        lazaret_protocol::DomainIdV1::derive("default", {
-            use std::os::unix::ffi::OsStrExt;
-            wt.as_os_str().as_bytes()
-        })
-        .to_string(),
-    );
+    let wt_root = domain_root_of(&ws, "default", &wt);
     let out = ws
         .lazaret(&[
             "run",
