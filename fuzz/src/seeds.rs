@@ -149,6 +149,11 @@ pass_env = ["ANTHROPIC_API_KEY"]
 [[profiles.default.volumes]]
 host = "/abs/host"
 sandbox = "/data"
+[[profiles.default.volumes]]
+host = "/abs/cache"
+sandbox = "/cache"
+read_only = false
+git_sentry = false
 [profiles.default.network]
 allow = ["10.0.0.0/8"]
 default = "deny"
@@ -158,6 +163,7 @@ memory = "4GiB"
 [[profiles.default.escalation.auto_approve]]
 argv = ["git", "fetch"]
 trailing_args = true
+trailing_options = ["--prune"]
 "#
         .to_vec(),
     );
