@@ -937,17 +937,13 @@ fn present_linked_git(
         },
         purpose: MountPurpose::Control,
     });
-    Ok(lazaret_protocol::plan::RouterPlan {
-        binary: input.libexec.join("lazaret-mount-router"),
-        workspace: root,
+    Ok(crate::volumes::sentry_only(
+        input,
+        root,
         state,
         mountpoint,
-        isolate_ignored: false,
-        protected_paths: Vec::new(),
-        rules_baseline: None,
-        state_max_bytes: input.limits.ignored_state,
-        git_dir: Some(linked.present.clone()),
-    })
+        Some(linked.present.clone()),
+    ))
 }
 
 /// Stops the sandbox (through the supervisor, which also removes the run

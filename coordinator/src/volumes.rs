@@ -18,7 +18,7 @@ use lazaret_protocol::plan::{
 use lazaret_state::DomainLayout as Layout;
 use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The directory beneath `volume-git` of the volume at `host`: named by
 /// the host path, so what the sandbox made in one volume never shows in
@@ -62,21 +62,33 @@ pub fn route(
         mkdir_private(&mountpoint)?;
         out.push(VolumeRouter {
             mount,
-            router: RouterPlan {
-                binary: input.libexec.join("lazaret-mount-router"),
-                // The holder puts what it pinned here.
-                workspace: v.host.clone(),
-                state,
-                mountpoint,
-                isolate_ignored: false,
-                protected_paths: Vec::new(),
-                rules_baseline: None,
-                state_max_bytes: input.limits.ignored_state,
-                git_dir: None,
-            },
+            // The holder replaces the workspace with what it pinned.
+            router: sentry_only(input, v.host.clone(), state, mountpoint, None),
         });
     }
     Ok(out)
+}
+
+/// A router that enforces Git Sentry only (Ignored Workspace State off),
+/// its private state bounded as the Ignored Workspace State is.
+pub(crate) fn sentry_only(
+    input: &CoordinatorInput,
+    workspace: PathBuf,
+    state: PathBuf,
+    mountpoint: PathBuf,
+    git_dir: Option<PathBuf>,
+) -> RouterPlan {
+    RouterPlan {
+        binary: input.libexec.join("lazaret-mount-router"),
+        workspace,
+        state,
+        mountpoint,
+        isolate_ignored: false,
+        protected_paths: Vec::new(),
+        rules_baseline: None,
+        state_max_bytes: input.limits.ignored_state,
+        git_dir,
+    }
 }
 
 #[cfg(test)]
