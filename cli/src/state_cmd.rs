@@ -1148,7 +1148,8 @@ fn reset_domain(
 
 /// Moves the Ignored Workspace State aside in one rename (the next start
 /// finds none and makes an empty one), then removes it; the same for what
-/// the sandbox keeps private in a linked worktree's Git directory.
+/// the sandbox keeps private in a linked worktree's Git directory and in
+/// its writable volumes (`volume-git`).
 /// Interrupted, the Domain has either its old state or none; the
 /// coordinator removes a leftover `<name>.discard-*` at its next start.
 fn reset_ignored(domain: &Domain) -> Result<(), CliError> {

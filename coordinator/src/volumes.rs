@@ -4,7 +4,8 @@
 //! it (the host's repositories there, and any the sandbox makes later)
 //! gets the workspace's rules: configuration and hooks are the sandbox's
 //! private copies, and a `.git` the host does not have stays in the
-//! Domain's `volume-git/<key>` and is never a repository on the host.
+//! Domain's `volume-git/<key>` (one per host path and mount point) and is
+//! never a repository on the host.
 //!
 //! Planned here (data); the holder pins each volume's host path, starts
 //! its router over what it pinned and mounts the router's view instead
@@ -20,11 +21,17 @@ use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// The directory beneath `volume-git` of the volume at `host`: named by
-/// the host path, so what the sandbox made in one volume never shows in
-/// another when the profile's list changes.
-pub fn state_name(host: &Path) -> String {
-    hex::encode(&Sha256::digest(host.as_os_str().as_bytes())[..16])
+/// The directory beneath `volume-git` of the volume of `host` at
+/// `sandbox`: named by both, so what the sandbox made in one volume never
+/// shows in another when the profile's list changes, and two volumes of
+/// one host directory never share a router's state.
+pub fn state_name(host: &Path, sandbox: &str) -> String {
+    let host = host.as_os_str().as_bytes();
+    let mut h = Sha256::new();
+    h.update((host.len() as u64).to_be_bytes());
+    h.update(host);
+    h.update(sandbox.as_bytes());
+    hex::encode(&h.finalize()[..16])
 }
 
 /// A router for each writable volume with Git Sentry among `mounts`,
@@ -53,7 +60,7 @@ pub fn route(
         }) else {
             continue;
         };
-        let state = layout.volume_git().join(state_name(&v.host));
+        let state = layout.volume_git().join(state_name(&v.host, &v.sandbox));
         mkdir_private(&state)?;
         let mountpoint = layout
             .run()
@@ -97,10 +104,12 @@ mod tests {
 
     #[test]
     fn state_names_are_per_host_path_and_flat() {
-        let a = state_name(Path::new("/srv/a"));
+        let a = state_name(Path::new("/srv/a"), "/a");
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(a, state_name(Path::new("/srv/b")));
-        assert_eq!(a, state_name(Path::new("/srv/a")));
+        assert_ne!(a, state_name(Path::new("/srv/b"), "/a"));
+        assert_ne!(a, state_name(Path::new("/srv/a"), "/b"));
+        assert_ne!(a, state_name(Path::new("/srv/a/"), "a"));
+        assert_eq!(a, state_name(Path::new("/srv/a"), "/a"));
     }
 }
