@@ -1016,12 +1016,12 @@ pub fn eval_trailing_rules(
         .iter()
         .map(|(profile, n, r)| {
             let options = if r.trailing_options.is_empty() {
-                "no option".to_string()
+                "none".to_string()
             } else {
-                format!("only {}", r.trailing_options.join(" "))
+                r.trailing_options.join(" ")
             };
             format!(
-                "profile {profile} rule {n} `{} ...` ({options})",
+                "profile {profile} rule {n} `{} ...` (options it may add: {options})",
                 lazaret_protocol::display::message(&r.argv.join(" "))
             )
         })
@@ -1145,7 +1145,7 @@ mod tests {
         let c = eval_trailing_rules("t", &[("default", 2, &rule)]);
         assert!(c.warn && c.ok, "{c}");
         for word in [
-            "profile default rule 2 `git fetch ...` (only --prune)",
+            "profile default rule 2 `git fetch ...` (options it may add: --prune)",
             "without asking",
             "goes to the prompt",
             "make with a Makefile",
