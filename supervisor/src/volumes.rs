@@ -29,6 +29,14 @@ pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, String>
                 v.mount
             ));
         };
+        // Only what `pin` bound: the router must never resolve the host
+        // path itself.
+        if !source.starts_with(plan.bundle_dir.join("volumes")) {
+            return Err(format!(
+                "the routed volume {} was not pinned",
+                source.display()
+            ));
+        }
         if !source.is_dir() {
             continue;
         }
@@ -186,6 +194,42 @@ mod tests {
             volume_routers: Vec::new(),
             limits: Default::default(),
         }
+    }
+
+    #[test]
+    fn only_a_pinned_directory_is_routed() {
+        use lazaret_protocol::plan::{RouterPlan, VolumeRouter};
+        let d = tempfile::tempdir().unwrap();
+        let bundle = d.path().join("bundle");
+        std::fs::create_dir_all(bundle.join("volumes")).unwrap();
+        let file = bundle.join("volumes/0");
+        std::fs::write(&file, "one file").unwrap();
+        let router = |workspace: &Path| RouterPlan {
+            binary: "/nonexistent/lazaret-mount-router".into(),
+            workspace: workspace.into(),
+            state: d.path().join("state"),
+            mountpoint: d.path().join("mnt"),
+            isolate_ignored: false,
+            protected_paths: vec![],
+            rules_baseline: None,
+            state_max_bytes: None,
+            git_dir: None,
+        };
+        // A single file: bound directly, no router started.
+        let mut p = plan(&bundle, &file);
+        p.volume_routers = vec![VolumeRouter {
+            mount: 0,
+            router: router(&file),
+        }];
+        assert!(route(&mut p).unwrap().is_empty());
+        // A source `pin` did not bind: refused, never resolved.
+        let mut p = plan(&bundle, Path::new("/srv/data"));
+        p.volume_routers = vec![VolumeRouter {
+            mount: 0,
+            router: router(Path::new("/srv/data")),
+        }];
+        let e = route(&mut p).unwrap_err();
+        assert!(e.contains("was not pinned"), "{e}");
     }
 
     #[test]
