@@ -721,3 +721,70 @@ fn a_flood_from_inside_stays_within_the_bounds_and_others_keep_working() {
     let out = ws.run_sh("lazaret-escalate -- /bin/echo hi; echo rc=$?");
     assert_eq!(text(&out.stdout), "hi\nrc=0\n", "{}", text(&out.stderr));
 }
+
+/// Issue 26, item 6: an auto-approval rule with trailing arguments (the
+/// README's own `git fetch`) never lets the sandbox add an option the rule
+/// does not list. `--upload-pack=CMD` makes `git fetch` run CMD on the
+/// host; added after the rule's vector, anywhere, it is not auto-approved:
+/// without a terminal nobody is asked (denied), at a terminal the prompt
+/// asks. Plain arguments and the options the rule lists still run unasked.
+/// On the code before, the first request ran CMD with no prompt.
+#[test]
+fn trailing_arguments_never_let_the_sandbox_add_options() {
+    let env = require_env!();
+    let ws = env.workspace("esc-trailing");
+    let marker = ws.base.join("PWNED");
+    let m = marker.display().to_string();
+    // The README's example, as written.
+    let readme =
+        "[[profiles.default.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\ntrailing_args = true\n";
+    ws.write_config(readme);
+    let cmd = format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' .");
+    let out = ws.run_sh(&cmd);
+    assert!(!marker.exists(), "{cmd} ran on the host with no prompt");
+    assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+    // With options the rule lists.
+    ws.write_config(&format!("{readme}trailing_options = [\"--quiet\"]\n"));
+    for cmd in [
+        format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' ."),
+        format!("lazaret-escalate -- git fetch . --upload-pack='touch {m}; git-upload-pack'"),
+        format!("lazaret-escalate -- git fetch --quiet -u 'touch {m}; git-upload-pack' ."),
+    ] {
+        let out = ws.run_sh(&cmd);
+        assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+        assert!(!marker.exists(), "{cmd} ran on the host with no prompt");
+    }
+    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log")).unwrap();
+    assert!(
+        log.contains(
+            "auto-approval rule 1 does not apply: the sandbox added `--upload-pack=touch "
+        ),
+        "{log}"
+    );
+    // What the rule allows still runs unasked.
+    for cmd in [
+        "lazaret-escalate -- git fetch .",
+        "lazaret-escalate -- git fetch --quiet . HEAD",
+    ] {
+        let out = ws.run_sh(cmd);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", text(&out.stderr));
+    }
+
+    // At a terminal, the request is asked about, like one no rule matches.
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+    pty.send(&format!(
+        "lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' .; echo rc=$?\r"
+    ));
+    at = pty.expect(at, "[a]pprove", short);
+    pty.send("d");
+    at = pty.expect(at, "rc=77", short);
+    pty.send("exit\r");
+    let _ = at;
+    assert_eq!(wait(&mut child, short), Some(0));
+    assert!(!marker.exists(), "the denied request ran");
+}
