@@ -78,13 +78,18 @@ impl fmt::Display for Check {
 #[derive(Debug, Clone)]
 pub struct Ctx<'a> {
     pub runsc_override: Option<&'a Path>,
+    /// The configuration `lazaret run` would use, when it loads.
+    pub config: Option<&'a lazaret_config::Config>,
     pub uid: u32,
     pub euid: u32,
     pub user: String,
 }
 
 impl<'a> Ctx<'a> {
-    pub fn current(runsc_override: Option<&'a Path>) -> Ctx<'a> {
+    pub fn current(
+        runsc_override: Option<&'a Path>,
+        config: Option<&'a lazaret_config::Config>,
+    ) -> Ctx<'a> {
         let uid = nix::unistd::getuid();
         let user = nix::unistd::User::from_uid(uid)
             .ok()
@@ -93,6 +98,7 @@ impl<'a> Ctx<'a> {
             .unwrap_or_else(|| uid.to_string());
         Ctx {
             runsc_override,
+            config,
             uid: uid.as_raw(),
             euid: nix::unistd::geteuid().as_raw(),
             user,
@@ -123,13 +129,22 @@ pub const CHECKS: &[(&str, CheckFn)] = &[
     ("sandbox resource limits", check_sandbox_limits),
     ("cgroup delegation", check_cgroup_delegation),
     ("host git safe.bareRepository", check_git_bare_repository),
+    (
+        "auto-approval rules with trailing arguments",
+        check_trailing_rules,
+    ),
+    ("writable volumes bound directly", check_direct_volumes),
 ];
 
 /// Runs every check, prints one line each (or, with `json`, one JSON
 /// document once all ran), and returns the exit code: 0 when all pass, 1
 /// otherwise.
-pub fn run(runsc_override: Option<&Path>, json: bool) -> i32 {
-    let ctx = Ctx::current(runsc_override);
+pub fn run(
+    runsc_override: Option<&Path>,
+    config: Option<&lazaret_config::Config>,
+    json: bool,
+) -> i32 {
+    let ctx = Ctx::current(runsc_override, config);
     let mut checks = Vec::with_capacity(CHECKS.len());
     for (what, check) in CHECKS {
         let c = check(&ctx, what);
@@ -962,6 +977,107 @@ pub fn eval_git_bare_repository(
     }
 }
 
+// ------------------------------------------- what the configuration hands over
+
+/// Every auto-approval rule of the configuration that takes trailing
+/// arguments, with its profile and number.
+fn check_trailing_rules(ctx: &Ctx, what: &str) -> Check {
+    let rules: Vec<(&str, usize, &lazaret_config::AutoApprove)> = ctx
+        .config
+        .iter()
+        .flat_map(|c| &c.profiles)
+        .flat_map(|(name, p)| {
+            p.escalation
+                .auto_approve
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.trailing_args)
+                .map(move |(i, r)| (name.as_str(), i + 1, r))
+        })
+        .collect();
+    eval_trailing_rules(what, &rules)
+}
+
+pub const TRAILING_FIX: &str = "list complete vectors with trailing_args = false, or keep the program one whose plain arguments cannot name a command";
+
+/// What a rule with trailing arguments hands over: the sandbox picks
+/// every further argument, and the program runs with them unasked.
+pub fn eval_trailing_rules(
+    what: &str,
+    rules: &[(&str, usize, &lazaret_config::AutoApprove)],
+) -> Check {
+    if rules.is_empty() {
+        return Check::pass(
+            what,
+            "none: every auto-approved command is a complete vector",
+        );
+    }
+    let listed: Vec<String> = rules
+        .iter()
+        .map(|(profile, n, r)| {
+            let options = if r.trailing_options.is_empty() {
+                "none".to_string()
+            } else {
+                r.trailing_options.join(" ")
+            };
+            format!(
+                "profile {profile} rule {n} `{} ...` (options it may add: {options})",
+                lazaret_protocol::display::message(&r.argv.join(" "))
+            )
+        })
+        .collect();
+    Check::warn(
+        what,
+        format!(
+            "{}: the sandbox chooses every further argument (which remote, path, branch or target) and the command runs on the host without asking; an option it adds (an argument starting with -, + or @, or holding =) goes to the prompt unless the rule lists it in trailing_options, but a program that runs what its plain arguments or the workspace's files name (sh -c, make with a Makefile the sandbox wrote, a test runner) still runs what the sandbox chose",
+            listed.join("; ")
+        ),
+        TRAILING_FIX,
+    )
+}
+
+/// Every writable volume of the configuration bound directly.
+fn check_direct_volumes(ctx: &Ctx, what: &str) -> Check {
+    let direct: Vec<(String, String)> = ctx
+        .config
+        .iter()
+        .flat_map(|c| &c.profiles)
+        .flat_map(|(name, p)| {
+            p.volumes
+                .iter()
+                .filter(|v| !v.read_only && !v.git_sentry)
+                .map(move |v| (name.clone(), v.host.display().to_string()))
+        })
+        .collect();
+    eval_direct_volumes(what, &direct)
+}
+
+pub fn eval_direct_volumes(what: &str, direct: &[(String, String)]) -> Check {
+    if direct.is_empty() {
+        return Check::pass(
+            what,
+            "none: Git Sentry covers every Git directory in a writable volume",
+        );
+    }
+    let listed: Vec<String> = direct
+        .iter()
+        .map(|(p, h)| {
+            format!(
+                "profile {p} volume {}",
+                lazaret_protocol::display::message(h)
+            )
+        })
+        .collect();
+    Check::warn(
+        what,
+        format!(
+            "{} (git_sentry = false): host Git in a repository there runs what the sandbox writes (its configuration, hooks, a repository it makes)",
+            listed.join(", ")
+        ),
+        "remove git_sentry = false (the volume is then served through a mount router with Git Sentry), or make it read_only = true",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1019,10 +1135,36 @@ mod tests {
     }
 
     #[test]
+    fn rules_with_trailing_arguments_say_what_they_hand_over() {
+        assert!(!eval_trailing_rules("t", &[]).warn);
+        let rule = lazaret_config::AutoApprove {
+            argv: vec!["git".into(), "fetch".into()],
+            trailing_args: true,
+            trailing_options: vec!["--prune".into()],
+        };
+        let c = eval_trailing_rules("t", &[("default", 2, &rule)]);
+        assert!(c.warn && c.ok, "{c}");
+        for word in [
+            "profile default rule 2 `git fetch ...` (options it may add: --prune)",
+            "without asking",
+            "goes to the prompt",
+            "make with a Makefile",
+        ] {
+            assert!(c.detail.contains(word), "{word}: {c}");
+        }
+        assert!(!eval_direct_volumes("v", &[]).warn);
+        let c = eval_direct_volumes("v", &[("p".into(), "/srv/x".into())]);
+        assert!(
+            c.warn && c.detail.contains("profile p volume /srv/x"),
+            "{c}"
+        );
+    }
+
+    #[test]
     fn the_table_has_every_check_once() {
         let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS.len(), 17);
+        assert_eq!(CHECKS.len(), 19);
     }
 
     #[test]
@@ -1076,7 +1218,7 @@ mod tests {
     #[test]
     fn judges_real_device_nodes() {
         // /dev/null is a 0666 character device everywhere.
-        let ctx = Ctx::current(None);
+        let ctx = Ctx::current(None, None);
         let c = rw_device(&ctx, "null", Path::new("/dev/null"), "fix", "missing");
         assert!(c.ok, "{c}");
         let c = rw_device(

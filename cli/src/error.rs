@@ -31,6 +31,8 @@ pub enum CliError {
     Userns(#[from] lazaret_helpers::userns::UsernsError),
     #[error(transparent)]
     HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
+    #[error(transparent)]
+    HostCa(#[from] crate::host_ca::HostCaError),
     #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
     Workspace {
         path: String,

@@ -117,13 +117,17 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         isolate_ignored: r.profile.isolate_ignored,
         protected_paths: r.profile.protected_paths.clone(),
         git_identity: git_identity(&r.profile.git_identity),
-        host_ca: host_ca(&r.profile)?,
+        host_ca: crate::host_ca::bundle(&r.profile)?,
         auto_approve: r
             .profile
             .escalation
             .auto_approve
             .iter()
-            .map(|a| (a.argv.clone(), a.trailing_args))
+            .map(|a| lazaret_protocol::plan::AutoApproveRule {
+                argv: a.argv.clone(),
+                trailing_args: a.trailing_args,
+                trailing_options: a.trailing_options.clone(),
+            })
             .collect(),
         volumes: r
             .profile
@@ -133,6 +137,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
                 host: v.host.clone(),
                 sandbox: v.sandbox.clone(),
                 read_only: v.read_only,
+                git_sentry: v.git_sentry,
             })
             .collect(),
         shared_paths: crate::shared_paths::prepare(
@@ -350,61 +355,3 @@ const COORDINATOR_ENV: &[&str] = &[
     lazaret_helpers::fault::KILL_ENV,
     lazaret_helpers::fault::PAUSE_ENV,
 ];
-
-/// Where the host's system CA bundle is, by distribution.
-const SYSTEM_CA_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
-
-/// The most bytes of a CA bundle given to the sandbox.
-const MAX_CA_BUNDLE: u64 = 16 << 20;
-
-/// The CA bundle the profile trusts inside (`trust_host_ca`): its
-/// `host_ca_file`, else the host's system bundle; PEM, bounded.
-fn host_ca(p: &lazaret_config::Profile) -> Result<Option<Vec<u8>>, CliError> {
-    use std::io::Read;
-    if !p.trust_host_ca {
-        return Ok(None);
-    }
-    let path = match &p.host_ca_file {
-        Some(f) => f.clone(),
-        None => SYSTEM_CA_BUNDLES
-            .iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                CliError::Placement(format!(
-                    "trust_host_ca: no CA bundle at {}: set host_ca_file to the bundle to trust",
-                    SYSTEM_CA_BUNDLES.join(", ")
-                ))
-            })?,
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::open(&path)
-        .and_then(|f| f.take(MAX_CA_BUNDLE + 1).read_to_end(&mut bytes))
-        .map_err(|e| {
-            CliError::Placement(format!(
-                "trust_host_ca: cannot read {}: {e}",
-                path.display()
-            ))
-        })?;
-    if bytes.len() as u64 > MAX_CA_BUNDLE {
-        return Err(CliError::Placement(format!(
-            "trust_host_ca: {} is larger than {MAX_CA_BUNDLE} bytes",
-            path.display()
-        )));
-    }
-    if !bytes
-        .windows(27)
-        .any(|w| w == b"-----BEGIN CERTIFICATE-----")
-    {
-        return Err(CliError::Placement(format!(
-            "trust_host_ca: {} holds no PEM certificate",
-            path.display()
-        )));
-    }
-    Ok(Some(bytes))
-}

@@ -12,6 +12,7 @@ mod completions;
 mod doctor;
 mod error;
 mod global;
+mod host_ca;
 mod host_command;
 mod human;
 mod ignore_check;
@@ -25,6 +26,7 @@ mod session_env;
 mod shared_paths;
 mod state_cmd;
 mod terminal;
+mod vt;
 
 use clap::{Parser, Subcommand};
 use global::{Global, Uses};
@@ -167,10 +169,11 @@ fn main() {
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
         Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
             let env = lazaret_config::EnvVars::from_process();
-            let runsc = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())
-                .ok()
-                .and_then(|l| l.config.runtime.runsc.clone());
-            doctor::run(runsc.as_deref(), json)
+            let loaded =
+                lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw()).ok();
+            let config = loaded.as_ref().map(|l| &l.config);
+            let runsc = config.and_then(|c| c.runtime.runsc.clone());
+            doctor::run(runsc.as_deref(), config, json)
         })),
         Cmd::Completions { shell } => report(
             g.check("completions", Uses::Nothing)

@@ -197,7 +197,6 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         Some(w) => workdir_beneath_workspace(w)?,
         None => subdir,
     };
-    lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {
         return Err(CliError::Placement(format!(
@@ -225,6 +224,13 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
             Err(e) => return Err(e.into()),
         }
     }
+    // The overlaps first: they name the key at fault.
+    lazaret_config::check_host_overlap(
+        &loaded,
+        &profile_name,
+        &host_places(&workspace, &storage_root, &env),
+    )?;
+    lazaret_config::check_not_mounted(&loaded, &profile, &workspace)?;
     let env =
         crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
     let domain_id = DomainIdV1::derive(&profile_name, workspace.as_os_str().as_bytes());
@@ -250,6 +256,26 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         storage_root,
         domain_root,
     })
+}
+
+/// The host places no volume of the profile may overlap (see
+/// `lazaret_config::check_host_overlap`): the workspace and the Git
+/// directories it uses outside itself (read from the two pointer files Git
+/// Sentry keeps read-only, never by running Git), the Storage Root, where
+/// the configuration is read by default, and Lazaret's own programs.
+fn host_places(workspace: &Path, storage_root: &Path, env: &EnvVars) -> lazaret_config::HostPlaces {
+    let git_dirs = match lazaret_gitconfig::linked::linked(workspace) {
+        Ok(Some(l)) => vec![l.present, l.git_dir],
+        // A broken link fails the start later, with its own message.
+        Ok(None) | Err(_) => Vec::new(),
+    };
+    lazaret_config::HostPlaces {
+        workspace: workspace.to_path_buf(),
+        git_dirs,
+        storage_root: storage_root.to_path_buf(),
+        default_config: lazaret_config::config_path(None, env),
+        programs: crate::leader::libexec().ok(),
+    }
 }
 
 /// How a connection to a Domain's coordinator failed.
@@ -320,8 +346,27 @@ pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
     if let Some(line) = crate::shared_paths::notice(&r.profile_name, &r.profile.shared_paths) {
         eprintln!("{line}");
     }
+    for line in direct_volume_notices(&r.profile.volumes) {
+        eprintln!("{line}");
+    }
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
     join_or_start(&r, argv).map_err(|e| e.with_storage(&r.storage_root))
+}
+
+/// One line per writable volume the profile binds directly
+/// (`git_sentry = false`), at every start: Git Sentry does not cover it.
+pub fn direct_volume_notices(volumes: &[lazaret_config::Volume]) -> Vec<String> {
+    volumes
+        .iter()
+        .filter(|v| !v.read_only && !v.git_sentry)
+        .map(|v| {
+            format!(
+                "lazaret: volume {} (host {}) is bound directly (git_sentry = false): Git Sentry does not cover it, so host Git in a repository there runs what the sandbox writes (configuration, hooks)",
+                lazaret_protocol::display::message(&v.sandbox),
+                lazaret_protocol::display::escape(v.host.as_os_str().as_bytes())
+            )
+        })
+        .collect()
 }
 
 /// Joins the Domain's running sandbox, or leads its start-up first; the
@@ -510,6 +555,9 @@ fn session(
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr();
     let mut backlog = VecDeque::new();
+    // The terminal's input modes and screen as the session's program set
+    // them, to give back after a prompt resets them.
+    let mut modes = crate::vt::Modes::default();
     loop {
         let ev = match backlog.pop_front() {
             Some(ev) => ev,
@@ -517,6 +565,9 @@ fn session(
         };
         match ev {
             Ok(ServerMsg::Stdout(d)) => {
+                if tty {
+                    modes.feed(&d);
+                }
                 if out.write_all(&d).and_then(|_| out.flush()).is_err() {
                     // Our reader is gone (`lazaret run -- yes | head`):
                     // hang the session up, exit as if by SIGPIPE.
@@ -535,7 +586,8 @@ fn session(
             }
             Ok(ServerMsg::Prompt(p)) => {
                 drop(out);
-                if let Some(argv) = prompt::ask(&p, &route, &events, &mut backlog) {
+                let decision = prompt::ask(&p, &route, &events, &mut backlog);
+                if let Some(argv) = decision {
                     let _ = write_frame(
                         &mut *w.lock().unwrap(),
                         &ClientMsg::Decision {
@@ -544,6 +596,7 @@ fn session(
                         },
                     );
                 }
+                give_back(&mut modes, &w);
                 out = std::io::stdout().lock();
             }
             Ok(ServerMsg::PromptWithdrawn { .. }) => {}
@@ -564,6 +617,39 @@ fn session(
             }
         }
     }
+}
+
+/// After a prompt, once decided: the session's program gets its input
+/// modes and screen back, and a full-screen one is made to redraw the
+/// screen the prompt took, by a resize to one row less and back (the
+/// kernel signals only a change of size), through the session's own
+/// resize path.
+fn give_back(modes: &mut crate::vt::Modes, w: &Arc<Mutex<UnixStream>>) {
+    let restore = modes.restore();
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(restore.as_bytes()).and_then(|_| o.flush());
+    if !modes.alternate_screen() {
+        return;
+    }
+    let (rows, cols) = terminal::size();
+    if rows > 1 {
+        send_resize(w, rows - 1, cols);
+    } else {
+        send_resize(w, rows, cols.saturating_sub(1).max(1));
+    }
+    let w = w.clone();
+    // Apart, so the program sees two sizes, not one it already had; the
+    // terminal's size as it is then.
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let (rows, cols) = terminal::size();
+        send_resize(&w, rows, cols);
+    });
+}
+
+fn send_resize(w: &Mutex<UnixStream>, rows: u16, cols: u16) {
+    let msg = ClientMsg::Resize { rows, cols };
+    let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
 }
 
 /// Ends the session's host commands when the session ends.

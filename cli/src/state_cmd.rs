@@ -1148,14 +1148,15 @@ fn reset_domain(
 
 /// Moves the Ignored Workspace State aside in one rename (the next start
 /// finds none and makes an empty one), then removes it; the same for what
-/// the sandbox keeps private in a linked worktree's Git directory.
+/// the sandbox keeps private in a linked worktree's Git directory and in
+/// its writable volumes (`volume-git`).
 /// Interrupted, the Domain has either its old state or none; the
 /// coordinator removes a leftover `<name>.discard-*` at its next start.
 fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
     use lazaret_state::DomainLayout as Layout;
     let root = lazaret_state::beneath::Root::open(&domain.layout.root)
         .map_err(|e| CliError::Session(e.to_string()))?;
-    for name in [Layout::IGNORED, Layout::LINKED_GIT] {
+    for name in [Layout::IGNORED, Layout::LINKED_GIT, Layout::VOLUME_GIT] {
         match root.kind(Path::new(name)) {
             Ok(None) => continue,
             Ok(Some(lazaret_state::beneath::Kind::Dir)) => {}

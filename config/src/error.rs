@@ -157,6 +157,19 @@ pub enum Invalid {
     NestedShared { path: String, first: usize },
     #[error("shared path `{path}` lies at, beneath or above the mount point of volume {volume}: keep one of them")]
     SharedOverVolume { path: String, volume: usize },
+    /// `overlap`: how it relates to which place (`contains the workspace
+    /// /w`), then what the sandbox would get and what to do.
+    #[error("volume host path `{host}` {overlap}")]
+    VolumeOverlap { host: String, overlap: String },
+    #[error("read-only volume host path `{host}` is or lies inside the host path of volumes[{other}], which is writable: it would be writable there; make volumes[{other}] read-only, or drop this one")]
+    ReadOnlyInWritable { host: String, other: usize },
+    /// `place`: how it relates to which place (`lies inside the workspace /w`).
+    #[error("host_ca_file `{path}` {place}, which a sandbox can write: it could put another host file (a private key) in its place; keep the bundle outside (for example beside the configuration file)")]
+    HostCaPlace { path: String, place: String },
+    #[error("trailing_options without trailing_args = true: the rule takes no further arguments, so list none")]
+    OptionsWithoutTrailing,
+    #[error("trailing option is empty")]
+    EmptyOption,
     #[error("environment variable name is empty")]
     EmptyEnvName,
     #[error("environment variable name `{0}` contains `=`")]

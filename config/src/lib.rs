@@ -17,6 +17,7 @@ mod error;
 mod file;
 mod limits;
 mod load;
+mod overlap;
 mod parse;
 mod placement;
 mod schema;
@@ -29,6 +30,7 @@ pub use error::{ConfigError, Invalid};
 pub use file::MAX_CONFIG_BYTES;
 pub use limits::{format_size, parse_size, Limits};
 pub use load::{load, Loaded, BUILTIN_FINGERPRINT_MARKER};
+pub use overlap::{check_host_overlap, HostPlaces};
 pub use placement::check_not_mounted;
 pub use schema::{
     AutoApprove, Config, Escalation, GitIdentity, Network, NetworkDefault, NetworkMode, Profile,

@@ -27,6 +27,9 @@ pub struct Loaded {
     /// [`BUILTIN_FINGERPRINT_MARKER`]), so a run can record which config it
     /// was started with.
     pub fingerprint: String,
+    /// The file's text (`None` for the built-in default): checks made
+    /// once the workspace is known name the line of the key they refuse.
+    pub text: Option<String>,
 }
 
 impl Loaded {
@@ -36,6 +39,7 @@ impl Loaded {
             path: None,
             config: Config::builtin(),
             fingerprint: sha256_hex(BUILTIN_FINGERPRINT_MARKER.as_bytes()),
+            text: None,
         }
     }
 }
@@ -86,6 +90,7 @@ pub fn load(explicit: Option<&Path>, env: &EnvVars, uid: u32) -> Result<Loaded, 
         path: Some(canonical),
         config,
         fingerprint,
+        text: Some(text.to_owned()),
     })
 }
 

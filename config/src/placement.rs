@@ -69,7 +69,7 @@ fn is_default_place(config: &Path) -> bool {
 /// rest. A volume host that does not exist yet may still sit behind a
 /// symlink (`~/link/new` with `link -> ~/.config`); resolving what exists
 /// catches that. Validation already ruled out `..`, so appending is exact.
-fn resolve_existing_prefix(path: &Path) -> PathBuf {
+pub(crate) fn resolve_existing_prefix(path: &Path) -> PathBuf {
     let mut missing = Vec::new();
     let mut current = path;
     loop {

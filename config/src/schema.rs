@@ -146,6 +146,13 @@ pub struct Volume {
     /// Read-only unless explicitly opened up: the safe choice is the default.
     #[serde(default = "default_true")]
     pub read_only: bool,
+    /// A writable volume is served through a mount router of its own that
+    /// applies Git Sentry to every Git directory in it (those made later
+    /// included); `false` binds it directly, and host Git run in a
+    /// repository there then runs what the sandbox wrote. Lazaret says so
+    /// at every start. Read-only volumes are always bound directly.
+    #[serde(default = "default_true")]
+    pub git_sentry: bool,
 }
 
 /// `[profiles.NAME.network]`. Stored as written; rules are checked by the
@@ -206,6 +213,12 @@ pub struct AutoApprove {
     /// exactly what it spells out.
     #[serde(default)]
     pub trailing_args: bool,
+    /// With `trailing_args`: the options the sandbox may add, each exactly
+    /// as written. A trailing argument that reads as an option (it starts
+    /// with `-`, `+` or `@`, or holds `=`, as make's `NAME=VALUE`) and is
+    /// not listed here makes the request unmatched: it goes to the prompt.
+    #[serde(default)]
+    pub trailing_options: Vec<String>,
 }
 
 fn default_true() -> bool {

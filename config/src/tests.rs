@@ -191,6 +191,7 @@ fn full_example_parses() {
             host: "/abs/host/path".into(),
             sandbox: "/data".into(),
             read_only: true,
+            git_sentry: true,
         }]
     );
     assert_eq!(
@@ -210,6 +211,7 @@ fn full_example_parses() {
         [AutoApprove {
             argv: vec!["git".into(), "fetch".into()],
             trailing_args: false,
+            trailing_options: vec![],
         }]
     );
 }
@@ -229,6 +231,10 @@ fn omitted_fields_take_defaults() {
     assert!(x.isolate_ignored);
     assert!(x.volumes[0].read_only, "volumes default to read-only");
     assert!(!x.escalation.auto_approve[0].trailing_args);
+    assert!(
+        x.volumes[0].git_sentry,
+        "writable volumes get Git Sentry unless told"
+    );
     assert_eq!(x.network.default, NetworkDefault::Allow);
     assert_eq!(x.network.mode, None);
     assert_eq!(x.network.probe, None);
@@ -902,11 +908,13 @@ fn config_beneath_volume_host_is_refused() {
         host: fx.path("other"),
         sandbox: "/other".into(),
         read_only: true,
+        git_sentry: true,
     });
     profile.volumes.push(Volume {
         host: fx.path("shared"),
         sandbox: "/shared".into(),
         read_only: true,
+        git_sentry: true,
     });
     let err = check_not_mounted(&loaded, &profile, &fx.path("w")).unwrap_err();
     assert!(
@@ -933,6 +941,7 @@ fn missing_volume_host_behind_symlink_is_resolved() {
         host: fx.path("link"),
         sandbox: "/c".into(),
         read_only: true,
+        git_sentry: true,
     });
     let err = check_not_mounted(&loaded, &profile, &fx.path("w")).unwrap_err();
     assert!(matches!(err, ConfigError::BeneathVolume { .. }), "{err:?}");
@@ -1062,4 +1071,222 @@ fn malformed_limit_sizes_name_file_line_and_key() {
     let file = fx.write("c.toml", "[profiles.default.limits]\nmemroy = \"4GiB\"\n");
     let err = fx.load_err(&file);
     assert_parse_error(&err, &fx.canonical(&file), 2, &["memroy"]);
+}
+
+// ---- host overlap (issue 26, item 6) ----
+
+/// A home with `src/app` (the workspace), `src/app2`, `data`, the Storage
+/// Root and Lazaret's programs; `places` for a run in `src/app`.
+fn overlap_home(fx: &Fixture) -> HostPlaces {
+    for d in [
+        "src/app/.git",
+        "src/app2",
+        "data",
+        "share/lazaret",
+        "bin",
+        "ca",
+        "conf",
+    ] {
+        fs::create_dir_all(fx.path(d)).unwrap();
+    }
+    HostPlaces {
+        workspace: fx.canonical(&fx.path("src/app")),
+        git_dirs: vec![],
+        storage_root: fx.path("share/lazaret"),
+        default_config: Some(fx.path(".config/lazaret/config.toml")),
+        programs: Some(fx.path("bin")),
+    }
+}
+
+/// Loads `body` (after a first line, so keys sit on known lines) as
+/// `conf/c.toml` and checks it against `places`.
+fn overlap_check(fx: &Fixture, body: &str, places: &HostPlaces) -> Result<(), ConfigError> {
+    let file = fx.write("conf/c.toml", format!("[profiles.p]\n{body}"));
+    let loaded = fx.load(&file).unwrap();
+    check_host_overlap(&loaded, "p", places)
+}
+
+fn vol(host: &Path, read_only: bool) -> String {
+    format!(
+        "[[profiles.p.volumes]]\nhost = \"{}\"\nsandbox = \"/v{}\"\nread_only = {read_only}\n",
+        host.display(),
+        host.as_os_str().len()
+    )
+}
+
+#[test]
+fn a_volume_over_the_workspace_its_ancestors_or_inside_it_is_refused_with_its_line() {
+    let fx = Fixture::new();
+    let places = overlap_home(&fx);
+    let file = fx.canonical(&fx.path("conf")).join("c.toml");
+    let ws = places.workspace.display().to_string();
+    for (host, read_only, relation) in [
+        (fx.path("src"), true, "contains"),
+        (fx.path("src"), false, "contains"),
+        (fx.path("src/app"), false, "is"),
+        (fx.path("src/app/.git"), false, "lies inside"),
+        (fx.path("src/app/docs"), true, "lies inside"),
+        (PathBuf::from("/"), true, "contains"),
+    ] {
+        let err = overlap_check(&fx, &vol(&host, read_only), &places).unwrap_err();
+        let reason = assert_invalid(&err, &file, 3, "profiles.p.volumes[0].host");
+        assert!(
+            matches!(&reason, Invalid::VolumeOverlap { overlap, .. }
+                if overlap.starts_with(&format!("{relation} the workspace {ws}: "))),
+            "{}: {reason:?}",
+            host.display()
+        );
+        assert!(err.to_string().contains("past Git Sentry"), "{err}");
+    }
+    // Beside it, and a second volume that is fine before a bad one.
+    overlap_check(&fx, &vol(&fx.path("src/app2"), false), &places).unwrap();
+    let body = format!(
+        "{}{}",
+        vol(&fx.path("data"), false),
+        vol(&fx.path("src"), true)
+    );
+    let err = overlap_check(&fx, &body, &places).unwrap_err();
+    assert_invalid(&err, &file, 7, "profiles.p.volumes[1].host");
+}
+
+#[test]
+fn a_volume_over_a_git_directory_the_workspace_uses_or_the_storage_root_is_refused() {
+    let fx = Fixture::new();
+    let mut places = overlap_home(&fx);
+    fs::create_dir_all(fx.path("main/.git/worktrees/app")).unwrap();
+    places.git_dirs = vec![fx.path("main/.git")];
+    for (host, what) in [
+        ("main", "the Git directory"),
+        ("main/.git/objects", "the Git directory"),
+        ("share", "the Storage Root"),
+        ("share/lazaret/profiles/p/shared", "the Storage Root"),
+    ] {
+        let err = overlap_check(&fx, &vol(&fx.path(host), true), &places).unwrap_err();
+        let ConfigError::Invalid {
+            reason: Invalid::VolumeOverlap { overlap, .. },
+            ..
+        } = &err
+        else {
+            panic!("{host}: {err:?}");
+        };
+        assert!(overlap.contains(&format!(" {what} ")), "{host}: {err}");
+    }
+}
+
+#[test]
+fn a_writable_volume_over_the_configuration_or_lazarets_programs_is_refused() {
+    let fx = Fixture::new();
+    let places = overlap_home(&fx);
+    // The default configuration file need not exist: a writable volume
+    // over its directory could create it.
+    for host in [".config", "bin"] {
+        let err = overlap_check(&fx, &vol(&fx.path(host), false), &places).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Invalid {
+                    reason: Invalid::VolumeOverlap { .. },
+                    ..
+                }
+            ),
+            "{host}: {err:?}"
+        );
+        assert!(err.to_string().contains("read_only = true"), "{err}");
+        overlap_check(&fx, &vol(&fx.path(host), true), &places).unwrap();
+    }
+}
+
+#[test]
+fn a_read_only_volume_inside_a_writable_one_is_refused() {
+    let fx = Fixture::new();
+    let places = overlap_home(&fx);
+    fs::create_dir_all(fx.path("data/sub")).unwrap();
+    let body = format!(
+        "{}{}",
+        vol(&fx.path("data"), false),
+        vol(&fx.path("data/sub"), true)
+    );
+    let err = overlap_check(&fx, &body, &places).unwrap_err();
+    let file = fx.canonical(&fx.path("conf")).join("c.toml");
+    let reason = assert_invalid(&err, &file, 7, "profiles.p.volumes[1].host");
+    assert!(
+        matches!(reason, Invalid::ReadOnlyInWritable { other: 0, .. }),
+        "{reason:?}"
+    );
+    // The other way round is a writable corner of a read-only volume.
+    let body = format!(
+        "{}{}",
+        vol(&fx.path("data"), true),
+        vol(&fx.path("data/sub"), false)
+    );
+    overlap_check(&fx, &body, &places).unwrap();
+}
+
+#[test]
+fn a_host_ca_file_where_a_sandbox_can_write_is_refused() {
+    let fx = Fixture::new();
+    let places = overlap_home(&fx);
+    let file = fx.canonical(&fx.path("conf")).join("c.toml");
+    let ca = |p: &Path| format!("trust_host_ca = true\nhost_ca_file = \"{}\"\n", p.display());
+    for (at, extra, place) in [
+        ("src/app/ca.pem", String::new(), "the workspace"),
+        ("share/lazaret/ca.pem", String::new(), "the Storage Root"),
+        ("data/ca.pem", vol(&fx.path("data"), true), "the host path"),
+    ] {
+        let err = overlap_check(&fx, &format!("{}{extra}", ca(&fx.path(at))), &places).unwrap_err();
+        let reason = assert_invalid(&err, &file, 3, "profiles.p.host_ca_file");
+        assert!(
+            matches!(&reason, Invalid::HostCaPlace { place: p, .. } if p.contains(place)),
+            "{at}: {reason:?}"
+        );
+    }
+    overlap_check(&fx, &ca(&fx.path("ca/ca.pem")), &places).unwrap();
+    // Not read without trust_host_ca: not checked either.
+    let body = format!(
+        "host_ca_file = \"{}\"\n",
+        fx.path("src/app/x.pem").display()
+    );
+    overlap_check(&fx, &body, &places).unwrap();
+}
+
+#[test]
+fn trailing_options_need_trailing_args_and_a_name() {
+    let fx = Fixture::new();
+    for (rule, key, want) in [
+        (
+            "trailing_options = [\"--all\"]",
+            "profiles.p.escalation.auto_approve[0].trailing_options",
+            Invalid::OptionsWithoutTrailing,
+        ),
+        (
+            "trailing_args = true\ntrailing_options = [\"--all\", \"\"]",
+            "profiles.p.escalation.auto_approve[0].trailing_options[1]",
+            Invalid::EmptyOption,
+        ),
+    ] {
+        let file = fx.write(
+            "c.toml",
+            format!("[profiles.p]\n[[profiles.p.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\n{rule}\n"),
+        );
+        let err = fx.load_err(&file);
+        let ConfigError::Invalid {
+            key: k,
+            reason,
+            line,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!((k.as_str(), reason), (key, &want), "{err}");
+        assert!(line.is_some(), "{err}");
+    }
+    let file = fx.write(
+        "c.toml",
+        "[[profiles.p.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\ntrailing_args = true\ntrailing_options = [\"--prune\"]\n",
+    );
+    let rule = &fx.load(&file).unwrap().config.profiles["p"]
+        .escalation
+        .auto_approve[0];
+    assert_eq!(rule.trailing_options, ["--prune"]);
 }

@@ -117,6 +117,20 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         for (j, arg) in rule.argv.iter().enumerate() {
             no_nul(arg).map_err(|e| (argv_at.index(j), e))?;
         }
+        let options_at = at
+            .key("escalation")
+            .key("auto_approve")
+            .index(i)
+            .key("trailing_options");
+        if !rule.trailing_args && !rule.trailing_options.is_empty() {
+            return Err((options_at, Invalid::OptionsWithoutTrailing));
+        }
+        for (j, option) in rule.trailing_options.iter().enumerate() {
+            if option.is_empty() {
+                return Err((options_at.index(j), Invalid::EmptyOption));
+            }
+            no_nul(option).map_err(|e| (options_at.index(j), e))?;
+        }
     }
     Ok(())
 }
@@ -375,6 +389,7 @@ mod tests {
                 host: "/srv/v".into(),
                 sandbox: (*v).to_owned(),
                 read_only: true,
+                git_sentry: true,
             })
             .collect();
         validate(&config).map_err(|(at, why)| (at.to_string(), why))
@@ -513,6 +528,7 @@ mod tests {
             .push(crate::schema::AutoApprove {
                 argv: vec![],
                 trailing_args: false,
+                trailing_options: vec![],
             });
         let (at, why) = validate(&config).unwrap_err();
         assert_eq!(

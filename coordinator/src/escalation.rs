@@ -34,7 +34,9 @@
 //!
 //! A host command runs only after the developer approved it at the
 //! requesting session's terminal, or when an auto-approval rule matches its
-//! complete vector (SR-7, SR-8). It is not run here: the coordinator tells
+//! complete vector (SR-7, SR-8); a rule with trailing arguments never
+//! approves one the sandbox added an option to that the rule does not list
+//! ([`judge`]): such a request goes to the prompt. It is not run here: the coordinator tells
 //! the requesting session's `lazaret` CLI to run the exact vector
 //! ([`ServerMsg::RunHostCommand`]), which runs it by execve, without a
 //! shell, in the host workspace, with a minimal environment, in its own
@@ -51,6 +53,7 @@ use lazaret_protocol::escalation::{
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::lifecycle::{Event, ResultKind};
 use lazaret_protocol::mailbox::{self, FromReader, ReaderInput, ToReader};
+use lazaret_protocol::plan::AutoApproveRule;
 use lazaret_protocol::session::{ClientMsg, EscalationPrompt, HostCommand, ServerMsg};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
@@ -145,7 +148,7 @@ pub struct Escalations {
     pub requests: PathBuf,
     pub results: PathBuf,
     pub log_path: PathBuf,
-    pub rules: Vec<(Vec<String>, bool)>,
+    pub rules: Vec<AutoApproveRule>,
     pub sessions: Mutex<HashMap<String, SessionEntry>>,
     /// The replay set: Escalation Request ID -> the request's creation
     /// time, kept while that time is within the age window.
@@ -314,16 +317,50 @@ pub fn rotate_if_full(path: &Path, max: u64, keep: usize) {
     }
 }
 
+/// Whether `arg`, added by the sandbox after a rule's vector, reads as an
+/// option to the program: it starts with `-` (`--upload-pack=...`, `--`,
+/// `-`), `+` (`cargo +toolchain`, `set +o`) or `@` (a response file of
+/// options, as `gcc @file` reads), or it holds `=` (make's `NAME=VALUE`,
+/// `env`'s assignments). Wider than any one program's reading, on purpose:
+/// a false hit only sends the request to the prompt.
+pub fn reads_as_option(arg: &str) -> bool {
+    arg.starts_with(['-', '+', '@']) || arg.contains('=')
+}
+
+/// What a rule says about a requested vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approves,
+    NoMatch,
+    /// The vector starts with the rule's, but the sandbox added an option
+    /// the rule does not list: not auto-approved (it goes to the prompt).
+    AddsOption(String),
+}
+
 /// Whether a rule approves `argv`: the complete vector, unless the rule
-/// explicitly grants trailing arguments (SR-8).
-pub fn rule_matches(rule: &[String], trailing: bool, argv: &[String]) -> bool {
-    if rule.is_empty() {
-        return false;
+/// explicitly grants trailing arguments (SR-8), and then never a trailing
+/// option it does not list in `trailing_options`.
+pub fn judge(rule: &AutoApproveRule, argv: &[String]) -> Verdict {
+    let prefix = &rule.argv;
+    if prefix.is_empty() {
+        return Verdict::NoMatch;
     }
-    if trailing {
-        argv.len() >= rule.len() && argv[..rule.len()] == *rule
-    } else {
-        argv == rule
+    if !rule.trailing_args {
+        return if argv == prefix.as_slice() {
+            Verdict::Approves
+        } else {
+            Verdict::NoMatch
+        };
+    }
+    if argv.len() < prefix.len() || argv[..prefix.len()] != *prefix {
+        return Verdict::NoMatch;
+    }
+    match argv[prefix.len()..]
+        .iter()
+        .find(|a| reads_as_option(a) && !rule.trailing_options.contains(a))
+    {
+        Some(a) => Verdict::AddsOption(a.clone()),
+        None => Verdict::Approves,
     }
 }
 
@@ -371,7 +408,7 @@ impl Escalations {
         workspace: PathBuf,
         control: &Path,
         log_path: PathBuf,
-        rules: Vec<(Vec<String>, bool)>,
+        rules: Vec<AutoApproveRule>,
     ) -> Self {
         Self {
             key: keys.requests,
@@ -934,6 +971,29 @@ impl Escalations {
         outcome
     }
 
+    /// The index of the first rule that approves `argv`. A rule whose
+    /// vector it extends with an option the rule does not list approves
+    /// nothing: the coordinator's log says which option, and the request
+    /// goes on as one no rule matches (to the prompt).
+    fn matching_rule(&self, id: &str, argv: &[String]) -> Option<usize> {
+        let mut approving = None;
+        for (i, rule) in self.rules.iter().enumerate() {
+            match judge(rule, argv) {
+                Verdict::Approves => {
+                    approving = Some(i);
+                    break;
+                }
+                Verdict::AddsOption(arg) => log(format!(
+                    "escalation {id}: auto-approval rule {} does not apply: the sandbox added `{}`, an option the rule does not list in trailing_options",
+                    i + 1,
+                    lazaret_protocol::display::escape(arg.as_bytes())
+                )),
+                Verdict::NoMatch => {}
+            }
+        }
+        approving
+    }
+
     /// Takes one accepted request to its Escalation Result.
     fn resolve(
         &self,
@@ -950,10 +1010,7 @@ impl Escalations {
         let stop = || gone.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed);
         let timeout = (req.timeout_secs > 0)
             .then(|| Instant::now() + Duration::from_secs(req.timeout_secs as u64));
-        let rule = self
-            .rules
-            .iter()
-            .position(|(r, t)| rule_matches(r, *t, &req.argv));
+        let rule = self.matching_rule(&id, &req.argv);
         let (decided_by, argv, outcome) = if let Some(i) = rule {
             let by = format!("auto-approval rule {}", i + 1);
             let o = self.run_in_client(&id, req.argv.clone(), &by, &client, &stop, timeout);
@@ -1084,9 +1141,17 @@ mod tests {
         s.iter().map(|s| s.to_string()).collect()
     }
 
+    fn rule(argv: &[&str], trailing_args: bool, options: &[&str]) -> AutoApproveRule {
+        AutoApproveRule {
+            argv: v(argv),
+            trailing_args,
+            trailing_options: v(options),
+        }
+    }
+
     type Sk = ed25519_compact::SecretKey;
 
-    fn mailbox(rules: Vec<(Vec<String>, bool)>) -> (tempfile::TempDir, Arc<Escalations>, Sk) {
+    fn mailbox(rules: Vec<AutoApproveRule>) -> (tempfile::TempDir, Arc<Escalations>, Sk) {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/requests")).unwrap();
         std::fs::create_dir_all(d.path().join("mailbox/results")).unwrap();
@@ -1435,7 +1500,7 @@ mod tests {
 
     #[test]
     fn an_auto_approved_command_runs_in_the_requesting_sessions_client() {
-        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (d, e, sk) = mailbox(vec![rule(&["/bin/echo", "hi"], false, &[])]);
         let (mut client, replies) = register(&e, "notty");
         let body = request("notty", &["/bin/echo", "hi"]);
         e.handle(verified(&sk, &body, "r1"));
@@ -1473,7 +1538,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_request_tells_the_client_to_kill_its_command() {
-        let (d, e, sk) = mailbox(vec![(v(&["/bin/sleep", "60"]), false)]);
+        let (d, e, sk) = mailbox(vec![rule(&["/bin/sleep", "60"], false, &[])]);
         let (mut client, replies) = register(&e, "notty");
         let body = request("notty", &["/bin/sleep", "60"]);
         e.handle(verified(&sk, &body, "r1"));
@@ -1502,7 +1567,7 @@ mod tests {
 
     #[test]
     fn a_record_the_reader_could_not_have_verified_is_refused_and_runs_nothing() {
-        let (d, e, sk) = mailbox(vec![(v(&["/bin/echo", "hi"]), false)]);
+        let (d, e, sk) = mailbox(vec![rule(&["/bin/echo", "hi"], false, &[])]);
         let (mut client, _replies) = register(&e, "notty");
         client
             .set_read_timeout(Some(Duration::from_millis(500)))
@@ -1604,13 +1669,65 @@ mod tests {
 
     #[test]
     fn rules_match_the_complete_vector_unless_trailing_is_granted() {
-        let r = v(&["git", "fetch"]);
-        assert!(rule_matches(&r, false, &v(&["git", "fetch"])));
-        assert!(!rule_matches(&r, false, &v(&["git", "fetch", "--all"])));
-        assert!(!rule_matches(&r, false, &v(&["git", "fetcH"])));
-        assert!(!rule_matches(&r, false, &v(&["git"])));
-        assert!(rule_matches(&r, true, &v(&["git", "fetch", "--all"])));
-        assert!(!rule_matches(&r, true, &v(&["git", "push"])));
-        assert!(!rule_matches(&[], true, &v(&["anything"])));
+        let exact = rule(&["git", "fetch"], false, &[]);
+        let trailing = rule(&["git", "fetch"], true, &[]);
+        assert_eq!(judge(&exact, &v(&["git", "fetch"])), Verdict::Approves);
+        for other in [&["git", "fetch", "origin"][..], &["git", "fetcH"], &["git"]] {
+            assert_eq!(judge(&exact, &v(other)), Verdict::NoMatch, "{other:?}");
+        }
+        assert_eq!(
+            judge(&trailing, &v(&["git", "fetch", "origin", "main"])),
+            Verdict::Approves
+        );
+        assert_eq!(judge(&trailing, &v(&["git", "push"])), Verdict::NoMatch);
+        assert_eq!(
+            judge(&rule(&[], true, &[]), &v(&["anything"])),
+            Verdict::NoMatch
+        );
+    }
+
+    #[test]
+    fn trailing_arguments_never_add_an_option_the_rule_does_not_list() {
+        let fetch = rule(&["git", "fetch"], true, &["--prune", "--depth=1"]);
+        for added in [
+            "--upload-pack=touch /tmp/x",
+            "--upload-pack",
+            "-u",
+            "--",
+            "-",
+            "--all",
+            "--depth=2",
+            "+refs/heads/*:refs/x/*",
+            "@opts",
+        ] {
+            assert_eq!(
+                judge(&fetch, &v(&["git", "fetch", "origin", added])),
+                Verdict::AddsOption(added.into()),
+                "{added}"
+            );
+        }
+        assert_eq!(
+            judge(
+                &fetch,
+                &v(&["git", "fetch", "--prune", "--depth=1", "origin"])
+            ),
+            Verdict::Approves
+        );
+        // make reads NAME=VALUE as a variable (SHELL=..., MAKEFLAGS=...).
+        let make = rule(&["make"], true, &[]);
+        assert_eq!(
+            judge(&make, &v(&["make", "test", "SHELL=/tmp/x"])),
+            Verdict::AddsOption("SHELL=/tmp/x".into())
+        );
+        assert_eq!(
+            judge(&make, &v(&["make", "test", "lint"])),
+            Verdict::Approves
+        );
+        // The rule's own vector may hold options: only added ones count.
+        let own = rule(&["git", "-C", "sub", "fetch"], true, &[]);
+        assert_eq!(
+            judge(&own, &v(&["git", "-C", "sub", "fetch", "origin"])),
+            Verdict::Approves
+        );
     }
 }

@@ -16,6 +16,7 @@ pub mod procs;
 pub mod session;
 pub mod supervisor_link;
 pub mod trust;
+pub mod volumes;
 
 /// Exit codes of `lazaret-coordinator`.
 pub mod exit {

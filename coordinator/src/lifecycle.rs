@@ -483,7 +483,7 @@ fn helpers_log(layout: &Layout) -> Result<std::fs::File, String> {
 /// What the Domain's helpers say, in the Domain Root.
 pub const HELPERS_LOG: &str = "helpers.log";
 
-fn mkdir_private(p: &Path) -> Result<(), String> {
+pub(crate) fn mkdir_private(p: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -650,6 +650,7 @@ fn start_sandbox(
     {
         plan.git_router = Some(present_linked_git(input, layout, &linked, &mut plan)?);
     }
+    plan.volume_routers = crate::volumes::route(input, layout, &plan.mounts)?;
     let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
     let (plan_fd, digest) =
         memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
@@ -813,6 +814,7 @@ pub fn plan(
         network: None,
         router: None,
         git_router: None,
+        volume_routers: Vec::new(),
         limits: input.limits.clone(),
     }
 }
@@ -833,7 +835,7 @@ fn route_workspace(
         for e in rd.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            if [Layout::IGNORED, Layout::LINKED_GIT]
+            if [Layout::IGNORED, Layout::LINKED_GIT, Layout::VOLUME_GIT]
                 .iter()
                 .any(|d| name.starts_with(&format!("{d}.discard-")))
             {
@@ -935,17 +937,13 @@ fn present_linked_git(
         },
         purpose: MountPurpose::Control,
     });
-    Ok(lazaret_protocol::plan::RouterPlan {
-        binary: input.libexec.join("lazaret-mount-router"),
-        workspace: root,
+    Ok(crate::volumes::sentry_only(
+        input,
+        root,
         state,
         mountpoint,
-        isolate_ignored: false,
-        protected_paths: Vec::new(),
-        rules_baseline: None,
-        state_max_bytes: input.limits.ignored_state,
-        git_dir: Some(linked.present.clone()),
-    })
+        Some(linked.present.clone()),
+    ))
 }
 
 /// Stops the sandbox (through the supervisor, which also removes the run

@@ -73,6 +73,7 @@ fn sandbox_plan() -> SandboxPlan {
         network: None,
         router: Some(router()),
         git_router: None,
+        volume_routers: Vec::new(),
         limits: SandboxLimits::default(),
     }
 }
@@ -101,9 +102,14 @@ fn coordinator_input() -> CoordinatorInput {
             host: "/data".into(),
             sandbox: "/data".into(),
             read_only: true,
+            git_sentry: true,
         }],
         shared_paths: vec![],
-        auto_approve: vec![(vec!["git".into(), "fetch".into()], false)],
+        auto_approve: vec![AutoApproveRule {
+            argv: vec!["git".into(), "fetch".into()],
+            trailing_args: false,
+            trailing_options: vec![],
+        }],
         libexec: "/usr/libexec/lazaret".into(),
         network: NetworkInput {
             disabled: false,
@@ -143,6 +149,11 @@ pass_env = ["ANTHROPIC_API_KEY"]
 [[profiles.default.volumes]]
 host = "/abs/host"
 sandbox = "/data"
+[[profiles.default.volumes]]
+host = "/abs/cache"
+sandbox = "/cache"
+read_only = false
+git_sentry = false
 [profiles.default.network]
 allow = ["10.0.0.0/8"]
 default = "deny"
@@ -152,6 +163,7 @@ memory = "4GiB"
 [[profiles.default.escalation.auto_approve]]
 argv = ["git", "fetch"]
 trailing_args = true
+trailing_options = ["--prune"]
 "#
         .to_vec(),
     );

@@ -57,7 +57,7 @@ fn shown(p: &Path) -> String {
 }
 
 /// The first component of `path` that is a symbolic link, and its target.
-fn first_symlink(path: &Path) -> Option<(PathBuf, PathBuf)> {
+pub fn first_symlink(path: &Path) -> Option<(PathBuf, PathBuf)> {
     let mut at = PathBuf::new();
     for c in path.components() {
         at.push(c);
@@ -71,16 +71,23 @@ fn first_symlink(path: &Path) -> Option<(PathBuf, PathBuf)> {
     None
 }
 
+/// Opens the absolute `path` with `flags` (and `O_CLOEXEC`), resolved once
+/// from `/` with no symbolic link in any component: `ELOOP` when there is
+/// one ([`first_symlink`] names it).
+pub fn open_no_symlinks(path: &Path, flags: OFlags) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
 /// Opens a volume's absolute host path as an `O_PATH` descriptor, resolved
 /// once with no symbolic link in any component.
 pub fn open_volume(path: &Path) -> Result<OwnedFd, HostPathError> {
-    match rustix::fs::openat2(
-        rustix::fs::CWD,
-        path,
-        OFlags::PATH | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    ) {
+    match open_no_symlinks(path, OFlags::PATH) {
         Ok(fd) => Ok(fd),
         Err(rustix::io::Errno::LOOP) => {
             let (link, target) = first_symlink(path).unwrap_or_else(|| (path.into(), "?".into()));

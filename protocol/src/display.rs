@@ -13,13 +13,41 @@
 //! | any other C0 control byte (0x00..0x1f) and DEL (0x7f) | `\xNN` (`\x1b` for ESC) |
 //! | a byte that is not part of valid UTF-8 | `\xNN` (always 0x80 or above) |
 //! | a C1 control character (U+0080..U+009F) | `\u{NN}` (`\u{9b}` for CSI) |
-//! | Unicode format characters that reorder or hide text (bidi overrides and isolates, zero-width characters, line and paragraph separators, BOM, interlinear annotations) | `\u{NNNN}` |
+//! | a character a terminal draws as nothing, as blank or over its neighbour (the classes below) | `\u{NNNN}` |
+//! | any other non-ASCII character, with [`Charset::Ascii`] | `\u{NNNN}` |
 //! | every other character | itself |
 //!
-//! So no C0, C1, DEL or ESC byte reaches the terminal, and a `\` in the
-//! output always starts an escape. [`quoted`] additionally escapes `"`
-//! and wraps the result in quotes (for argument vectors); [`bounded`]
-//! cuts an escaped field to a number of terminal columns with a marker.
+//! The characters that are always escaped, although valid UTF-8, because
+//! what the terminal shows for them is not what they are:
+//!
+//! | class | examples |
+//! | --- | --- |
+//! | C1 controls | U+0080..U+009F (U+009B is CSI) |
+//! | format characters and every other default-ignorable code point | bidi marks, embeddings, overrides and isolates (U+200E, U+202A..U+202E, U+2066..U+2069, U+061C), zero-width space and joiners (U+200B..U+200D), word joiner and invisible operators (U+2060..U+2064), soft hyphen U+00AD, BOM U+FEFF, tag characters U+E0000..U+E007F (and the rest of U+E0000..U+E0FFF), variation selectors U+FE00..U+FE0F and U+E0100..U+E01EF, Mongolian variation selectors, combining grapheme joiner U+034F |
+//! | Hangul fillers | U+115F, U+1160, U+3164, U+FFA0 (drawn blank, one or two columns wide) |
+//! | combining and enclosing marks, and everything else a terminal draws in zero columns | U+0300..U+036F, U+20DD, conjoining Hangul vowels and finals (U+1160..U+11FF), prepended marks: every character of width 0 for `unicode-width` (its `Grapheme_Extend` and `Default_Ignorable_Code_Point` tables) |
+//! | spaces other than U+0020, and blanks | U+00A0, U+1680, U+2000..U+200A, U+202F, U+205F, U+3000, Braille blank U+2800 |
+//! | line and paragraph separators, interlinear annotations | U+2028, U+2029, U+FFF9..U+FFFB |
+//! | private-use characters and noncharacters (the font decides what they look like) | U+E000..U+F8FF, U+F0000..U+10FFFF, U+FDD0..U+FDEF, U+xxFFFE, U+xxFFFF |
+//!
+//! So no C0, C1, DEL or ESC byte reaches the terminal, a `\` in the
+//! output always starts an escape, and every character shown takes
+//! columns of its own: nothing is invisible, joined to its neighbour or
+//! mistaken for a space. [`quoted`] additionally escapes `"` and wraps the
+//! result in quotes (for argument vectors); [`bounded`] cuts an escaped
+//! field to a number of terminal columns with a marker, and [`wrap_argv`]
+//! lays an argument vector out over rows, cut the same way.
+//!
+//! What is left is printable characters of every script, which listings,
+//! logs and error messages show as themselves ([`Charset::Unicode`]): a
+//! Cyrillic `а` there looks like a Latin `a`, and unassigned code points
+//! (which no table here knows) are shown as the terminal draws them. Where
+//! the developer decides on what the text says (the Host Escalation
+//! prompt: the command, the directories, the asking process, the
+//! justification), the text is shown in [`Charset::Ascii`]: every
+//! non-ASCII character escaped, so a homoglyph cannot pass for ASCII, no
+//! right-to-left letter reorders the row, and the row's width in columns is
+//! exactly its length whatever the terminal's fonts and width tables.
 //!
 //! JSON output: names that may be arbitrary bytes (file names, mailbox
 //! entry names) are carried as their [`escape`] form, so the exact bytes
@@ -29,24 +57,49 @@
 //! escapes, so any JSON parser gets the exact string back.
 
 use std::fmt::Write;
+use unicode_width::UnicodeWidthChar;
 
-/// Characters shown as `\u{...}` although they are valid UTF-8: C1
-/// controls and format characters that reorder, hide or break text.
-fn hidden(c: char) -> bool {
+/// Which printable characters are shown as themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charset {
+    /// Printable characters of every script (listings, logs, errors).
+    Unicode,
+    /// ASCII only: every other character is escaped (the prompt).
+    Ascii,
+}
+
+/// Characters shown as `\u{...}` although they are valid UTF-8, in
+/// either [`Charset`]: C1 controls and every character a terminal draws
+/// as nothing, as blank or over its neighbour (see the module's table).
+pub fn hidden(c: char) -> bool {
+    if c.is_ascii() {
+        return false;
+    }
     matches!(c,
-        '\u{80}'..='\u{9f}'
-        | '\u{61c}'
-        | '\u{200b}'..='\u{200f}'
-        | '\u{2028}'..='\u{202e}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
+        '\u{80}'..='\u{a0}'
+        | '\u{ad}'
+        | '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}'
+        | '\u{1680}'
+        | '\u{2000}'..='\u{200f}'
+        | '\u{2028}'..='\u{202f}'
+        | '\u{205f}'..='\u{206f}'
+        | '\u{2800}'
+        | '\u{3000}'
+        | '\u{e000}'..='\u{f8ff}'
+        | '\u{fdd0}'..='\u{fdef}'
+        | '\u{fe00}'..='\u{fe0f}'
         | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}')
+        | '\u{fff0}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e0fff}'
+        | '\u{f0000}'..='\u{10ffff}')
+        || (c as u32 & 0xfffe) == 0xfffe
+        || matches!(c.width(), None | Some(0))
 }
 
 /// Calls `piece` with the escaped form of each input character (or invalid
-/// byte), in order: the single definition of the escape.
-fn pieces(bytes: &[u8], mut piece: impl FnMut(&str) -> bool) {
+/// byte), in order, and the number of input bytes it stands for: the
+/// single definition of the escape. `piece` returns `false` to stop.
+fn pieces(bytes: &[u8], charset: Charset, mut piece: impl FnMut(&str, usize) -> bool) {
     let mut buf = String::with_capacity(12);
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
@@ -59,19 +112,19 @@ fn pieces(bytes: &[u8], mut piece: impl FnMut(&str) -> bool) {
                 '\0'..='\u{1f}' | '\u{7f}' => {
                     let _ = write!(buf, "\\x{:02x}", c as u32);
                 }
-                c if hidden(c) => {
+                c if hidden(c) || (charset == Charset::Ascii && !c.is_ascii()) => {
                     let _ = write!(buf, "\\u{{{:x}}}", c as u32);
                 }
                 c => buf.push(c),
             }
-            if !piece(&buf) {
+            if !piece(&buf, c.len_utf8()) {
                 return;
             }
         }
         for b in chunk.invalid() {
             buf.clear();
             let _ = write!(buf, "\\x{b:02x}");
-            if !piece(&buf) {
+            if !piece(&buf, 1) {
                 return;
             }
         }
@@ -81,9 +134,14 @@ fn pieces(bytes: &[u8], mut piece: impl FnMut(&str) -> bool) {
 /// The escaped, printable, single-line form of `bytes` (see the module
 /// documentation).
 pub fn escape(bytes: impl AsRef<[u8]>) -> String {
+    escape_in(bytes, Charset::Unicode)
+}
+
+/// [`escape`], showing as themselves only the characters `charset` allows.
+pub fn escape_in(bytes: impl AsRef<[u8]>, charset: Charset) -> String {
     let bytes = bytes.as_ref();
     let mut out = String::with_capacity(bytes.len());
-    pieces(bytes, |p| {
+    pieces(bytes, charset, |p, _| {
         out.push_str(p);
         true
     });
@@ -99,12 +157,25 @@ pub fn escape_os(s: impl AsRef<std::ffi::OsStr>) -> String {
 /// `"escaped"`, with `"` escaped as `\"` too: an argument whose
 /// boundaries and spaces are visible.
 pub fn quoted(bytes: impl AsRef<[u8]>) -> String {
-    format!("\"{}\"", escape(bytes).replace('"', "\\\""))
+    quoted_in(bytes, Charset::Unicode)
+}
+
+/// [`quoted`] in `charset`.
+pub fn quoted_in(bytes: impl AsRef<[u8]>, charset: Charset) -> String {
+    format!("\"{}\"", escape_in(bytes, charset).replace('"', "\\\""))
 }
 
 /// An argument vector, each argument [`quoted`], separated by spaces.
 pub fn argv(argv: &[String]) -> String {
-    argv.iter().map(quoted).collect::<Vec<_>>().join(" ")
+    argv_in(argv, Charset::Unicode)
+}
+
+/// [`argv`] in `charset`.
+pub fn argv_in(argv: &[String], charset: Charset) -> String {
+    argv.iter()
+        .map(|a| quoted_in(a, charset))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Terminal columns a character may take (conservatively: everything from
@@ -113,75 +184,205 @@ fn columns(s: &str) -> usize {
     s.chars().map(|c| if c >= '\u{1100}' { 2 } else { 1 }).sum()
 }
 
+/// The marker that ends a cut field: `…[cut N bytes]`, or with
+/// [`Charset::Ascii`] `...[cut N bytes]`.
+fn marker(cut: usize, charset: Charset) -> String {
+    match charset {
+        Charset::Unicode => format!("…[cut {cut} bytes]"),
+        Charset::Ascii => format!("...[cut {cut} bytes]"),
+    }
+}
+
+/// A piece of an escaped rendering: the text shown and the input bytes it
+/// stands for. A lone space standing for no input separates arguments: a
+/// row may end before it, and then the next row does not start with it.
+struct Piece {
+    text: String,
+    bytes: usize,
+}
+
+impl Piece {
+    fn separates(&self) -> bool {
+        self.bytes == 0 && self.text == " "
+    }
+}
+
+/// The pieces `feed` produces, until they are wider than `cap` columns
+/// (more can never be shown); `true` with them when `feed` ran to its end.
+fn collect(
+    cap: usize,
+    feed: impl FnOnce(&mut dyn FnMut(&str, usize) -> bool),
+) -> (Vec<Piece>, bool) {
+    let mut out = Vec::new();
+    let mut width = 0;
+    let mut complete = true;
+    feed(&mut |text, bytes| {
+        if width > cap {
+            complete = false;
+            return false;
+        }
+        width += columns(text);
+        out.push(Piece {
+            text: text.to_string(),
+            bytes,
+        });
+        true
+    });
+    (out, complete && width <= cap)
+}
+
+/// Greedily lays `pieces` out in at most `rows` rows of `width` columns,
+/// the last row `reserve` columns shorter: a word (the pieces between two
+/// separators) that fits a row of its own starts one rather than being
+/// broken; stops at the first piece that does not fit. Returns the rows,
+/// how many pieces they hold and the input bytes those stand for.
+fn lay(pieces: &[Piece], width: usize, rows: usize, reserve: usize) -> (Vec<String>, usize, usize) {
+    let budget = |row: usize| {
+        if row + 1 >= rows {
+            width.saturating_sub(reserve)
+        } else {
+            width
+        }
+    };
+    let mut out = vec![String::new()];
+    let (mut used, mut kept) = (0, 0);
+    for (i, p) in pieces.iter().enumerate() {
+        let w = columns(&p.text);
+        if i > 0 && pieces[i - 1].separates() && out.len() < rows {
+            let word: usize = pieces[i..]
+                .iter()
+                .take_while(|q| !q.separates())
+                .map(|q| columns(&q.text))
+                .sum();
+            if used + word > budget(out.len() - 1) && word <= budget(out.len()) {
+                if let Some(row) = out.last_mut() {
+                    row.pop();
+                }
+                out.push(String::new());
+                used = 0;
+            }
+        }
+        if used + w > budget(out.len() - 1) {
+            if out.len() >= rows || w > budget(out.len()) {
+                return (out, i, kept);
+            }
+            out.push(String::new());
+            used = 0;
+            if p.separates() {
+                continue;
+            }
+        }
+        if let Some(row) = out.last_mut() {
+            row.push_str(&p.text);
+        }
+        used += w;
+        kept += p.bytes;
+    }
+    (out, pieces.len(), kept)
+}
+
+/// What `feed` produces in at most `rows` rows of `width` columns: when
+/// it does not all fit, cut between two pieces (never inside an escape),
+/// the last row ending with the marker, which counts the `total` input
+/// bytes not shown.
+fn fit(
+    width: usize,
+    rows: usize,
+    total: usize,
+    charset: Charset,
+    feed: impl FnOnce(&mut dyn FnMut(&str, usize) -> bool),
+) -> Vec<String> {
+    let rows = rows.max(1);
+    let (pieces, complete) = collect(width.saturating_mul(rows), feed);
+    if complete {
+        let (out, placed, _) = lay(&pieces, width, rows, 0);
+        if placed == pieces.len() {
+            return out;
+        }
+    }
+    // Room for the marker with the largest count it can show.
+    let reserve = columns(&marker(total, charset));
+    let (mut out, _, kept) = lay(&pieces, width, rows, reserve);
+    let m = marker(total.saturating_sub(kept), charset);
+    let last_fits = out
+        .last()
+        .is_some_and(|r| columns(r) + columns(&m) <= width);
+    if !last_fits && out.len() < rows {
+        out.push(String::new());
+    }
+    if let Some(row) = out.last_mut() {
+        row.push_str(&m);
+    }
+    out
+}
+
 /// The escaped form of `bytes` in at most `max_columns` terminal columns:
 /// when longer, it is cut between two escaped characters and ends with
 /// `…[cut N bytes]` (the marker counts towards the bound).
 pub fn bounded(bytes: impl AsRef<[u8]>, max_columns: usize) -> String {
+    bounded_in(bytes, max_columns, Charset::Unicode)
+}
+
+/// [`bounded`] in `charset`.
+pub fn bounded_in(bytes: impl AsRef<[u8]>, max_columns: usize, charset: Charset) -> String {
     let bytes = bytes.as_ref();
-    let full = escape(bytes);
-    if columns(&full) <= max_columns {
-        return full;
-    }
-    // The marker's own width, with room for the largest count.
-    let marker_width = columns(&format!("…[cut {} bytes]", bytes.len()));
-    let budget = max_columns.saturating_sub(marker_width);
-    let mut out = String::new();
-    let mut used = 0;
-    let mut kept = 0;
-    pieces(bytes, |p| {
-        let w = columns(p);
-        if used + w > budget {
-            return false;
+    fit(max_columns, 1, bytes.len(), charset, |piece| {
+        pieces(bytes, charset, piece)
+    })
+    .concat()
+}
+
+/// Calls `piece` with the pieces of [`argv_in`]: each argument's opening
+/// quote is joined to its first character and its closing quote to its
+/// last, so no row of [`wrap_argv`] ends with a lone quote.
+fn argv_pieces(args: &[String], charset: Charset, piece: &mut dyn FnMut(&str, usize) -> bool) {
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 && !piece(" ", 0) {
+            return;
         }
-        used += w;
-        out.push_str(p);
-        kept += unescape(p).map_or(0, |b| b.len());
-        true
-    });
-    let _ = write!(out, "…[cut {} bytes]", bytes.len() - kept);
-    out
+        // The piece before the current one, held back to take the quotes.
+        let mut held = String::from("\"");
+        let mut held_bytes = 0;
+        let (mut first, mut go) = (true, true);
+        pieces(a.as_bytes(), charset, |p, n| {
+            let shown = if p == "\"" { "\\\"" } else { p };
+            if !first {
+                go = piece(&held, held_bytes);
+                held.clear();
+            }
+            first = false;
+            held.push_str(shown);
+            held_bytes = n;
+            go
+        });
+        held.push('"');
+        if !go || !piece(&held, held_bytes) {
+            return;
+        }
+    }
 }
 
 /// [`argv`] in at most `max_columns` terminal columns: when longer, it is
 /// cut between two escaped characters (never inside an escape) and ends
 /// with `…[cut N bytes]`, N counting the argument bytes not shown.
 pub fn bounded_argv(args: &[String], max_columns: usize) -> String {
-    let full = argv(args);
-    if columns(&full) <= max_columns {
-        return full;
-    }
-    let total: usize = args.iter().map(String::len).sum();
-    let marker_width = columns(&format!("…[cut {total} bytes]"));
-    let budget = max_columns.saturating_sub(marker_width);
-    let mut out = String::new();
-    let (mut used, mut kept) = (0, 0);
-    let mut fits = |p: &str, bytes: usize, out: &mut String| {
-        if used + columns(p) > budget {
-            return false;
-        }
-        used += columns(p);
-        kept += bytes;
-        out.push_str(p);
-        true
-    };
-    'args: for (i, a) in args.iter().enumerate() {
-        let open = if i == 0 { "\"" } else { " \"" };
-        if !fits(open, 0, &mut out) {
-            break;
-        }
-        let mut full = true;
-        pieces(a.as_bytes(), |p| {
-            let shown = if p == "\"" { "\\\"" } else { p };
-            let n = unescape(p).map_or(0, |b| b.len());
-            full = fits(shown, n, &mut out);
-            full
-        });
-        if !full || !fits("\"", 0, &mut out) {
-            break 'args;
-        }
-    }
-    let _ = write!(out, "…[cut {} bytes]", total - kept);
-    out
+    bounded_argv_in(args, max_columns, Charset::Unicode)
+}
+
+/// [`bounded_argv`] in `charset`.
+pub fn bounded_argv_in(args: &[String], max_columns: usize, charset: Charset) -> String {
+    wrap_argv(args, max_columns, 1, charset).concat()
+}
+
+/// [`argv_in`] laid out in at most `rows` rows of `columns` columns,
+/// broken between escaped characters (a row never ends inside an escape),
+/// and when it does not fit, cut like [`bounded_argv`], the marker ending
+/// the last row.
+pub fn wrap_argv(args: &[String], columns: usize, rows: usize, charset: Charset) -> Vec<String> {
+    let total = args.iter().map(String::len).sum();
+    fit(columns, rows, total, charset, |piece| {
+        argv_pieces(args, charset, piece)
+    })
 }
 
 /// Whether `s` would be printed unchanged by [`escape`], backslashes
@@ -407,6 +608,128 @@ mod tests {
             .parse()
             .unwrap();
         assert!(n > 0 && n < total, "{b}");
+    }
+
+    #[test]
+    fn invisible_and_space_like_characters_are_escaped_in_every_charset() {
+        let invisible = [
+            '\u{e0041}', // tag LATIN CAPITAL LETTER A
+            '\u{e0001}',
+            '\u{e007f}', // cancel tag
+            '\u{115f}',  // Hangul choseong filler (two columns of blank)
+            '\u{1160}',
+            '\u{3164}',
+            '\u{ffa0}',
+            '\u{ad}',   // soft hyphen
+            '\u{301}',  // combining acute accent
+            '\u{338}',  // combining long solidus overlay
+            '\u{20dd}', // combining enclosing circle
+            '\u{fe0f}', // variation selector 16
+            '\u{e0100}',
+            '\u{180b}',
+            '\u{34f}', // combining grapheme joiner
+            '\u{200d}',
+            '\u{2060}',
+            '\u{61c}',
+            '\u{11a8}', // Hangul jongseong (joins the syllable before)
+            '\u{a0}',   // no-break space
+            '\u{2003}', // em space
+            '\u{202f}',
+            '\u{3000}', // ideographic space
+            '\u{2800}', // Braille blank
+            '\u{1680}',
+            '\u{2029}',
+            '\u{e000}', // private use
+            '\u{f8ff}',
+            '\u{10fffd}',
+            '\u{fdd0}', // noncharacters
+            '\u{fffe}',
+            '\u{1ffff}',
+        ];
+        for c in invisible {
+            for cs in [Charset::Unicode, Charset::Ascii] {
+                let e = escape_in(format!("a{c}b"), cs);
+                assert_eq!(e, format!("a\\u{{{:x}}}b", c as u32), "{c:?} {cs:?}");
+                assert_eq!(unescape(&e).unwrap(), format!("a{c}b").as_bytes());
+            }
+            assert!(!is_plain(&c.to_string()), "{c:?}");
+        }
+        // Printable characters of other scripts stay readable outside
+        // the prompt, and are escaped in ASCII.
+        for visible in ["é", "日", "✓", "а", "א", "😀"] {
+            assert_eq!(escape(visible), visible);
+            assert!(is_plain(visible));
+            let a = escape_in(visible, Charset::Ascii);
+            assert!(a.is_ascii() && a.starts_with("\\u{"), "{a}");
+            assert_eq!(unescape(&a).unwrap(), visible.as_bytes());
+        }
+        assert_eq!(escape_in("pаypal", Charset::Ascii), "p\\u{430}ypal");
+    }
+
+    #[test]
+    fn every_code_point_round_trips_and_what_is_shown_raw_takes_columns() {
+        let mut raw = 0;
+        for c in (0..=0x10ffffu32).filter_map(char::from_u32) {
+            let s = c.to_string();
+            let u = escape(&s);
+            assert_eq!(unescape(&u).as_deref(), Some(s.as_bytes()), "{c:?}");
+            if u == s && !c.is_ascii() {
+                raw += 1;
+                assert!(
+                    matches!(c.width(), Some(1..)),
+                    "{c:?} is shown raw but takes no column"
+                );
+                assert!(!hidden(c) && !c.is_control());
+            }
+            let a = escape_in(&s, Charset::Ascii);
+            assert!(a.bytes().all(|b| (0x20..0x7f).contains(&b)), "{c:?} -> {a}");
+            assert_eq!(unescape(&a).as_deref(), Some(s.as_bytes()), "{c:?}");
+        }
+        // Most of Unicode is still readable in listings.
+        assert!(raw > 100_000, "{raw}");
+    }
+
+    #[test]
+    fn wrapped_vectors_fill_rows_and_are_cut_with_a_count() {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let short = v(&["git", "fetch", "origin"]);
+        assert_eq!(
+            wrap_argv(&short, 80, 3, Charset::Ascii),
+            vec![r#""git" "fetch" "origin""#]
+        );
+        // Broken between arguments, the separating space dropped.
+        assert_eq!(
+            wrap_argv(&short, 14, 3, Charset::Ascii),
+            vec![r#""git" "fetch""#, r#""origin""#]
+        );
+        let long = v(&["sh", "-c", &"echo \u{e0041}x; ".repeat(40), "é"]);
+        let total: usize = long.iter().map(String::len).sum();
+        for (cols, rows) in [(20, 1), (30, 4), (63, 6), (80, 8)] {
+            let r = wrap_argv(&long, cols, rows, Charset::Ascii);
+            assert!(r.len() <= rows, "{r:?}");
+            for row in &r {
+                assert!(row.is_ascii() && row.len() <= cols, "{row:?} {cols}");
+            }
+            let last = r.last().unwrap();
+            let (_, cut) = last.rsplit_once("...[cut ").expect(last);
+            let n: usize = cut.trim_end_matches(" bytes]").parse().unwrap();
+            assert!(n > 0 && n < total, "{r:?}");
+            // Rows end between escapes, never inside one.
+            for row in &r[..r.len() - 1] {
+                assert!(!row.ends_with('\\') && !row.ends_with("\\u{e004"), "{r:?}");
+            }
+        }
+        // Everything fits: nothing is cut, and rows broken between
+        // arguments join back to the one-line form.
+        let many = v(&["a", "bb", "ccc", "dddd", "eeeee", "ffffff"].repeat(8));
+        let r = wrap_argv(&many, 20, 20, Charset::Unicode);
+        assert!(r.len() > 1 && !r.concat().contains("[cut "), "{r:?}");
+        assert_eq!(r.join(" "), argv(&many));
+        assert_eq!(
+            wrap_argv(&v(&["x"]), 80, 0, Charset::Ascii),
+            vec![r#""x""#],
+            "zero rows is one"
+        );
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct SandboxPlan {
     /// A second router presenting only the Git directory of a linked
     /// worktree or submodule checkout (see `RouterPlan::git_dir`).
     pub git_router: Option<RouterPlan>,
+    /// The writable volumes served through a router of their own, which
+    /// applies Git Sentry to every Git directory in them.
+    pub volume_routers: Vec<VolumeRouter>,
     /// The Domain's resource limits (`[profiles.NAME.limits]`).
     pub limits: SandboxLimits,
 }
@@ -92,6 +95,19 @@ pub struct RouterPlan {
     /// `workspace` (`--git-dir`): a linked worktree's common directory or
     /// a submodule checkout's Git directory.
     pub git_dir: Option<PathBuf>,
+}
+
+/// A writable volume presented through `lazaret-mount-router` with
+/// Ignored Workspace State off (`--sentry-only`): Git Sentry holds for
+/// every Git directory in it, those the sandbox makes later included.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VolumeRouter {
+    /// The volume's bind in `SandboxPlan::mounts`: the holder pins its
+    /// host path, starts the router over what it pinned (replacing
+    /// `router.workspace`) when that is a directory, and mounts the
+    /// router's view there instead.
+    pub mount: usize,
+    pub router: RouterPlan,
 }
 
 /// What the supervisor and the holder need to build the Network Sidecar
@@ -264,8 +280,8 @@ pub struct CoordinatorInput {
     /// The profile's shared paths, each with its host directory (made by
     /// the CLI): mounted read-write after the volumes.
     pub shared_paths: Vec<SharedPathSpec>,
-    /// Host Escalation auto-approval rules: (argv, trailing arguments allowed).
-    pub auto_approve: Vec<(Vec<String>, bool)>,
+    /// Host Escalation auto-approval rules, in the profile's order.
+    pub auto_approve: Vec<AutoApproveRule>,
     /// Directory holding `lazaret-supervisor` and `lazaret-exec-bridge`.
     pub libexec: PathBuf,
     pub network: NetworkInput,
@@ -293,11 +309,26 @@ pub struct NetworkInput {
     pub hide_proc_sys_net: bool,
 }
 
+/// One `[[escalation.auto_approve]]` rule of the profile.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AutoApproveRule {
+    /// The vector approved (with `trailing_args`, its prefix).
+    pub argv: Vec<String>,
+    /// Further arguments are allowed, but never an option the rule does
+    /// not list in `trailing_options`.
+    pub trailing_args: bool,
+    /// The options the sandbox may add, each exactly as written.
+    pub trailing_options: Vec<String>,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VolumeSpec {
     pub host: PathBuf,
     pub sandbox: String,
     pub read_only: bool,
+    /// A writable volume is served through a mount router of its own with
+    /// Git Sentry on every Git directory in it; `false` binds it directly.
+    pub git_sentry: bool,
 }
 
 /// One `shared_paths` entry: the sandbox path and the profile's host

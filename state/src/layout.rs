@@ -41,10 +41,20 @@ impl DomainLayout {
         self.root.join(Self::LINKED_GIT)
     }
 
+    /// What the sandbox keeps private in its writable volumes: a `.git`
+    /// the host does not have there (a repository made inside), hooks, a
+    /// rewritten configuration; one directory per volume host path, reset
+    /// with the Ignored Workspace State (persistent).
+    pub fn volume_git(&self) -> PathBuf {
+        self.root.join(Self::VOLUME_GIT)
+    }
+
     /// Relative to the Domain Root: the Ignored Workspace State.
     pub const IGNORED: &'static str = "ignored";
     /// Relative to the Domain Root: see [`DomainLayout::linked_git`].
     pub const LINKED_GIT: &'static str = "linked-git";
+    /// Relative to the Domain Root: see [`DomainLayout::volume_git`].
+    pub const VOLUME_GIT: &'static str = "volume-git";
 
     /// Relative to the Domain Root: where the State Anchors live.
     pub const ANCHORS: &'static str = "state/anchors";

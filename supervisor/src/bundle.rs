@@ -206,6 +206,7 @@ mod tests {
             network: None,
             router: None,
             git_router: None,
+            volume_routers: Vec::new(),
             limits: SandboxLimits {
                 memory: Some(4 << 30),
                 processes: Some(100),

@@ -751,8 +751,12 @@ fn holder_start(
         routers.push(lazaret_supervisor::router::start(r)?);
     }
 
+    // Volumes by what one resolution found; the writable ones the plan
+    // routes then through a router of their own, over what was pinned.
+    let mut plan = lazaret_supervisor::volumes::pin(plan)?;
+    routers.extend(lazaret_supervisor::volumes::route(&mut plan)?);
+    let plan = &plan;
     lazaret_helpers::timeline::mark("holder", "routers-ready");
-    let plan = &lazaret_supervisor::volumes::pin(plan)?;
     let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
     // Whole or absent (written aside, then renamed): whoever reads the
     // bundle (runsc, `lazaret` tools, tests) never sees half of it.

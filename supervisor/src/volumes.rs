@@ -4,9 +4,49 @@
 //! that descriptor holds is bound at a private path of the holder's mount
 //! namespace, which runsc then mounts. Which volumes exist and where they
 //! go in the sandbox is the plan's business.
+//!
+//! A writable volume the plan routes (`SandboxPlan::volume_routers`) is
+//! then served through a mount router of its own, started over the pinned
+//! directory ([`route`]): Git Sentry holds for every Git directory in it.
 
 use lazaret_protocol::plan::SandboxPlan;
 use std::os::fd::AsRawFd;
+
+/// Starts the router of each routed volume over what [`pin`] bound for it,
+/// and makes the router's mount point the volume's source; returns the
+/// routers (the holder's children, watched like the workspace's). A
+/// volume that turned out to be a single file is left bound directly: a
+/// file holds no repository.
+pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, String> {
+    use lazaret_protocol::plan::MountKind;
+    let mut routers = Vec::new();
+    for v in plan.volume_routers.clone() {
+        let Some(MountKind::Bind { source, .. }) =
+            plan.mounts.get_mut(v.mount).map(|m| &mut m.kind)
+        else {
+            return Err(format!(
+                "the plan routes mount {} as a volume, which it is not",
+                v.mount
+            ));
+        };
+        // Only what `pin` bound: the router must never resolve the host
+        // path itself.
+        if !source.starts_with(plan.bundle_dir.join("volumes")) {
+            return Err(format!(
+                "the routed volume {} was not pinned",
+                source.display()
+            ));
+        }
+        if !source.is_dir() {
+            continue;
+        }
+        let mut router = v.router;
+        router.workspace = source.clone();
+        routers.push(crate::router::start(&router)?);
+        *source = router.mountpoint;
+    }
+    Ok(routers)
+}
 
 /// Resolves each volume's host path once, with no symbolic link in any
 /// component (`lazaret_helpers::hostpath::open_volume`), and binds what
@@ -151,8 +191,45 @@ mod tests {
             network: None,
             router: None,
             git_router: None,
+            volume_routers: Vec::new(),
             limits: Default::default(),
         }
+    }
+
+    #[test]
+    fn only_a_pinned_directory_is_routed() {
+        use lazaret_protocol::plan::{RouterPlan, VolumeRouter};
+        let d = tempfile::tempdir().unwrap();
+        let bundle = d.path().join("bundle");
+        std::fs::create_dir_all(bundle.join("volumes")).unwrap();
+        let file = bundle.join("volumes/0");
+        std::fs::write(&file, "one file").unwrap();
+        let router = |workspace: &Path| RouterPlan {
+            binary: "/nonexistent/lazaret-mount-router".into(),
+            workspace: workspace.into(),
+            state: d.path().join("state"),
+            mountpoint: d.path().join("mnt"),
+            isolate_ignored: false,
+            protected_paths: vec![],
+            rules_baseline: None,
+            state_max_bytes: None,
+            git_dir: None,
+        };
+        // A single file: bound directly, no router started.
+        let mut p = plan(&bundle, &file);
+        p.volume_routers = vec![VolumeRouter {
+            mount: 0,
+            router: router(&file),
+        }];
+        assert!(route(&mut p).unwrap().is_empty());
+        // A source `pin` did not bind: refused, never resolved.
+        let mut p = plan(&bundle, Path::new("/srv/data"));
+        p.volume_routers = vec![VolumeRouter {
+            mount: 0,
+            router: router(Path::new("/srv/data")),
+        }];
+        let e = route(&mut p).unwrap_err();
+        assert!(e.contains("was not pinned"), "{e}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn plan(run: &Path) -> SandboxPlan {
         network: None,
         router: None,
         git_router: None,
+        volume_routers: Vec::new(),
         limits: SandboxLimits::default(),
     }
 }

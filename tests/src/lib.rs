@@ -44,13 +44,19 @@ pub fn env() -> Option<&'static TestEnv> {
     match ENV.get_or_init(TestEnv::probe) {
         Ok(e) => Some(e),
         Err(reason) => {
-            if std::env::var("LAZARET_TESTS_MUST_RUN").as_deref() == Ok("1") {
-                panic!("LAZARET_TESTS_MUST_RUN=1 but the test would skip: {reason}");
-            }
-            eprintln!("skipping: {reason}");
+            skip(reason);
             None
         }
     }
+}
+
+/// Says the calling test skips, `skipping: <reason>`, or panics under
+/// `LAZARET_TESTS_MUST_RUN=1`, where nothing may skip.
+pub fn skip(reason: &str) {
+    if std::env::var("LAZARET_TESTS_MUST_RUN").as_deref() == Ok("1") {
+        panic!("LAZARET_TESTS_MUST_RUN=1 but the test would skip: {reason}");
+    }
+    eprintln!("skipping: {reason}");
 }
 
 /// Skips the calling test (see [`env`]) when the prerequisites are missing.
@@ -694,10 +700,7 @@ pub fn test_net() -> Option<TestNet> {
     match TestNet::create() {
         Ok(n) => Some(n),
         Err(reason) => {
-            if std::env::var("LAZARET_TESTS_MUST_RUN").as_deref() == Ok("1") {
-                panic!("LAZARET_TESTS_MUST_RUN=1 but the test would skip: {reason}");
-            }
-            eprintln!("skipping: {reason}");
+            skip(&reason);
             None
         }
     }

@@ -10,6 +10,9 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// A terminal's status request, which the test's terminal answers.
+const DSR: &[u8] = b"\x1b[5n";
+
 pub struct Pty {
     pub master: std::fs::File,
     pub slave: OwnedFd,
@@ -29,13 +32,26 @@ impl Pty {
         let master = std::fs::File::from(p.master);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut r = master.try_clone().unwrap();
+        let mut answer = master.try_clone().unwrap();
         let s = seen.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
+            // The end of the last read: a request may span two.
+            let mut tail = Vec::new();
             while let Ok(n) = r.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
+                // Like a terminal, answer each status request (DSR 5),
+                // and before the output after it is seen: the Host
+                // Escalation prompt takes keys once the terminal answered
+                // the one it sends before its question.
+                tail.extend_from_slice(&buf[..n]);
+                let asked = tail.windows(DSR.len()).filter(|w| *w == DSR).count();
+                for _ in 0..asked {
+                    let _ = answer.write_all(b"\x1b[0n");
+                }
+                tail.drain(..tail.len().saturating_sub(DSR.len() - 1));
                 s.lock().unwrap().extend_from_slice(&buf[..n]);
             }
         });

@@ -173,3 +173,98 @@ fn session_variables_reach_the_sandbox_and_nothing_on_the_host() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
 }
+
+/// Issue 26, item 6: `host_ca_file` is read without following links, must
+/// lie where no sandbox writes, and only its certificate blocks reach the
+/// sandbox (a file that holds a private key is refused). As the attacker:
+/// a sandbox that can write where the bundle lies replaces it with a link
+/// to a host file holding a certificate and its key; on the code before,
+/// the next start copied that file whole, key included, into
+/// `/.lazaret/host-ca.pem`.
+#[test]
+fn host_ca_file_is_read_without_links_and_only_certificates_reach_the_sandbox() {
+    let env = require_env!();
+    let ws = env.workspace("hostca-only");
+    let ca = ws.base.join("ca");
+    let c = ca.display().to_string();
+    let out = env.sh(&format!(
+        "set -e; mkdir -p '{c}'; cd '{c}'
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=Lazaret Test CA' 2>/dev/null
+         {{ echo '# a comment'; cat ca.pem; echo 'trailing text'; }} > bundle.pem
+         cat ca.pem ca.key > with-key.pem
+         ln -s bundle.pem link.pem"
+    ));
+    assert!(out.status.success(), "openssl: {}", text(&out.stderr));
+    let cert = std::fs::read_to_string(ca.join("ca.pem")).unwrap();
+    let trust = |file: &str| {
+        ws.write_config(&format!(
+            "[profiles.default]\ntrust_host_ca = true\nhost_ca_file = \"{file}\"\n"
+        ))
+    };
+    let refused = |what: &str| {
+        let out = ws.run_sh("cat /.lazaret/host-ca.pem; echo ran");
+        let err = text(&out.stderr);
+        assert!(
+            !text(&out.stdout).contains("PRIVATE KEY"),
+            "the key reached the sandbox: {}",
+            text(&out.stdout)
+        );
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(!text(&out.stdout).contains("ran"), "it started: {err}");
+        assert!(err.contains(what), "no `{what}`: {err}");
+        err
+    };
+
+    // The attacker's move, from inside: the bundle the profile names in
+    // the workspace becomes a link to the host's certificate-and-key file.
+    let out = ws.run_sh(&format!(
+        "mkdir -p /workspace/certs && ln -s '{c}/with-key.pem' /workspace/certs/ca.pem && echo planted"
+    ));
+    assert_eq!(text(&out.stdout), "planted\n", "{}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+    let config =
+        std::fs::canonicalize(trust(&format!("{}/certs/ca.pem", ws.path.display()))).unwrap();
+    let err = refused(&format!(
+        "lies inside the workspace {}, which a sandbox can write",
+        ws.path.display()
+    ));
+    assert!(
+        err.contains(&format!("config {}:3: ", config.display()))
+            && err.contains("for key `profiles.default.host_ca_file`"),
+        "{err}"
+    );
+
+    // Outside the workspace: a link is refused, naming it; so is a file
+    // with a private key.
+    trust(&format!("{c}/link.pem"));
+    refused(&format!("{c}/link.pem is a symbolic link"));
+    trust(&format!("{c}/with-key.pem"));
+    refused("begins a private key");
+
+    // A real bundle: only its certificate blocks arrive.
+    trust(&format!("{c}/bundle.pem"));
+    let out = ws.run_sh("cat /.lazaret/host-ca.pem");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), cert, "{}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+
+    // The system bundle: certificate blocks only, too.
+    ws.write_config("[profiles.default]\ntrust_host_ca = true\n");
+    let out = ws.run_sh("cat /.lazaret/host-ca.pem");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with("-----BEGIN CERTIFICATE-----\n"),
+        "{shown}"
+    );
+    for line in shown.lines() {
+        assert!(
+            line == "-----BEGIN CERTIFICATE-----"
+                || line == "-----END CERTIFICATE-----"
+                || line
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)),
+            "not a certificate line: {line:?}"
+        );
+    }
+}

@@ -109,9 +109,18 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
     at = pty.expect(at, "Host Escalation request", short);
     at = pty.expect(at, "session:", short);
     at = pty.expect(at, "justification: needs the host\r\n", short);
-    at = pty.expect(at, "[a]pprove", short);
+    at = pty.expect(
+        at,
+        "Run \"/bin/echo\" \"one\" on the host? [a]pprove",
+        short,
+    );
     pty.send("a");
-    at = pty.expect(at, "\none\r\nrc=0", short);
+    at = pty.expect(
+        at,
+        "approved: running \"/bin/echo\" \"one\" on the host\r\n",
+        short,
+    );
+    at = pty.expect(at, "one\r\nrc=0", short);
 
     pty.send("lazaret-escalate -- /bin/echo two; echo rc=$?\r");
     at = pty.expect(at, "[a]pprove", short);
@@ -126,7 +135,7 @@ fn prompt_approve_deny_and_edit_at_the_requesting_terminal() {
     pty.send("\u{15}/bin/echo 'edited vector'\r");
     at = pty.expect(at, "\"/bin/echo\" \"edited vector\"", short);
     pty.send("a");
-    at = pty.expect(at, "\nedited vector\r\nrc=0", short);
+    at = pty.expect(at, "edited vector\r\nrc=0", short);
     assert!(!text(&pty.seen.lock().unwrap()[at..]).contains("three"));
 
     pty.send("exit\r");
@@ -145,7 +154,7 @@ fn prompt_region(seen: &[u8], from: usize) -> Vec<u8> {
     let hay = &seen[from..];
     let find = |n: &[u8]| hay.windows(n.len()).position(|w| w == n);
     let start = find("Host Escalation request".as_bytes()).expect("title");
-    let q = b"Run it on the host? [a]pprove [d]eny [e]dit: ";
+    let q = b" on the host? [a]pprove [d]eny [e]dit: ";
     let end = find(q).expect("question") + q.len();
     hay[start..end].to_vec()
 }
@@ -173,14 +182,38 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
     ));
     let before = pty.expect(at, "Host Escalation request", short) - "Host Escalation request".len();
     at = pty.expect(before, "[a]pprove [d]eny [e]dit: ", short);
-    let region = prompt_region(&pty.seen.lock().unwrap(), before);
-    // Lazaret's own reset comes first: visible text, ASCII set.
-    let seen = pty.seen.lock().unwrap()[..before].to_vec();
+    let mut region = prompt_region(&pty.seen.lock().unwrap(), before);
+    // Lazaret's own reset comes first (DECSTR and the rest, SGR 0 last),
+    // then the screen is cleared: line feeds from the bottom row, erase.
+    let seen = text(&pty.seen.lock().unwrap()[..before]);
+    let reset_at = seen.rfind("\x18\x1b\\\x1b<").expect("the reset");
+    let reset = &seen[reset_at..];
+    for mode in [
+        "\x1b[!p",
+        "\x1b[r",
+        "\x1b[?6l",
+        "\x1b[4l",
+        "\x1b[?1049l",
+        "\x1b(B",
+        "\x0f",
+        "\x1b[?25h",
+    ] {
+        assert!(reset.contains(mode), "{mode:?} is not reset: {reset:?}");
+    }
     assert!(
-        text(&seen).ends_with("\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?7h\x1b[?25h\r\n── lazaret: "),
-        "the prompt does not reset the terminal first: {:?}",
-        text(&seen[seen.len().saturating_sub(80)..])
+        reset.ends_with(&format!(
+            "\x1b[0m\x1b[1;24r\x1b[24;1H{}\x1b[H\x1b[J-- lazaret: ",
+            "\n".repeat(24)
+        )),
+        "the prompt does not reset and clear the terminal first: {reset:?}"
     );
+    // Lazaret's status request, right before the question, is its own.
+    let before_question = b"\r\n\x1b[5nRun ";
+    let sync = region
+        .windows(before_question.len())
+        .position(|w| w == before_question)
+        .expect("the status request before the question");
+    region.drain(sync + 2..sync + 6);
     let shown = text(&region);
     for (i, b) in region.iter().enumerate() {
         assert!(
@@ -189,22 +222,23 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         );
     }
     assert!(
-        !shown.contains('\u{9b}'),
-        "a C1 control reached the terminal: {shown:?}"
+        !shown.contains('\u{9b}') && shown.is_ascii(),
+        "a C1 control or another non-ASCII character reached the terminal: {shown:?}"
     );
     let lines: Vec<&str> = shown.split("\r\n").collect();
-    // Title, six fields, the command, the question: nothing else, in this
-    // order, the command right before the question.
+    // Title, six fields, the command (over two rows, broken between
+    // arguments), the question carrying it: nothing else, in this order.
     let labels = [
-        "Host Escalation request",
+        "Host Escalation request --",
         "  profile:       default",
         "  session:       ",
         "  asked by:      (claimed) pid ",
         "  justification: harmless\\n  command:       \"/bin/true\"\\nRun",
         "  sandbox cwd:   /tmp/\\x1b[31mred\\u{9b}K",
-        &format!("  runs on host:  in {}", ws.path.display()),
-        "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"",
-        "Run it on the host? [a]pprove [d]eny [e]dit: ",
+        "  runs on host:  in /",
+        "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\"",
+        "                 \"x\\r  command:       \\\"/bin/true\\\"\"",
+        "Run \"/bin/echo\" \"\\x1b]0;",
     ];
     assert_eq!(lines.len(), labels.len(), "{shown}");
     for (line, want) in lines.iter().zip(labels) {
@@ -212,14 +246,34 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
             line.starts_with(want),
             "{line:?} should start with {want:?}\n{shown}"
         );
+        assert!(line.len() <= 80, "{line:?}");
     }
     assert!(
-        lines[4].ends_with(" bytes]") && lines[4].contains("…[cut "),
+        lines[4].ends_with(" bytes]") && lines[4].contains("...[cut "),
         "{}",
         lines[4]
     );
-    assert!(lines[4].chars().count() <= 80, "{}", lines[4]);
-    assert_eq!(lines[7], "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\" \"x\\r  command:       \\\"/bin/true\\\"\"");
+    // The host directory, whole or cut with a count.
+    let host = ws.path.display().to_string();
+    let dir = &lines[6]["  runs on host:  in ".len()..];
+    match dir.split_once("...[cut ") {
+        Some((kept, _)) => assert!(host.starts_with(kept) && dir.ends_with(" bytes]"), "{dir}"),
+        None => assert_eq!(dir, host),
+    }
+    assert_eq!(
+        lines[7],
+        "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\""
+    );
+    assert_eq!(
+        lines[8],
+        "                 \"x\\r  command:       \\\"/bin/true\\\"\""
+    );
+    assert!(
+        lines[9].contains("...[cut ")
+            && lines[9].ends_with(" bytes] on the host? [a]pprove [d]eny [e]dit: "),
+        "{}",
+        lines[9]
+    );
 
     pty.send("d");
     pty.expect(at, "rc=77", short);
@@ -248,8 +302,8 @@ fn two_sessions_each_get_only_their_own_prompt_and_result() {
     let at_b = b.expect(at_b, "[a]pprove", short);
     a.send("a");
     b.send("a");
-    a.expect(at_a, "host\r\nresult-2AAA\r\n", short);
-    b.expect(at_b, "host\r\nresult-2BBB\r\n", short);
+    a.expect(at_a, "result-2AAA\r\n", short);
+    b.expect(at_b, "result-2BBB\r\n", short);
     let sa = text(&a.seen.lock().unwrap());
     let sb = text(&b.seen.lock().unwrap());
     assert!(
@@ -482,7 +536,7 @@ fn requests_are_asked_only_at_their_own_sessions_terminal_with_the_claimed_asker
     at = a.expect(at, " \"sh\" \"/tmp/ask.sh\" \"claimed-AAA\"\r\n", short);
     at = a.expect(at, "[a]pprove", short);
     a.send("a");
-    a.expect(at, "\none\r\ndone-0", short);
+    a.expect(at, "one\r\ndone-0", short);
     assert!(!text(&a.seen.lock().unwrap()).contains("this terminal"));
     a.send("exit\r");
     assert_eq!(wait(&mut ca, short), Some(0));
@@ -666,4 +720,71 @@ fn a_flood_from_inside_stays_within_the_bounds_and_others_keep_working() {
     assert_eq!(text(&other.stdout), "hi\nrc=0\n", "{}", text(&other.stderr));
     let out = ws.run_sh("lazaret-escalate -- /bin/echo hi; echo rc=$?");
     assert_eq!(text(&out.stdout), "hi\nrc=0\n", "{}", text(&out.stderr));
+}
+
+/// Issue 26, item 6: an auto-approval rule with trailing arguments (the
+/// README's own `git fetch`) never lets the sandbox add an option the rule
+/// does not list. `--upload-pack=CMD` makes `git fetch` run CMD on the
+/// host; added after the rule's vector, anywhere, it is not auto-approved:
+/// without a terminal nobody is asked (denied), at a terminal the prompt
+/// asks. Plain arguments and the options the rule lists still run unasked.
+/// On the code before, the first request ran CMD with no prompt.
+#[test]
+fn trailing_arguments_never_let_the_sandbox_add_options() {
+    let env = require_env!();
+    let ws = env.workspace("esc-trailing");
+    let marker = ws.base.join("PWNED");
+    let m = marker.display().to_string();
+    // The README's example, as written.
+    let readme =
+        "[[profiles.default.escalation.auto_approve]]\nargv = [\"git\", \"fetch\"]\ntrailing_args = true\n";
+    ws.write_config(readme);
+    let cmd = format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' .");
+    let out = ws.run_sh(&cmd);
+    assert!(!marker.exists(), "{cmd} ran on the host with no prompt");
+    assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+    assert_domain_gone(&ws.domain_id("default"));
+    // With options the rule lists.
+    ws.write_config(&format!("{readme}trailing_options = [\"--quiet\"]\n"));
+    for cmd in [
+        format!("lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' ."),
+        format!("lazaret-escalate -- git fetch . --upload-pack='touch {m}; git-upload-pack'"),
+        format!("lazaret-escalate -- git fetch --quiet -u 'touch {m}; git-upload-pack' ."),
+    ] {
+        let out = ws.run_sh(&cmd);
+        assert_eq!(out.status.code(), Some(77), "{cmd}: {}", text(&out.stderr));
+        assert!(!marker.exists(), "{cmd} ran on the host with no prompt");
+    }
+    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log")).unwrap();
+    assert!(
+        log.contains(
+            "auto-approval rule 1 does not apply: the sandbox added `--upload-pack=touch "
+        ),
+        "{log}"
+    );
+    // What the rule allows still runs unasked.
+    for cmd in [
+        "lazaret-escalate -- git fetch .",
+        "lazaret-escalate -- git fetch --quiet . HEAD",
+    ] {
+        let out = ws.run_sh(cmd);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", text(&out.stderr));
+    }
+
+    // At a terminal, the request is asked about, like one no rule matches.
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+    pty.send(&format!(
+        "lazaret-escalate -- git fetch --upload-pack='touch {m}; git-upload-pack' .; echo rc=$?\r"
+    ));
+    at = pty.expect(at, "[a]pprove", short);
+    pty.send("d");
+    at = pty.expect(at, "rc=77", short);
+    pty.send("exit\r");
+    let _ = at;
+    assert_eq!(wait(&mut child, short), Some(0));
+    assert!(!marker.exists(), "the denied request ran");
 }

@@ -130,12 +130,13 @@ fn pjdfstest_through_the_router_equals_the_direct_mount() {
     // sandbox sees it.
     setup(&ws).expect("set up pjdfstest");
     // The direct placement: a host directory bound as a volume, which no
-    // router serves.
+    // router serves (`git_sentry = false`: a writable volume is otherwise
+    // served through a router of its own).
     let direct = ws.base.join("direct");
     let out = ws.env.sh(&format!("mkdir -p '{}'", direct.display()));
     assert!(out.status.success(), "{}", text(&out.stderr));
     ws.write_config(&format!(
-        "[[profiles.default.volumes]]\nhost = \"{}\"\nsandbox = \"/direct\"\nread_only = false\n",
+        "[[profiles.default.volumes]]\nhost = \"{}\"\nsandbox = \"/direct\"\nread_only = false\ngit_sentry = false\n",
         direct.display()
     ));
     let files: Vec<String> = if std::env::var("LAZARET_POSIX").as_deref() == Ok("full") {
