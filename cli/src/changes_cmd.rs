@@ -83,8 +83,9 @@ struct State {
     last: u64,
 }
 
-fn beneath(path: &[u8], dir: &[u8]) -> Option<usize> {
-    (path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/').then(|| dir.len())
+/// `path` lies strictly beneath the directory `dir`.
+fn beneath(path: &[u8], dir: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
 /// The net change of each path over `events` at or after `since_ms`.
@@ -139,7 +140,7 @@ pub fn summarize(events: &[Event], since_ms: u64) -> Vec<Change> {
                 // What lay beneath a renamed directory moves with it.
                 let under: Vec<Vec<u8>> = paths
                     .keys()
-                    .filter(|k| beneath(k, &e.path).is_some())
+                    .filter(|k| beneath(k, &e.path))
                     .cloned()
                     .collect();
                 for k in under {
@@ -428,7 +429,7 @@ fn since_ms(since: Option<&str>, events: &[Event], now_ms: u64) -> Result<u64, C
     )))
 }
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -446,7 +447,10 @@ struct Shown {
     /// with `display::unescape`).
     path: String,
     kind: Kind,
+    /// Its mode or owner changed (a file that was there before).
     mode_changed: bool,
+    /// A regular file with an execute bit, now.
+    executable: bool,
     renamed_from: Option<String>,
     present_now: bool,
     in_git_dir: bool,
@@ -455,16 +459,37 @@ struct Shown {
     last_change_unix_ms: u64,
 }
 
+/// The mode of the host's entry `rel` beneath `ws` now (`None`: absent),
+/// never through a link.
+fn mode_now(ws: &Path, rel: &[u8]) -> Option<u32> {
+    let root = lazaret_state::beneath::Root::open(ws).ok()?;
+    if rel.is_empty() {
+        return Some(0o040755);
+    }
+    let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (&b""[..], rel),
+    };
+    let fd = root
+        .open_dir(Path::new(std::ffi::OsStr::from_bytes(dir)))
+        .ok()?;
+    rustix::fs::statat(
+        &fd,
+        std::ffi::OsStr::from_bytes(name),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .ok()
+    .map(|st| st.st_mode)
+}
+
 /// Whether the host has `rel` beneath `ws` now, never through a link.
 fn present(ws: &Path, rel: &[u8]) -> bool {
-    if rel.is_empty() {
-        return true;
-    }
-    let Ok(root) = lazaret_state::beneath::Root::open(ws) else {
-        return false;
-    };
-    root.kind(Path::new(std::ffi::OsStr::from_bytes(rel)))
-        .is_ok_and(|k| k.is_some())
+    mode_now(ws, rel).is_some()
+}
+
+/// A regular file anyone may execute.
+fn executable(mode: Option<u32>) -> bool {
+    mode.is_some_and(|m| m & 0o170000 == 0o100000 && m & 0o111 != 0)
 }
 
 fn in_git_dir(p: &[u8]) -> bool {
@@ -478,12 +503,14 @@ fn shown(events: &[Event], since_ms: u64, ws: &Path, all: bool) -> Vec<Shown> {
         .into_iter()
         .filter(|c| all || c.kind != Kind::Transient)
         .map(|c| {
-            let now = present(ws, &c.path);
+            let mode = mode_now(ws, &c.path);
+            let now = mode.is_some();
             let git = in_git_dir(&c.path);
             Shown {
                 path: display::escape(&c.path),
                 kind: c.kind,
-                mode_changed: c.attr,
+                mode_changed: c.attr && c.kind != Kind::Created,
+                executable: executable(mode),
                 renamed_from: c.renamed_from.as_deref().map(display::escape),
                 present_now: now,
                 in_git_dir: git,
@@ -527,6 +554,9 @@ fn print_text(list: &[Shown], ws: &str, since_ms: u64) {
         }
         if s.mode_changed {
             line.push_str("  (mode changed)");
+        }
+        if s.executable && (s.mode_changed || s.kind == Kind::Created) {
+            line.push_str("  (executable)");
         }
         if s.kind == Kind::ChangedBeneath {
             line.push_str(if s.path.is_empty() {
@@ -680,8 +710,8 @@ pub fn session_note(root: &Path, ws: &Path, since_ms: u64) {
 
 /// For the Host Escalation prompt: the files the sandbox changed since
 /// the Domain's last start (present now) that `argv` will likely read
-/// on its own ([`read_by`]), escaped.
-pub fn read_by_command(root: &Path, ws: &Path, argv: &[String]) -> Vec<String> {
+/// on its own ([`read_by`]).
+pub fn read_by_command(root: &Path, ws: &Path, argv: &[String]) -> Vec<Vec<u8>> {
     let Ok(Some(events)) = lazaret_protocol::changes::read(&journal_dir(root)) else {
         return Vec::new();
     };
@@ -690,7 +720,7 @@ pub fn read_by_command(root: &Path, ws: &Path, argv: &[String]) -> Vec<String> {
         .into_iter()
         .filter(|c| matches!(c.kind, Kind::Created | Kind::Modified))
         .filter(|c| !in_git_dir(&c.path) && read_by(argv, &c.path) && present(ws, &c.path))
-        .map(|c| display::escape(&c.path))
+        .map(|c| c.path)
         .collect()
 }
 

@@ -168,7 +168,7 @@ pub struct Layout {
 /// host directory, then the command, and the question carrying it.
 /// Warnings about the request belong between the host directory and the
 /// command.
-pub fn render(p: &EscalationPrompt, size: (u16, u16)) -> Layout {
+pub fn render(p: &EscalationPrompt, size: (u16, u16), changed: &[Vec<u8>]) -> Layout {
     let width = usize::from(size.1).max(MIN_WIDTH);
     let room = width - LABEL;
     let ascii = |s: &str| display::bounded_in(s, room, Charset::Ascii);
@@ -192,7 +192,28 @@ pub fn render(p: &EscalationPrompt, size: (u16, u16)) -> Layout {
             display::bounded_in(&p.host_dir, room - 3, Charset::Ascii)
         ),
     ];
-    let screen = usize::from(size.0).saturating_sub(FIXED_ROWS);
+    // What the command will read that the sandbox changed, right above
+    // the command (the paths are the sandbox's bytes: escaped).
+    let mut warned = 0;
+    if !changed.is_empty() {
+        let list = changed.join(&b", "[..]);
+        rows.push(format!(
+            "{:<LABEL$}{}",
+            "  ! reads:",
+            display::bounded_in(&list, room, Charset::Ascii)
+        ));
+        rows.push(format!(
+            "{:<LABEL$}{}",
+            "",
+            display::bounded_in(
+                "(files the sandbox changed since the Domain started: `lazaret changes`)",
+                room,
+                Charset::Ascii
+            )
+        ));
+        warned = 2;
+    }
+    let screen = usize::from(size.0).saturating_sub(FIXED_ROWS + warned);
     rows.extend(command_rows(
         &p.argv,
         width,
@@ -461,6 +482,7 @@ impl Input<'_> {
 /// `Some(None)`: denied; `None`: the request was withdrawn meanwhile.
 pub fn ask(
     p: &EscalationPrompt,
+    changed: &[Vec<u8>],
     route: &KeyRoute,
     events: &Receiver<Event>,
     backlog: &mut VecDeque<Event>,
@@ -476,7 +498,7 @@ pub fn ask(
         early: None,
     };
     let (rows, cols) = terminal::size();
-    write_raw(&drawing(&render(p, (rows, cols)), rows));
+    write_raw(&drawing(&render(p, (rows, cols), changed), rows));
     let width = usize::from(cols).max(MIN_WIDTH);
     let decision = if input.settle() {
         decide(p, &mut input, width)
@@ -625,7 +647,7 @@ mod tests {
                 for cwd in [j, "/workspace"] {
                     let argv = ["/bin/rm", "-rf", j, "\x1b]0;title\x07", "a\nb"];
                     let p = prompt(cwd, &argv, j);
-                    let l = render(&p, size);
+                    let l = render(&p, size, &[]);
                     assert_layout(&l, &p.argv, width);
                     let most = FIXED_ROWS - 1
                         + usize::from(size.0)
@@ -644,7 +666,7 @@ mod tests {
             &["echo", "x\u{e0041}\u{e0042}", "c\u{301}", "p\u{430}ypal"],
             "why\u{115f}\u{fe0f}",
         );
-        let l = render(&p, (24, 80));
+        let l = render(&p, (24, 80), &[]);
         let all = l.rows.join("\n");
         for want in [
             "  justification: why\\u{115f}\\u{fe0f}",
@@ -664,7 +686,7 @@ mod tests {
     fn long_fields_are_cut_with_a_count_and_the_command_wraps() {
         let long_arg = "y".repeat(300);
         let p = prompt("/workspace", &["sh", "-c", &long_arg], &"why ".repeat(100));
-        let l = render(&p, (24, 80));
+        let l = render(&p, (24, 80), &[]);
         let j = l
             .rows
             .iter()
@@ -688,7 +710,7 @@ mod tests {
         // Far longer than the screen: cut on the last row it may use.
         let huge = "z".repeat(60_000);
         let p = prompt("/workspace", &["sh", "-c", &huge], "");
-        let l = render(&p, (24, 80));
+        let l = render(&p, (24, 80), &[]);
         assert_eq!(l.rows.len(), 7 + 16);
         assert!(
             l.rows.last().unwrap().contains("...[cut "),
@@ -704,7 +726,7 @@ mod tests {
             &["git", "fetch", "origin"],
             "needs the network",
         );
-        let l = render(&p, (24, 80));
+        let l = render(&p, (24, 80), &[]);
         let d = drawing(&l, 24);
         assert!(d.starts_with("\x18\x1b\\\x1b<"), "{d:?}");
         let body = d.strip_prefix(&reset_sequence()).unwrap();

@@ -376,6 +376,7 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
     // accepts the session; then we lead a new start-up.
     let mut said_protected = false;
     let mut last_stopping = None;
+    let started_ms = crate::changes_cmd::now_ms();
     for _ in 0..5 {
         let stream = match connect(&r.domain_root) {
             Ok(s) => s,
@@ -400,7 +401,10 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
             said_protected = true;
         }
         match session(stream, r, argv.clone())? {
-            Some(code) => return Ok(code),
+            Some(code) => {
+                crate::changes_cmd::session_note(&r.domain_root, &r.workspace, started_ms);
+                return Ok(code);
+            }
             None => wait_domain_down(&r.domain_root, Duration::from_secs(60)),
         }
     }
@@ -586,7 +590,9 @@ fn session(
             }
             Ok(ServerMsg::Prompt(p)) => {
                 drop(out);
-                let decision = prompt::ask(&p, &route, &events, &mut backlog);
+                let changed =
+                    crate::changes_cmd::read_by_command(&r.domain_root, &r.workspace, &p.argv);
+                let decision = prompt::ask(&p, &changed, &route, &events, &mut backlog);
                 if let Some(argv) = decision {
                     let _ = write_frame(
                         &mut *w.lock().unwrap(),

@@ -902,7 +902,7 @@ impl Router {
             mtime,
         } = a;
         let (mut s, path) = self.node(ino)?;
-        if s == Store::Host && self.access(&path) == Access::Shadowed {
+        if s == Store::Host && self.copies_up(&path) {
             // A handle is the copy made when it was opened for writing.
             self.copy_up(&path)?;
             s = Store::State;
@@ -1573,7 +1573,7 @@ impl Filesystem for Router {
                 & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY);
             let mut copied_up = false;
             if of.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND) {
-                if s == Store::Host && self.access(&path) == Access::Shadowed {
+                if s == Store::Host && self.copies_up(&path) {
                     self.copy_up(&path)?;
                     (s, copied_up) = (Store::State, true);
                 }

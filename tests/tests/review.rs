@@ -352,3 +352,130 @@ fn exclude_rules_set_inside_never_hide_files_from_the_host() {
         "host rule lost: {status}"
     );
 }
+
+fn changes(ws: &Workspace, args: &[&str]) -> String {
+    let mut a = vec!["changes"];
+    a.extend_from_slice(args);
+    let out = ws.lazaret(&a).output().expect("lazaret changes");
+    ok(&out, "lazaret changes")
+}
+
+/// Inside: a new `tests/` directory whose own `.gitignore` hides it and
+/// the `conftest.py` pytest would load, a new Makefile, a deleted and a
+/// renamed tracked file, a name holding terminal escapes. Host `git
+/// status` shows none of the hidden ones; `lazaret changes` lists every
+/// change, flags what host tools run and what `git status` hides, shows
+/// the sandbox's names escaped, and keeps doing so after a restart; the
+/// session ends with a line naming them.
+#[test]
+fn lazaret_changes_lists_what_git_status_hides_and_flags_what_host_tools_run() {
+    let env = require_env!();
+    let ws = env.workspace("changes");
+    host(
+        &ws,
+        "echo a > a.txt && echo old > old.txt && git add a.txt old.txt && git commit -qm two",
+    );
+    let session = ws.run_sh(
+        "set -e; cd /workspace; mkdir tests; echo 'import os' > tests/conftest.py; \
+         printf '*\\n' > tests/.gitignore; printf 'all:\\n\\ttrue\\n' > Makefile; \
+         rm old.txt; mv a.txt b.txt; touch \"$(printf 'evil\\033[2Jname')\"; echo DONE",
+    );
+    assert!(
+        text(&session.stdout).contains("DONE"),
+        "{}",
+        text(&session.stderr)
+    );
+    let note = text(&session.stderr);
+    assert!(
+        note.contains("lazaret: the sandbox changed") && note.contains("conftest.py"),
+        "the session's end does not name them: {note}"
+    );
+    let status = host(&ws, "git status --porcelain --untracked-files=all");
+    assert!(
+        !status.contains("conftest.py"),
+        "precondition: the sandbox's .gitignore hides it from git status: {status}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+    let check = |list: &str, when: &str| {
+        for (what, path) in [
+            ("created", "tests/conftest.py"),
+            ("created", "tests/.gitignore"),
+            ("created", "Makefile"),
+            ("deleted", "old.txt"),
+            ("deleted", "a.txt"),
+            ("modified", "b.txt"),
+        ] {
+            assert!(
+                list.lines().any(
+                    |l| l.split_whitespace().collect::<Vec<_>>()[..] == [what, path]
+                        || l.trim_start().starts_with(&format!("{what:<9} {path}  "))
+                ),
+                "{when}: {what} {path} missing: {list}"
+            );
+        }
+        assert!(list.contains("pytest loads it"), "{when}: {list}");
+        assert!(list.contains("make runs it"), "{when}: {list}");
+        assert!(
+            list.contains("hidden from host `git status`"),
+            "{when}: {list}"
+        );
+        assert!(list.contains("evil\\x1b[2Jname"), "{when}: {list}");
+        assert!(
+            !list.contains('\u{1b}'),
+            "{when}: a control byte reached the terminal"
+        );
+    };
+    check(&changes(&ws, &[]), "after the session");
+    let json: serde_json::Value =
+        serde_json::from_str(&changes(&ws, &["--json"])).expect("changes --json");
+    let conftest = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == "tests/conftest.py")
+        .expect("conftest.py in --json");
+    assert_eq!(conftest["kind"], "created");
+    assert_eq!(conftest["hidden_from_git_status"], true);
+    assert_eq!(conftest["run_by_host_tools"], "pytest loads it");
+
+    // A new generation that changes nothing: `--since start` (the
+    // default) is empty, `--since all` still has everything.
+    ok(&ws.run_sh("true"), "second generation");
+    assert!(
+        changes(&ws, &[]).contains("  none"),
+        "{}",
+        changes(&ws, &[])
+    );
+    check(&changes(&ws, &["--since", "all"]), "after a restart");
+    changes(&ws, &["--mark", "before-review"]);
+    ok(&ws.run_sh("echo x > later.txt"), "third generation");
+    let since_mark = changes(&ws, &["--since", "before-review"]);
+    assert!(since_mark.contains("later.txt"), "{since_mark}");
+    assert!(!since_mark.contains("conftest.py"), "{since_mark}");
+}
+
+/// Inside: the sandbox rewrites the Makefile, then asks for `make` on the
+/// host. The prompt says, above the command, that make reads a file the
+/// sandbox changed.
+#[test]
+fn the_prompt_names_files_the_sandbox_changed_that_the_command_reads() {
+    use lazaret_tests::pty::{wait, Pty};
+    use std::time::Duration;
+    let env = require_env!();
+    let ws = env.workspace("changes-prompt");
+    let mut pty = Pty::new();
+    let mut child = pty.spawn(&ws, &["run"]);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(15);
+    let mut at = pty.expect(0, "/workspace#", long);
+    pty.send("printf 'all:\\n\\ttrue\\n' > Makefile; lazaret-escalate -- make -n; echo rc=$?\r");
+    at = pty.expect(at, "Host Escalation request", short);
+    at = pty.expect(at, "! reads:", short);
+    at = pty.expect(at, "Makefile", short);
+    at = pty.expect(at, "command:", short);
+    at = pty.expect(at, "Run \"make\" \"-n\" on the host?", short);
+    pty.send("d");
+    pty.expect(at, "rc=77", short);
+    pty.send("\u{15}exit\r");
+    assert_eq!(wait(&mut child, short), Some(0));
+}

@@ -1,9 +1,11 @@
-//! Copy-up of shadowed files: the first in-place write from inside to a
-//! host configuration-like file that Git Sentry shadows (`config`,
-//! `info/exclude`, `shallow`...) copies the host's content into the
-//! sandbox-private copy and writes that, as an append (`echo >>
-//! .git/info/exclude`) expects. The host's file is never opened for
-//! writing.
+//! Copy-up of shadowed `info/` files: the first in-place write from
+//! inside to a Git directory's `info/exclude` or `info/sparse-checkout`
+//! copies the host's content into the sandbox-private copy and writes
+//! that, as an append (`echo >> .git/info/exclude`, which people and
+//! agents do) expects. The host's file is never opened for writing. The
+//! other shadowed files (`config`, `shallow`) are rewritten by Git with
+//! lock-and-rename only, and an in-place write to the host's stays
+//! refused.
 
 use super::{fe, lock, Router, Store};
 use crate::sys::{open_beneath, split};
@@ -18,6 +20,14 @@ use std::os::unix::ffi::OsStrExt;
 const MAX_COPY: u64 = 16 << 20;
 
 impl Router {
+    /// Whether an in-place write to `path` copies it up (see the module
+    /// documentation).
+    pub(super) fn copies_up(&self, path: &[u8]) -> bool {
+        let info = |n: &str| path.ends_with(format!("/info/{n}").as_bytes());
+        self.access(path) == crate::sentry::Access::Shadowed
+            && crate::sentry::SHADOWED_INFO.iter().any(|n| info(n))
+    }
+
     /// Makes the sandbox-private copy of the shadowed host file `path`
     /// (unless there is one), holding the host's content and mode.
     pub(super) fn copy_up(&self, path: &[u8]) -> Result<(), Errno> {
