@@ -95,6 +95,14 @@ pub const TARGETS: &[Target] = &[
         name: "dns-filter",
         run: targets::dns_filter,
     },
+    Target {
+        name: "git-index",
+        run: targets::git_index,
+    },
+    Target {
+        name: "changes-journal",
+        run: targets::changes_journal,
+    },
 ];
 
 pub mod seeds;

@@ -189,3 +189,17 @@ pub fn dns_filter(bytes: &[u8]) {
     let _ = lazaret_netpolicy::hosts::judge_query(&allow, bytes);
     let _ = lazaret_netpolicy::hosts::judge_answer(&allow, "github.com", bytes);
 }
+
+/// An index the sandbox's Git puts in place, as the mount router
+/// sanitizes it for the host (alone, and against itself as the host's).
+pub fn git_index(bytes: &[u8]) {
+    let _ = lazaret_mount_router::index::sanitize(bytes, None);
+    let _ = lazaret_mount_router::index::sanitize(bytes, Some(bytes));
+}
+
+/// Lines of the changes journal (the sandbox chose the names in them).
+pub fn changes_journal(bytes: &[u8]) {
+    for line in String::from_utf8_lossy(bytes).lines() {
+        let _ = lazaret_protocol::changes::parse_line(line);
+    }
+}
