@@ -548,9 +548,11 @@ fn prepare_control(
         )
         .map_err(|e| format!("cannot issue the Agent Sandbox certificate: {e}"))?;
     write(esc_paths::SANDBOX_CERTIFICATE_NAME, &sandbox_cert, 0o644)?;
-    if let Some(text) = git_identity_config(&input.git_identity) {
-        write("gitconfig", text.as_bytes(), 0o644)?;
-    }
+    write(
+        "gitconfig",
+        git_identity_config(&input.git_identity).as_bytes(),
+        0o644,
+    )?;
     if let Some(pem) = &input.host_ca {
         write(HOST_CA_NAME, pem, 0o644)?;
     }
@@ -1127,22 +1129,35 @@ pub const HOST_CA_ENV: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
 ];
 
-/// Where Git inside finds the identity (`GIT_CONFIG_SYSTEM`, so the
+/// Git's system-level configuration inside (`GIT_CONFIG_SYSTEM`, so the
 /// repository's and the sandbox's own configuration still win).
 pub const GIT_IDENTITY_CONFIG: &str = "/.lazaret/gitconfig";
 
-/// Git's system-level configuration for the sandbox: the identity, then
-/// the image's own `/etc/gitconfig` (included after, so it wins over ours
-/// as it would at the same level).
-pub fn git_identity_config(id: &(Option<String>, Option<String>)) -> Option<String> {
-    if id.0.is_none() && id.1.is_none() {
-        return None;
-    }
+/// Git's system-level configuration for the sandbox: the identity, a
+/// stat check that agrees with the host's index, then the image's own
+/// `/etc/gitconfig` (included after, so it wins over ours as it would at
+/// the same level).
+///
+/// `core.checkStat = minimal`: the host and the sandbox see the same
+/// files under other owners (you, and root inside), so Git's default
+/// check, which compares owners, takes every entry the other side wrote
+/// as changed and reads every file again: each side's first `git status`
+/// after the other's would re-read the whole tree and rewrite every entry.
+/// With the minimal check (modification and change times, size, mode),
+/// an entry stays valid on both sides. It weakens nothing on the host:
+/// the index the host gets keeps only entries it vouched for (see the
+/// mount router's `index` module), and host Git checks with its own
+/// settings.
+pub fn git_identity_config(id: &(Option<String>, Option<String>)) -> String {
     // Quoted, with Git's escapes; the values are one line (checked by the
     // CLI), so this is all a value needs.
     let quote = |v: &str| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""));
-    let mut text =
-        String::from("# Written by Lazaret: Git's identity inside this sandbox.\n[user]\n");
+    let mut text = String::from(
+        "# Written by Lazaret: Git's system configuration inside this sandbox.\n[core]\n\tcheckStat = minimal\n",
+    );
+    if id.0.is_some() || id.1.is_some() {
+        text.push_str("[user]\n");
+    }
     if let Some(n) = &id.0 {
         text.push_str(&format!("\tname = {}\n", quote(n)));
     }
@@ -1150,7 +1165,7 @@ pub fn git_identity_config(id: &(Option<String>, Option<String>)) -> Option<Stri
         text.push_str(&format!("\temail = {}\n", quote(e)));
     }
     text.push_str("[include]\n\tpath = /etc/gitconfig\n");
-    Some(text)
+    text
 }
 
 #[cfg(test)]
@@ -1159,8 +1174,9 @@ mod git_identity_tests {
 
     #[test]
     fn values_are_quoted_and_the_image_config_still_wins() {
-        assert_eq!(git_identity_config(&(None, None)), None);
-        let t = git_identity_config(&(Some(r#"A "B" \C"#.into()), None)).unwrap();
+        let none = git_identity_config(&(None, None));
+        assert!(!none.contains("[user]") && none.contains("checkStat = minimal"), "{none}");
+        let t = git_identity_config(&(Some(r#"A "B" \C"#.into()), None));
         assert!(t.contains("\tname = \"A \\\"B\\\" \\\\C\"\n"), "{t}");
         assert!(!t.contains("email"));
         assert!(t.ends_with("[include]\n\tpath = /etc/gitconfig\n"));

@@ -129,12 +129,10 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
         ("LAZARET_PROFILE".into(), input.profile_name.clone()),
         ("LAZARET_DOMAIN".into(), input.domain_id.clone()),
     ];
-    if input.git_identity.0.is_some() || input.git_identity.1.is_some() {
-        env.push((
-            "GIT_CONFIG_SYSTEM".into(),
-            crate::lifecycle::GIT_IDENTITY_CONFIG.into(),
-        ));
-    }
+    env.push((
+        "GIT_CONFIG_SYSTEM".into(),
+        crate::lifecycle::GIT_IDENTITY_CONFIG.into(),
+    ));
     if input.host_ca.is_some() {
         for k in crate::lifecycle::HOST_CA_ENV {
             env.push(((*k).into(), crate::lifecycle::HOST_CA_PATH.into()));
