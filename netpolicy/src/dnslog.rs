@@ -58,7 +58,9 @@ pub enum DnsEvent {
         expires_ms: u64,
     },
     /// An answer's address that the policy denies by a rule (a private,
-    /// link-local or `deny`-listed range): passed on, never routed.
+    /// link-local or `deny`-listed range, an address of the host, a `dns`
+    /// upstream) or that the host gained while the Domain runs: passed
+    /// on, never routed.
     AddressRefused {
         #[serde(rename = "time_unix_ms")]
         time_ms: u64,
