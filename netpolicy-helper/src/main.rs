@@ -9,7 +9,7 @@
 //! lazaret-netpolicy install --digest HEX [--policy-fd N] [--sandbox-netns-fd N]
 //! lazaret-netpolicy probe --digest HEX --fingerprint HEX [--policy-fd N] [--sandbox-netns-fd N]
 //! lazaret-netpolicy watch --digest HEX [--policy-fd N] [--host-netlink-fd N] [--log-fd N]
-//! lazaret-netpolicy --print-confinement
+//! lazaret-netpolicy --print-confinement [watch]
 //! ```
 //!
 //! `watch` prints `ready` once the host's addresses are denied, then runs
@@ -94,7 +94,11 @@ struct Probe {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-netpolicy");
+        // `watch` runs under a narrower confinement of its own.
+        lazaret_seccomp::binaries::print_and_exit(match args.get(2).map(String::as_str) {
+            Some("watch") => lazaret_netpolicy_helper::watch::CONFINEMENT,
+            _ => "lazaret-netpolicy",
+        });
     }
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {

@@ -113,7 +113,7 @@ pub fn netpolicy() -> Confinement {
         notes: vec![
             "CAP_NET_ADMIN over the enforcement namespace is the authority this helper exists to use",
             "UDP is not covered by landlock; seccomp limits which sockets it can create",
-            "`watch` (for the Domain's life, started after `install`) denies every address the host gains (`unreachable ADDR/32` in table 75, looked up by a rule at priority 950) under its own, narrower confinement `lazaret-netpolicy-watch`: no file system, no TCP, no socket of its own (its netlink sockets are the host's, inherited read-only, and the enforcement namespace's, opened before confining), no sandbox namespace",
+            "`watch` (for the Domain's life, started after `install`) denies every address the host gains (`unreachable ADDR/32` in table 75, looked up by a rule at priority 950) under its own, narrower confinement `lazaret-netpolicy-watch` (`lazaret-netpolicy --print-confinement watch`): no file system, no TCP, no socket of its own (its netlink sockets are the host's, inherited read-only, and the enforcement namespace's, opened before confining), no sandbox namespace",
         ],
     }
 }

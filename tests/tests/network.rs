@@ -1240,3 +1240,59 @@ fn allow_hosts_never_routes_a_host_or_resolver_address() {
     }
     assert_domain_gone(&ws.domain_id("default"));
 }
+
+/// The host-address watch runs confined (seccomp, no_new_privs,
+/// CAP_NET_ADMIN only), and a Domain never runs on without it: killed
+/// from the host, it takes the Domain down (fail closed), so an address
+/// the host gains afterwards cannot be reached unwatched.
+#[test]
+fn the_host_address_watch_is_confined_and_the_domain_stops_without_it() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-host-watch");
+    let id = ws.domain_id("default");
+    let mut session = ws
+        .lazaret_in(&net, &["run", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let watch = || {
+        processes_mentioning(&id)
+            .into_iter()
+            .find(|(_, c)| c.contains("lazaret-netpolicy-watch"))
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || watch().is_some()
+            && processes_mentioning(&id)
+                .iter()
+                .any(|(_, c)| c.contains("lazaret-exec-bridge"))),
+        "no lazaret-netpolicy watch: {:#?}",
+        processes_mentioning(&id)
+    );
+    let (pid, _) = watch().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
+        assert!(status.contains(want), "{want} not in {status}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let ended = eventually(Duration::from_secs(60), || {
+        matches!(session.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = session.kill();
+    }
+    let _ = session.wait();
+    assert!(ended, "the session outlived the host-address watch");
+    assert_domain_gone(&id);
+    let helpers =
+        std::fs::read_to_string(ws.domain_root("default").join("helpers.log")).unwrap_or_default();
+    assert!(
+        helpers.contains("the host-address watch (lazaret-netpolicy watch) exited"),
+        "{helpers}"
+    );
+}
