@@ -731,7 +731,7 @@ fn holder_start(
     lazaret_helpers::timeline::mark("holder", "namespaces-ready");
 
     // The network first: policy installed and probe passed, or no sandbox.
-    let net = match (&plan.network, host_netlink) {
+    let mut net = match (&plan.network, host_netlink) {
         (Some(n), Some(h)) => Some(network::setup_in_holder(n, uplink_r, h)?),
         (Some(_), None) => return Err("network: no host netlink socket".into()),
         (None, _) => {
@@ -813,6 +813,15 @@ fn holder_start(
             &plan.sandbox_id,
         ],
     );
+    // The watch must be alive when the sandbox starts; after this, its
+    // exit stops the Domain (`holder_wait`).
+    if let Some(n) = net.as_mut() {
+        if let Ok(Some(status)) = n.watch.try_wait() {
+            return Err(format!(
+                "network: host addresses: lazaret-netpolicy watch exited ({status}); see helpers.log in the Domain Root (`lazaret logs --helpers`)"
+            ));
+        }
+    }
     lazaret_helpers::timeline::mark("holder", "runsc-run-spawn");
     let mut cmd = Command::new(&argv[0]);
     // runsc chowns the stdio it is given to the Sentry's uid: it gets pipes,

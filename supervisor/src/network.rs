@@ -217,11 +217,13 @@ pub fn setup_in_holder(
         .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
     check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
     let fingerprint = attestation.fingerprint;
-    // Before anything can carry the sandbox's packets: the host's
-    // addresses the policy does not list (gained since it was derived)
-    // are denied once it is ready, and every later one as it comes.
-    let watch = start_watch(net, host_netlink).map_err(step("host addresses"))?;
-    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
+    // The host's addresses the policy does not list (gained since it was
+    // derived) are denied once the watch is ready, and every later one as
+    // it comes. It starts now and is waited for before the probe, so its
+    // start overlaps slirp B's, and the sandbox never runs without it.
+    let (mut watch, watch_ready) =
+        spawn_with_ready_line(watch_command(net, host_netlink).map_err(step("host addresses"))?)
+            .map_err(step("host addresses"))?;
 
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
     // namespace's resolv.conf: make it the policy's, or the filtering
@@ -254,6 +256,9 @@ pub fn setup_in_holder(
     .map_err(step("resolver"))?;
 
     let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+    wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
+        .map_err(step("host addresses"))?;
+    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
 
     run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
     Ok(HolderNet {
@@ -280,9 +285,9 @@ fn open_log(path: &Path) -> Result<OwnedFd, String> {
 }
 
 /// `lazaret-netpolicy watch` in N1 with the sealed policy on fd 3, the
-/// host netlink socket on fd 4 and its log on fd 5; returns once it
-/// printed `ready` (the host's addresses are denied and it is confined).
-fn start_watch(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Child, String> {
+/// host netlink socket on fd 4 and its log on fd 5; it prints `ready`
+/// once the host's addresses are denied and it is confined.
+fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = open_log(&net.host_watch_log)?;
     let mut cmd = Command::new(&net.helper);
@@ -293,27 +298,29 @@ fn start_watch(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Child, Str
     ))
     .args(["watch", "--digest", &net.digest])
     .stdin(Stdio::null())
-    .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
     fds::pass_fds(&mut cmd, vec![(policy, 3), (host_netlink, 4), (log, 5)]);
     unblock_and_die_with_parent(&mut cmd);
-    spawn_until_ready(cmd, "lazaret-netpolicy watch")
+    Ok(cmd)
 }
 
 /// Spawns a helper that prints a line on stdout once it is ready (and
-/// confined), and waits for it.
-fn spawn_until_ready(mut cmd: Command, what: &str) -> Result<Child, String> {
+/// confined); returns it and that stdout, for [`wait_ready`].
+fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
     cmd.stdout(Stdio::piped());
+    let what = cmd.get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {what}: {e}"))?;
     drop(cmd);
-    let Some(stdout) = child.stdout.take() else {
-        let _ = child.kill();
-        return Err(format!("{what} has no stdout pipe"));
-    };
-    wait_ready(OwnedFd::from(stdout), what, &mut child)?;
-    Ok(child)
+    match child.stdout.take() {
+        Some(stdout) => Ok((child, OwnedFd::from(stdout))),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("{what} has no stdout pipe"))
+        }
+    }
 }
 
 /// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
@@ -329,11 +336,12 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
     ))
     .args(["--digest", &net.digest])
     .stdin(Stdio::null())
-    .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
     fds::pass_fds(&mut cmd, vec![(policy, 3), (log, 4)]);
     unblock_and_die_with_parent(&mut cmd);
-    spawn_until_ready(cmd, "lazaret-dns-filter")
+    let (mut child, ready) = spawn_with_ready_line(cmd)?;
+    wait_ready(ready, "lazaret-dns-filter", &mut child)?;
+    Ok(child)
 }
 
 /// Only for runsc releases with the `isRootNS` bug: hides
