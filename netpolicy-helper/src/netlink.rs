@@ -447,18 +447,11 @@ impl Rtnl {
             if tcp { "tcp" } else { "udp" }
         );
         if add {
-            match self.request(
+            existing_is_fine(self.request(
                 &what,
                 RouteNetlinkMessage::NewRule(m),
                 NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            ) {
-                Err(NetlinkError::Refused { source, .. })
-                    if source.raw_os_error() == Some(libc::EEXIST) =>
-                {
-                    Ok(())
-                }
-                other => other.map(drop),
-            }
+            ))
         } else {
             self.request(&what, RouteNetlinkMessage::DelRule(m), NLM_F_ACK)
                 .map(drop)
@@ -476,18 +469,11 @@ impl Rtnl {
         m.attributes
             .push(RuleAttribute::Priority(HOST_RULE_PRIORITY));
         m.attributes.push(RuleAttribute::Table(HOST_TABLE));
-        match self.request(
+        existing_is_fine(self.request(
             &format!("adding rule `lookup {HOST_TABLE}` (priority {HOST_RULE_PRIORITY})"),
             RouteNetlinkMessage::NewRule(m),
             NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        ) {
-            Err(NetlinkError::Refused { source, .. })
-                if source.raw_os_error() == Some(libc::EEXIST) =>
-            {
-                Ok(())
-            }
-            other => other.map(drop),
-        }
+        ))
     }
 
     /// Adds the watcher's denial `unreachable ADDR/32` in [`HOST_TABLE`]
@@ -503,18 +489,11 @@ impl Rtnl {
         m.header.destination_prefix_length = 32;
         m.attributes
             .push(RouteAttribute::Destination(RouteAddress::Inet(addr)));
-        match self.request(
+        existing_is_fine(self.request(
             &format!("adding route `unreachable {addr}/32 table {HOST_TABLE}`"),
             RouteNetlinkMessage::NewRoute(m),
             NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        ) {
-            Err(NetlinkError::Refused { source, .. })
-                if source.raw_os_error() == Some(libc::EEXIST) =>
-            {
-                Ok(())
-            }
-            other => other.map(drop),
-        }
+        ))
     }
 
     /// The addresses the watcher denied (its routes in [`HOST_TABLE`]):
@@ -527,6 +506,18 @@ impl Rtnl {
             .filter(|r| r.table == HOST_TABLE)
             .filter_map(host_of)
             .collect())
+    }
+}
+
+/// An exclusive add whose entry is there already: done.
+fn existing_is_fine(r: Result<Vec<RouteNetlinkMessage>, NetlinkError>) -> Result<(), NetlinkError> {
+    match r {
+        Err(NetlinkError::Refused { source, .. })
+            if source.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        other => other.map(drop),
     }
 }
 

@@ -49,10 +49,7 @@ pub enum HostEvent {
 
 /// Parses a log, skipping lines that are too long or do not decode.
 pub fn parse(text: &str) -> Vec<HostEvent> {
-    text.lines()
-        .filter(|l| l.len() <= MAX_LINE)
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    crate::dnslog::parse_lines(text, MAX_LINE)
 }
 
 /// One address the watcher denied in the last generation.

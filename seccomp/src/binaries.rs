@@ -131,24 +131,29 @@ pub fn netpolicy_watch() -> Confinement {
         no_new_privs: true,
         not_dumpable: true,
         capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
-        landlock: Some(Landlock {
-            abi: NETPOLICY_ABI,
-            fs: AccessFs::from_all(NETPOLICY_ABI),
-            net: AccessNet::from_all(NETPOLICY_ABI),
-            scoping: Scoping::Required,
-            rules: vec![],
-            require_full: true,
-            notes: vec![
-                "no file system access: the policy, the log and both netlink sockets are opened before confining",
-                "TCP: no bind, no connect",
-            ],
-        }),
+        landlock: Some(no_files_no_tcp(
+            "no file system access: the policy, the log and both netlink sockets are opened before confining",
+        )),
         seccomp: true,
         notes: vec![
             "CAP_NET_ADMIN over the enforcement namespace: routes `unreachable ADDR/32` in table 75 for addresses of the host the policy does not decide exactly, and the rule `lookup 75` at priority 950; attestation rejects anything else there",
             "creates no socket; never reads anything the sandbox sends",
             "single-threaded; if it exits, the holder stops the Domain",
         ],
+    }
+}
+
+/// The Network Sidecar's long-lived helpers' landlock: no place at all,
+/// every file system and TCP right handled, so none is granted.
+fn no_files_no_tcp(opened_before: &'static str) -> Landlock {
+    Landlock {
+        abi: NETPOLICY_ABI,
+        fs: AccessFs::from_all(NETPOLICY_ABI),
+        net: AccessNet::from_all(NETPOLICY_ABI),
+        scoping: Scoping::Required,
+        rules: vec![],
+        require_full: true,
+        notes: vec![opened_before, "TCP: no bind, no connect"],
     }
 }
 
@@ -164,18 +169,9 @@ pub fn dns_filter() -> Confinement {
         no_new_privs: true,
         not_dumpable: true,
         capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
-        landlock: Some(Landlock {
-            abi: NETPOLICY_ABI,
-            fs: AccessFs::from_all(NETPOLICY_ABI),
-            net: AccessNet::from_all(NETPOLICY_ABI),
-            scoping: Scoping::Required,
-            rules: vec![],
-            require_full: true,
-            notes: vec![
-                "no file system access: the policy, the log, /proc/self/net/tcp, the netlink socket and both UDP sockets are opened before confining",
-                "TCP: no bind, no connect",
-            ],
-        }),
+        landlock: Some(no_files_no_tcp(
+            "no file system access: the policy, the log, /proc/self/net/tcp, the netlink socket and both UDP sockets are opened before confining",
+        )),
         seccomp: true,
         notes: vec![
             "binds UDP port 53 on the enforcement namespace's own address (with CAP_NET_BIND_SERVICE, dropped right after)",

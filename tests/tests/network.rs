@@ -85,6 +85,24 @@ fn refused(r: &BTreeMap<String, String>, target: &str) {
     );
 }
 
+/// A session that keeps the Domain up (`sleep 600`), until killed.
+fn sleeping_session(ws: &Workspace, net: &TestNet) -> std::process::Child {
+    ws.lazaret_in(net, &["run", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Process `pid` runs under seccomp, with no_new_privs and no capability
+/// but CAP_NET_ADMIN (what the Network Sidecar's helpers keep).
+fn assert_confined_net_admin(pid: i32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
+        assert!(status.contains(want), "{want} not in {status}");
+    }
+}
+
 fn write_network(ws: &Workspace, body: &str) {
     ws.write_config(&format!("[profiles.default.network]\n{body}"));
 }
@@ -441,12 +459,7 @@ fn sidecar_processes_name_the_domain_and_die_with_a_killed_coordinator() {
     let Some(net) = test_net() else { return };
     let ws = env.workspace("net-procs");
     let id = ws.domain_id("default");
-    let mut session = ws
-        .lazaret_in(&net, &["run", "--", "sleep", "600"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut session = sleeping_session(&ws, &net);
     let both = eventually(Duration::from_secs(30), || {
         let p = processes_mentioning(&id);
         p.iter().any(|(_, c)| c.contains("slirp4netns-uplink"))
@@ -829,10 +842,7 @@ fn net_show_lists_the_names_routed_now() {
         .into_iter()
         .find(|(_, c)| c.contains("lazaret-dns-filter"))
         .unwrap_or_else(|| panic!("no lazaret-dns-filter: {:#?}", processes_mentioning(&id)));
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
-        assert!(status.contains(want), "{want} not in {status}");
-    }
+    assert_confined_net_admin(pid);
     let v = net_show(&ws, &net);
     let table = v["dns_table"].as_array().unwrap_or_else(|| panic!("{v}"));
     let now_ms = std::time::SystemTime::now()
@@ -1251,12 +1261,7 @@ fn the_host_address_watch_is_confined_and_the_domain_stops_without_it() {
     let Some(net) = test_net() else { return };
     let ws = env.workspace("net-host-watch");
     let id = ws.domain_id("default");
-    let mut session = ws
-        .lazaret_in(&net, &["run", "--", "sleep", "600"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut session = sleeping_session(&ws, &net);
     let watch = || {
         processes_mentioning(&id)
             .into_iter()
@@ -1271,10 +1276,7 @@ fn the_host_address_watch_is_confined_and_the_domain_stops_without_it() {
         processes_mentioning(&id)
     );
     let (pid, _) = watch().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
-        assert!(status.contains(want), "{want} not in {status}");
-    }
+    assert_confined_net_admin(pid);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
