@@ -193,7 +193,7 @@ pub(crate) fn network_input(
     let disabled = net.mode == Some(lazaret_config::NetworkMode::None);
     let slirp4netns = lazaret_helpers::runsc::find_on_path("slirp4netns");
     if !disabled {
-        let opts = lazaret_netpolicy::options_for(net, "validation")
+        let opts = lazaret_netpolicy::options_on_this_host(net, "validation")
             .map_err(|e| CliError::Network(e.to_string()))?;
         lazaret_netpolicy::derive(net, &opts).map_err(|e| CliError::Network(e.to_string()))?;
         if slirp4netns.is_none() {

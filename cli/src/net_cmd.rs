@@ -14,7 +14,8 @@ use crate::error::CliError;
 use crate::global::Global;
 use lazaret_config::EnvVars;
 use lazaret_netpolicy::dnslog::{self, DnsEvent};
-use lazaret_netpolicy::policy::{Origin, Policy, Verdict};
+use lazaret_netpolicy::hostlog;
+use lazaret_netpolicy::policy::{Policy, Verdict};
 use lazaret_netpolicy::record::{self, NetworkRecord};
 use lazaret_netpolicy::NetworkPlan;
 use lazaret_protocol::DomainIdV1;
@@ -55,17 +56,18 @@ fn domain(g: &Global) -> Result<(String, PathBuf, lazaret_config::Network, PathB
     Ok((id, dir, profile.network.clone(), ws))
 }
 
-/// The filtering resolver's events (none when it never ran).
-fn dns_events(domain_root: &Path) -> Result<Vec<DnsEvent>, CliError> {
+/// The text of a helper's log in the Domain Root, bounded (empty when
+/// the helper never ran).
+fn read_log(domain_root: &Path, file: &str, max: u64) -> Result<String, CliError> {
     use std::io::Read;
-    let path = domain_root.join(dnslog::FILE);
+    let path = domain_root.join(file);
     let mut bytes = Vec::new();
     match std::fs::File::open(&path) {
         Ok(f) => f
-            .take(dnslog::MAX_BYTES + dnslog::MAX_LINE as u64)
+            .take(max)
             .read_to_end(&mut bytes)
             .map_err(|e| CliError::Session(format!("cannot read {}: {e}", path.display())))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
         Err(e) => {
             return Err(CliError::Session(format!(
                 "cannot read {}: {e}",
@@ -73,7 +75,20 @@ fn dns_events(domain_root: &Path) -> Result<Vec<DnsEvent>, CliError> {
             )))
         }
     };
-    Ok(dnslog::parse(&String::from_utf8_lossy(&bytes)))
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The filtering resolver's events (none when it never ran).
+fn dns_events(domain_root: &Path) -> Result<Vec<DnsEvent>, CliError> {
+    let max = dnslog::MAX_BYTES + dnslog::MAX_LINE as u64;
+    Ok(dnslog::parse(&read_log(domain_root, dnslog::FILE, max)?))
+}
+
+/// What the host-address watcher denied in the running generation.
+fn host_denials(domain_root: &Path) -> Result<Vec<hostlog::WatchDenial>, CliError> {
+    let max = hostlog::MAX_BYTES + hostlog::MAX_LINE as u64;
+    let text = read_log(domain_root, hostlog::FILE, max)?;
+    Ok(hostlog::denials(&hostlog::parse(&text)))
 }
 
 fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
@@ -186,7 +201,7 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         Some(r) => r,
         None => {
             // Never started: what the profile derives now.
-            let opts = lazaret_netpolicy::options_for(&network, "preview")
+            let opts = lazaret_netpolicy::options_on_this_host(&network, "preview")
                 .map_err(|e| CliError::Network(e.to_string()))?;
             match lazaret_netpolicy::derive(&network, &opts)
                 .map_err(|e| CliError::Network(e.to_string()))?
@@ -206,8 +221,17 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         Some(_) if rec.generation > 0 && running => dnslog::live_table(&dns_events(&dir)?),
         _ => Vec::new(),
     };
+    // The host's addresses gained since the start: denied by the watcher
+    // (those it had at the start are the policy's `host address` rules).
+    let watched = match &rec.policy {
+        Some(_) if rec.generation > 0 && running => host_denials(&dir)?,
+        _ => Vec::new(),
+    };
     if a.json {
         let mut v = serde_json::to_value(&rec).expect("json");
+        if rec.policy.is_some() {
+            v["host_denials"] = serde_json::to_value(&watched).expect("json");
+        }
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
             v["dns_table"] = serde_json::to_value(&live).expect("json");
         }
@@ -217,6 +241,9 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         );
     } else {
         let mut out = render(&rec, &ws.display().to_string(), g.profile());
+        if rec.policy.is_some() {
+            render_watched(&mut out, running, &watched);
+        }
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
             out.push_str(&format!(
                 "names routed now: {}\n",
@@ -246,15 +273,23 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
     Ok(0)
 }
 
-fn origin(o: &Origin) -> String {
-    match o {
-        Origin::Builtin { what, fixed } => {
-            format!("built-in: {what}{}", if *fixed { " (fixed)" } else { "" })
+/// The watcher's denials, for people.
+fn render_watched(out: &mut String, running: bool, watched: &[hostlog::WatchDenial]) {
+    out.push_str(&format!(
+        "host addresses gained since the start, denied: {}\n",
+        match (running, watched.is_empty()) {
+            (false, _) => "none (the Domain is not running)",
+            (true, true) => "none",
+            (true, false) => "",
         }
-        Origin::Link { what } => format!("link: {what}"),
-        Origin::Allow { index, entry } => format!("network.allow[{index}] {entry:?}"),
-        Origin::Deny { index, entry } => format!("network.deny[{index}] {entry:?}"),
-        Origin::Dns { index, entry } => format!("network.dns[{index}] {entry:?}"),
+    ));
+    for d in watched {
+        out.push_str(&format!(
+            "  deny  {:<18} host address ({}), since {}\n",
+            format!("{}/32", d.address),
+            lazaret_protocol::display::escape(&d.ifname),
+            crate::human::time_ms(d.since_ms)
+        ));
     }
 }
 
@@ -275,7 +310,7 @@ fn render_policy(out: &mut String, p: &Policy) {
             "  {:<5} {:<18} {}\n",
             verdict(r.verdict),
             r.prefix.to_string(),
-            origin(&r.origin)
+            r.origin
         ));
     }
     let resolvers: Vec<String> = p.resolvers.iter().map(|r| r.to_string()).collect();

@@ -47,7 +47,9 @@ pub fn derive(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>,
     let refused = |e: lazaret_netpolicy::PolicyError| {
         format!("the profile's network configuration is refused: {e}; nothing was started")
     };
-    let opts = lazaret_netpolicy::options_for(&net, binding).map_err(refused)?;
+    // The host's addresses are taken here, in the host's network
+    // namespace, before anything starts: each is denied.
+    let opts = lazaret_netpolicy::options_on_this_host(&net, binding).map_err(refused)?;
     match lazaret_netpolicy::derive(&net, &opts).map_err(refused)? {
         NetworkPlan::None => Ok(None),
         NetworkPlan::Policy(p) => {
@@ -156,6 +158,10 @@ pub fn prepare(
             })
         }
     };
+    // One generation's log of the host-address watcher, and the one
+    // before it.
+    let host_watch_log = layout.root.join(lazaret_netpolicy::hostlog::FILE);
+    let _ = std::fs::rename(&host_watch_log, host_watch_log.with_extension("log.1"));
     let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
     let net = SandboxNetwork {
         digest: lazaret_netpolicy::policy::digest_bytes(&bytes),
@@ -168,6 +174,7 @@ pub fn prepare(
         domain_id: input.domain_id.clone(),
         attachment: policy.binding.clone(),
         dns_filter,
+        host_watch_log,
     };
     let mount = PlannedMount {
         destination: RESOLV_CONF.into(),

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::unix::fs::FileExt;
 
@@ -18,6 +17,8 @@ use crate::inuse;
 use lazaret_netpolicy::dnslog::{self, DnsEvent};
 use lazaret_netpolicy::hosts::{self, AllowHosts, AnswerVerdict, QueryVerdict, ResponseCode};
 use lazaret_netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
+pub use lazaret_netpolicy_helper::log::now_ms;
+use lazaret_netpolicy_helper::log::BoundedLog;
 use lazaret_netpolicy_helper::netlink::Rtnl;
 
 /// Queries waiting for the upstream, at most.
@@ -43,47 +44,16 @@ struct Pending {
 }
 
 /// The log: append-only, bounded by [`dnslog::MAX_BYTES`].
-pub struct Log {
-    file: File,
-    written: u64,
-    full: bool,
-}
+pub struct Log(BoundedLog);
 
 impl Log {
     pub fn new(file: File) -> Log {
-        let written = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Log {
-            file,
-            written,
-            full: false,
-        }
+        Log(BoundedLog::new(file, dnslog::MAX_BYTES))
     }
 
     pub fn write(&mut self, e: &DnsEvent) {
-        if self.full {
-            return;
-        }
-        let Ok(mut line) = serde_json::to_string(e) else {
-            return;
-        };
-        line.push('\n');
-        if self.written + line.len() as u64 > dnslog::MAX_BYTES {
-            self.full = true;
-            line = serde_json::to_string(&DnsEvent::LogFull { time_ms: now_ms() })
-                .unwrap_or_default()
-                + "\n";
-        }
-        if self.file.write_all(line.as_bytes()).is_ok() {
-            self.written += line.len() as u64;
-        }
+        self.0.write(e, || DnsEvent::LogFull { time_ms: now_ms() })
     }
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Everything the loop holds; opened before confinement.
@@ -308,22 +278,46 @@ impl Filter {
             Ok(AnswerVerdict::Accept { addresses }) => addresses,
         };
         let ports = self.allow.ports(&p.name);
+        // The host's addresses gained after the start (the watcher's
+        // rules), read once per answer, only if one may be routed.
+        let mut host_denied = None;
         for (ip, ttl) in addresses.into_iter().take(MAX_PER_ANSWER) {
             // IPv6 is off in both namespaces: AAAA answers route nothing.
             let IpAddr::V4(a) = ip else { continue };
             let d = self.policy.verdict_for(a);
-            match (d.verdict, &d.origin) {
+            let refused = match (d.verdict, &d.origin) {
                 (Verdict::Allow, _) => continue,
+                // A private, link-local or `deny`-listed range, a host
+                // address the policy lists, a `dns` upstream.
                 (Verdict::Deny, Some(origin)) => {
-                    self.log.write(&DnsEvent::AddressRefused {
-                        time_ms: now,
-                        name: p.name.clone(),
-                        address: a,
-                        why: format!("{} is denied by {} ({origin:?})", a, d.prefix),
-                    });
-                    continue;
+                    Some(format!("{} is denied by {} ({origin})", a, d.prefix))
                 }
-                (Verdict::Deny, None) => {}
+                (Verdict::Deny, None) => {
+                    if host_denied.is_none() {
+                        match self.rtnl.host_denials() {
+                            Ok(set) => host_denied = Some(set),
+                            Err(e) => {
+                                return fail(
+                                    self,
+                                    format!("cannot read the host-address denials: {e}"),
+                                )
+                            }
+                        }
+                    }
+                    host_denied
+                        .as_ref()
+                        .is_some_and(|s| s.contains(&a))
+                        .then(|| format!("{a} is an address of this host, gained after the start (denied by the host-address watcher)"))
+                }
+            };
+            if let Some(why) = refused {
+                self.log.write(&DnsEvent::AddressRefused {
+                    time_ms: now,
+                    name: p.name.clone(),
+                    address: a,
+                    why,
+                });
+                continue;
             }
             let ttl = ttl.clamp(self.hosts.ttl_floor, self.hosts.ttl_ceiling);
             let until = now + u64::from(ttl) * 1000;

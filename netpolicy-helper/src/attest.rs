@@ -5,11 +5,11 @@ use netlink_packet_route::AddressFamily;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::netlink::{route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
+use crate::netlink::{host_of, route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
 use lazaret_netpolicy::policy::{
     Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
-    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE,
+    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE, HOST_RULE_PRIORITY, HOST_TABLE, MAX_HOST_ADDRESSES,
 };
 
 /// Domain separation of the fingerprint.
@@ -67,10 +67,12 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
 /// Reads the state back, verifies it against `policy`, fingerprints it.
 pub fn attest(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, AttestError> {
     let mut observed = observe(ns)?;
-    // The filtering resolver's entries come and go with lookups: checked
-    // for their shape, then left out of the fingerprint.
+    // The filtering resolver's entries come and go with lookups, and the
+    // watcher's with the host's addresses: checked for their shape, then
+    // left out of the fingerprint.
     let dynamic = take_dynamic(policy, &mut observed);
     let mut problems = check_dynamic(policy, &dynamic);
+    problems.extend(check_host_denials(policy, &dynamic));
     problems.extend(verify(policy, &observed));
     if !problems.is_empty() {
         return Err(AttestError::Mismatch(problems));
@@ -118,21 +120,39 @@ pub fn observe(ns: &mut Namespaces) -> Result<Observed, AttestError> {
 }
 
 /// What the filtering resolver (`allow_hosts`) added: host routes in the
-/// main table, the port table and its rules.
+/// main table, the port table and its rules; and what the host-address
+/// watcher added: its table's routes and the rule that looks it up.
 #[derive(Debug, Default)]
 pub struct Dynamic {
     pub routes: Vec<ObservedRoute>,
     pub rules: Vec<ObservedRule>,
+    /// The watcher's routes, in [`HOST_TABLE`].
+    pub host_routes: Vec<ObservedRoute>,
+    /// The watcher's rule, at [`HOST_RULE_PRIORITY`].
+    pub host_rules: Vec<ObservedRule>,
 }
 
-/// Moves the filtering resolver's routes and rules out of `o` (only when
-/// the policy has `allow_hosts`; otherwise they stay and fail `verify`).
+/// Moves the watcher's routes and rule, and the filtering resolver's
+/// routes and rules (only when the policy has `allow_hosts`; otherwise
+/// they stay and fail `verify`), out of `o`.
 pub fn take_dynamic(policy: &Policy, o: &mut Observed) -> Dynamic {
-    let mut d = Dynamic::default();
+    let e = &mut o.enforcement;
+    let (host_routes, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.routes_v4)
+        .into_iter()
+        .partition(|r| r.table == HOST_TABLE);
+    e.routes_v4 = kept;
+    let (host_rules, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.rules_v4)
+        .into_iter()
+        .partition(|r| r.priority == HOST_RULE_PRIORITY);
+    e.rules_v4 = kept;
+    let mut d = Dynamic {
+        host_routes,
+        host_rules,
+        ..Dynamic::default()
+    };
     if policy.hosts.is_none() {
         return d;
     }
-    let e = &mut o.enforcement;
     let (dynamic, kept): (Vec<_>, Vec<_>) =
         std::mem::take(&mut e.routes_v4).into_iter().partition(|r| {
             r.protocol == DNS_ROUTE_PROTOCOL
@@ -147,6 +167,42 @@ pub fn take_dynamic(policy: &Policy, o: &mut Observed) -> Dynamic {
     e.rules_v4 = kept;
     d.rules = dynamic;
     d
+}
+
+/// Everything of the watcher must be what it adds: the one rule `lookup
+/// 75` (no selector) and, in that table, `unreachable ADDR/32` routes,
+/// nothing else, each for an address of a kind the host may have that
+/// the policy does not decide exactly (`Policy::watch_may_deny`: so
+/// never an `allow`ed one), at most [`MAX_HOST_ADDRESSES`] of them.
+pub fn check_host_denials(policy: &Policy, d: &Dynamic) -> Vec<String> {
+    let mut p = Vec::new();
+    if d.host_routes.len() > MAX_HOST_ADDRESSES {
+        p.push(format!(
+            "{} host-address denials, more than the watcher adds",
+            d.host_routes.len()
+        ));
+    }
+    for r in &d.host_routes {
+        let ok = r.kind == "unreachable"
+            && r.gateway.is_none()
+            && r.prefsrc.is_none()
+            && r.unusual.is_empty()
+            && host_of(r).is_some_and(|a| policy.watch_may_deny(a));
+        if !ok {
+            p.push(format!(
+                "route not allowed for the host-address watcher: {r:?}"
+            ));
+        }
+    }
+    for (i, r) in d.host_rules.iter().enumerate() {
+        let ok = i == 0 && r.action == "totable" && r.table == HOST_TABLE && r.selectors.is_empty();
+        if !ok {
+            p.push(format!(
+                "rule not allowed for the host-address watcher: {r:?}"
+            ));
+        }
+    }
+    p
 }
 
 /// Every filtering-resolver entry must be one it may add: a host route
@@ -404,6 +460,7 @@ mod tests {
                 "192.0.2.8",
                 "DestinationPortRange(RulePortRange { start: 22, end: 22 })",
             )],
+            ..Default::default()
         };
         assert_eq!(check_dynamic(&p, &ok), Vec::<String>::new());
         let mut wide = route(MAIN, "192.0.2.0/24");
@@ -426,6 +483,7 @@ mod tests {
                 ),
                 rule("192.0.2.8", "Iifname(\"tap0\")"),
             ],
+            ..Default::default()
         };
         assert_eq!(
             check_dynamic(&p, &bad).len(),
@@ -446,6 +504,7 @@ mod tests {
         let upstream = Dynamic {
             routes: vec![route(DNS_UPSTREAM_TABLE, "9.9.9.9/32")],
             rules: vec![upstream_rule.clone()],
+            ..Default::default()
         };
         assert_eq!(check_dynamic(&p, &upstream).len(), 2);
         let mut with_dns = p.clone();
@@ -456,7 +515,136 @@ mod tests {
         let other = Dynamic {
             routes: vec![route(DNS_UPSTREAM_TABLE, "9.9.9.8/32")],
             rules: vec![unmarked],
+            ..Default::default()
         };
         assert_eq!(check_dynamic(&with_dns, &other).len(), 2);
+    }
+
+    fn denial(dst: &str) -> ObservedRoute {
+        ObservedRoute {
+            table: HOST_TABLE,
+            dst: format!("{dst}/32"),
+            kind: "unreachable".into(),
+            gateway: None,
+            dev: None,
+            scope: 0,
+            protocol: 4,
+            onlink: false,
+            priority: None,
+            prefsrc: None,
+            unusual: vec![],
+        }
+    }
+
+    fn lookup_host_table() -> ObservedRule {
+        ObservedRule {
+            priority: HOST_RULE_PRIORITY,
+            table: HOST_TABLE,
+            action: "totable".into(),
+            selectors: vec![],
+        }
+    }
+
+    #[test]
+    fn the_watcher_may_deny_single_host_addresses_the_policy_leaves_open() {
+        let opts = lazaret_netpolicy::DeriveOptions {
+            host_addresses: vec![lazaret_netpolicy::policy::HostAddress {
+                address: "203.0.113.1".parse().unwrap(),
+                ifname: "eth0".into(),
+            }],
+            ..Default::default()
+        };
+        let net = lazaret_config::Network {
+            allow: vec!["198.51.100.7".into()],
+            ..Default::default()
+        };
+        let NetworkPlan::Policy(p) = lazaret_netpolicy::derive(&net, &opts).unwrap() else {
+            unreachable!()
+        };
+        // Gained later: public or private, the watcher denies it.
+        let ok = Dynamic {
+            host_routes: vec![denial("203.0.113.77"), denial("192.168.7.7")],
+            host_rules: vec![lookup_host_table()],
+            ..Default::default()
+        };
+        assert_eq!(check_host_denials(&p, &ok), Vec::<String>::new());
+        // Never one the policy decides exactly (a host address it lists,
+        // an `allow` of it), the loopback or the link; never wider, a
+        // route elsewhere, or a rule with a selector, another table or a
+        // second one.
+        let mut wide = denial("203.0.113.0");
+        wide.dst = "203.0.113.0/24".into();
+        let mut via = denial("203.0.113.78");
+        via.kind = "unicast".into();
+        via.gateway = Some("10.0.2.2".into());
+        let mut selective = lookup_host_table();
+        selective.selectors = vec!["IpProtocol(Tcp)".into()];
+        let mut elsewhere = lookup_host_table();
+        elsewhere.table = 254;
+        let bad = Dynamic {
+            host_routes: vec![
+                denial("203.0.113.1"),
+                denial("198.51.100.7"),
+                denial("127.0.0.1"),
+                denial("10.0.2.3"),
+                wide,
+                via,
+            ],
+            host_rules: vec![selective, elsewhere, lookup_host_table()],
+            ..Default::default()
+        };
+        let problems = check_host_denials(&p, &bad);
+        assert_eq!(problems.len(), 9, "{problems:#?}");
+
+        // Taken out of the observed state, whatever the policy: the
+        // fingerprint is the same with and without them.
+        let defaults = vec![
+            ObservedRule {
+                priority: 0,
+                table: LOCAL,
+                action: "totable".into(),
+                selectors: vec![],
+            },
+            ObservedRule {
+                priority: 32766,
+                table: MAIN,
+                action: "totable".into(),
+                selectors: vec![],
+            },
+            ObservedRule {
+                priority: 32767,
+                table: DEFAULT_TABLE,
+                action: "totable".into(),
+                selectors: vec![],
+            },
+        ];
+        let observed = |rules: Vec<ObservedRule>| Observed {
+            enforcement: EnforcementState {
+                addresses_v4: vec!["tap0 10.0.2.100/24".into()],
+                addresses_v6: vec![],
+                routes_v4: vec![],
+                routes_v6: vec![],
+                rules_v4: rules,
+                links: vec!["lo".into(), "tap0".into()],
+                disable_ipv6: BTreeMap::new(),
+            },
+            sandbox: SandboxState {
+                disable_ipv6_all: "1".into(),
+                disable_ipv6_default: "1".into(),
+            },
+        };
+        let plain = observed(defaults.clone());
+        let mut with_watch = observed([defaults, ok.host_rules.clone()].concat());
+        with_watch.enforcement.routes_v4 = ok.host_routes.clone();
+        let d = take_dynamic(&p, &mut with_watch);
+        assert_eq!(d.host_rules, ok.host_rules);
+        assert_eq!(d.host_routes, ok.host_routes);
+        assert_eq!(
+            fingerprint("d", &with_watch).unwrap(),
+            fingerprint("d", &plain).unwrap()
+        );
+        assert!(!verify(&p, &with_watch)
+            .iter()
+            .any(|m| m.contains("policy-routing rules")));
     }
 }

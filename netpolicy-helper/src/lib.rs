@@ -6,7 +6,10 @@
 //!   back, fingerprinting it;
 //! - [`probe`]: the readiness probe from the sandbox's network namespace;
 //! - [`confine`], [`helper`]: the process, which holds `CAP_NET_ADMIN`
-//!   over the enforcement namespace and nothing else.
+//!   over the enforcement namespace and nothing else;
+//! - [`watch`]: `lazaret-netpolicy watch`, which denies the addresses
+//!   the host gains while the Domain runs; [`log`]: its log and the DNS
+//!   filter's.
 //!
 //! The policy's types come from `lazaret-netpolicy` without its `derive`
 //! feature: this crate never links the configuration parser.
@@ -16,8 +19,10 @@
 pub mod attest;
 pub mod confine;
 pub mod helper;
+pub mod log;
 pub mod netlink;
 pub mod probe;
 pub mod sysctl;
+pub mod watch;
 
 pub use lazaret_netpolicy::fdno;

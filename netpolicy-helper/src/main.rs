@@ -8,8 +8,14 @@
 //! ```text
 //! lazaret-netpolicy install --digest HEX [--policy-fd N] [--sandbox-netns-fd N]
 //! lazaret-netpolicy probe --digest HEX --fingerprint HEX [--policy-fd N] [--sandbox-netns-fd N]
-//! lazaret-netpolicy --print-confinement
+//! lazaret-netpolicy watch --digest HEX [--policy-fd N] [--host-netlink-fd N] [--log-fd N]
+//! lazaret-netpolicy --print-confinement [watch]
 //! ```
+//!
+//! `watch` prints `ready` once the host's addresses are denied, then runs
+//! for the Domain's life (see [`lazaret_netpolicy_helper::watch`]); it
+//! exits only on a failure, with its code (7 while serving) and a
+//! message on stderr.
 
 use argh::FromArgs;
 use lazaret_netpolicy_helper::fdno;
@@ -27,6 +33,27 @@ struct Cli {
 enum Cmd {
     Install(Install),
     Probe(Probe),
+    Watch(Watch),
+}
+
+/// Deny, for the Domain's life, every address the host gains that the
+/// policy does not decide; prints `ready` after the first pass.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "watch")]
+struct Watch {
+    /// SHA-256 (hex) of the policy bytes in the memfd
+    #[argh(option)]
+    digest: String,
+    /// the policy memfd
+    #[argh(option, default = "fdno::POLICY")]
+    policy_fd: i32,
+    /// a NETLINK_ROUTE socket of the host's network namespace, bound to
+    /// its IPv4 address notifications
+    #[argh(option, default = "fdno::HOST_NETLINK")]
+    host_netlink_fd: i32,
+    /// the log (opened for appending)
+    #[argh(option, default = "fdno::WATCH_LOG")]
+    log_fd: i32,
 }
 
 /// Install the policy in this (the enforcement) namespace, disable IPv6 in
@@ -67,7 +94,11 @@ struct Probe {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-netpolicy");
+        // `watch` runs under a narrower confinement of its own.
+        lazaret_seccomp::binaries::print_and_exit(match args.get(2).map(String::as_str) {
+            Some("watch") => lazaret_netpolicy_helper::watch::CONFINEMENT,
+            _ => "lazaret-netpolicy",
+        });
     }
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {
@@ -86,6 +117,18 @@ fn main() {
         },
     };
     let req = match cli.cmd {
+        Cmd::Watch(c) => {
+            let f = lazaret_netpolicy_helper::watch::run(
+                &lazaret_netpolicy_helper::watch::WatchRequest {
+                    digest: c.digest,
+                    policy_fd: c.policy_fd,
+                    host_fd: c.host_netlink_fd,
+                    log_fd: c.log_fd,
+                },
+            );
+            eprintln!("lazaret-netpolicy watch: {} failed: {}", f.stage, f.message);
+            std::process::exit(f.code);
+        }
         Cmd::Install(c) => Request {
             mode: Mode::Install,
             digest: c.digest,

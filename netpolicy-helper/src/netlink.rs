@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use lazaret_netpolicy::policy::{
     RouteSpec, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
-    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE,
+    DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE, HOST_RULE_PRIORITY, HOST_TABLE,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -447,23 +447,83 @@ impl Rtnl {
             if tcp { "tcp" } else { "udp" }
         );
         if add {
-            match self.request(
+            existing_is_fine(self.request(
                 &what,
                 RouteNetlinkMessage::NewRule(m),
                 NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            ) {
-                Err(NetlinkError::Refused { source, .. })
-                    if source.raw_os_error() == Some(libc::EEXIST) =>
-                {
-                    Ok(())
-                }
-                other => other.map(drop),
-            }
+            ))
         } else {
             self.request(&what, RouteNetlinkMessage::DelRule(m), NLM_F_ACK)
                 .map(drop)
         }
     }
+}
+
+impl Rtnl {
+    /// Adds the watcher's rule `lookup 75` at [`HOST_RULE_PRIORITY`]
+    /// (already there: nothing to do).
+    pub fn host_table_rule(&mut self) -> Result<(), NetlinkError> {
+        let mut m = RuleMessage::default();
+        m.header.family = AddressFamily::Inet;
+        m.header.action = RuleAction::ToTable;
+        m.attributes
+            .push(RuleAttribute::Priority(HOST_RULE_PRIORITY));
+        m.attributes.push(RuleAttribute::Table(HOST_TABLE));
+        existing_is_fine(self.request(
+            &format!("adding rule `lookup {HOST_TABLE}` (priority {HOST_RULE_PRIORITY})"),
+            RouteNetlinkMessage::NewRule(m),
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        ))
+    }
+
+    /// Adds the watcher's denial `unreachable ADDR/32` in [`HOST_TABLE`]
+    /// (connect fails with EHOSTUNREACH, as for the policy's denials).
+    pub fn host_route(&mut self, addr: Ipv4Addr) -> Result<(), NetlinkError> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = AddressFamily::Inet;
+        m.header.table = RouteHeader::RT_TABLE_UNSPEC;
+        m.attributes.push(RouteAttribute::Table(HOST_TABLE));
+        m.header.protocol = RouteProtocol::Static;
+        m.header.scope = RouteScope::Universe;
+        m.header.kind = RouteType::Unreachable;
+        m.header.destination_prefix_length = 32;
+        m.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet(addr)));
+        existing_is_fine(self.request(
+            &format!("adding route `unreachable {addr}/32 table {HOST_TABLE}`"),
+            RouteNetlinkMessage::NewRoute(m),
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        ))
+    }
+
+    /// The addresses the watcher denied (its routes in [`HOST_TABLE`]):
+    /// the host's, gained after the policy was derived. The filtering
+    /// resolver never routes them.
+    pub fn host_denials(&mut self) -> Result<std::collections::BTreeSet<Ipv4Addr>, NetlinkError> {
+        Ok(self
+            .routes(AddressFamily::Inet)?
+            .iter()
+            .filter(|r| r.table == HOST_TABLE)
+            .filter_map(host_of)
+            .collect())
+    }
+}
+
+/// An exclusive add whose entry is there already: done.
+fn existing_is_fine(r: Result<Vec<RouteNetlinkMessage>, NetlinkError>) -> Result<(), NetlinkError> {
+    match r {
+        Err(NetlinkError::Refused { source, .. })
+            if source.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        other => other.map(drop),
+    }
+}
+
+/// The address of a normalised `ADDR/32` route.
+pub fn host_of(r: &ObservedRoute) -> Option<Ipv4Addr> {
+    r.dst.strip_suffix("/32")?.parse().ok()
 }
 
 fn name_of(links: &[(u32, String)], index: u32) -> String {

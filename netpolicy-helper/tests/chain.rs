@@ -662,6 +662,7 @@ fn opts(binding: &str) -> DeriveOptions {
         probe_permitted: Some(SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 1), PORT)),
         dns_name: Some(NAME.into()),
         probe_timeout_ms: Some(2000),
+        host_addresses: vec![],
     }
 }
 

@@ -70,6 +70,16 @@ pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, Policy
     })
 }
 
+/// [`options_for`], with the addresses of this host ([`host_addresses`],
+/// in the caller's network namespace, which must be the host's): what
+/// the coordinator derives the generation's policy with, and what the
+/// CLI checks and previews.
+pub fn options_on_this_host(net: &Network, binding: &str) -> Result<DeriveOptions, PolicyError> {
+    let mut opts = options_for(net, binding)?;
+    opts.host_addresses = host_addresses()?;
+    Ok(opts)
+}
+
 /// `allow_hosts`: the filtering resolver's plan. It forwards to the
 /// profile's `dns` (`resolvers`, routed for the filter alone) or else to
 /// slirp A's forwarder (the host's resolver).
@@ -111,6 +121,50 @@ fn derive_hosts(
         ttl_ceiling: TTL_CEILING,
         probe_allowed,
     }))
+}
+
+/// The host's interface addresses (IPv4), in the calling process's
+/// network namespace: the deriver runs in the host's, so these are the
+/// addresses slirp4netns A's sockets would reach as the host's own.
+pub fn host_addresses() -> Result<Vec<HostAddress>, PolicyError> {
+    let why = |e: nix::Error| PolicyError::HostAddresses {
+        why: format!("getifaddrs: {e}"),
+    };
+    let mut out: Vec<HostAddress> = Vec::new();
+    for ifa in nix::ifaddrs::getifaddrs().map_err(why)? {
+        let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+            continue;
+        };
+        out.push(HostAddress {
+            address: sin.ip(),
+            ifname: ifa.interface_name.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The denials of the host's addresses: one /32 per address the policy
+/// must deny ([`host_deniable`]), the first interface naming it.
+fn host_rules(addrs: &[HostAddress], link: &Link) -> Result<Vec<Rule>, PolicyError> {
+    let mut by_addr: std::collections::BTreeMap<Ipv4Addr, &str> = Default::default();
+    for h in addrs.iter().filter(|h| host_deniable(link, h.address)) {
+        by_addr.entry(h.address).or_insert(&h.ifname);
+    }
+    if by_addr.len() > MAX_HOST_ADDRESSES {
+        return Err(PolicyError::TooManyHostAddresses {
+            count: by_addr.len(),
+        });
+    }
+    Ok(by_addr
+        .into_iter()
+        .map(|(a, ifname)| Rule {
+            prefix: Ipv4Net::new(a, 32).expect("32 is valid"),
+            verdict: Verdict::Deny,
+            origin: Origin::Host {
+                ifname: ifname.to_string(),
+            },
+        })
+        .collect())
 }
 
 /// Derives the policy. Pure: the same profile and options always give the
@@ -312,6 +366,12 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             false,
         );
     }
+    // The host's own addresses: a /32 each, which only an `allow` of
+    // exactly that address replaces.
+    let host_denials = host_rules(&opts.host_addresses, &link)?;
+    for r in &host_denials {
+        put(&mut rules, r.clone(), false);
+    }
     for (i, n) in &allows {
         put(
             &mut rules,
@@ -330,11 +390,38 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         if *a == link.dns {
             continue; // on-link: the device route reaches it
         }
-        if hosts.is_some() {
-            // The filter's upstream only: routed by mark, not here.
-            break;
-        }
         let host = Ipv4Net::new(*a, 32).expect("32 is valid");
+        let exact_allow = allows.iter().any(|(_, n)| *n == host);
+        if hosts.is_some() {
+            // The filter's upstream only: routed by mark in table 77, and
+            // denied here, so that no answer gets it routed for the
+            // sandbox (an `allow` of exactly it still opens it).
+            put(
+                &mut rules,
+                Rule {
+                    prefix: host,
+                    verdict: Verdict::Deny,
+                    origin: Origin::Upstream {
+                        index: *i as u32,
+                        entry: net.dns[*i].trim().to_string(),
+                    },
+                },
+                false,
+            );
+            continue;
+        }
+        if let Some(Origin::Host { ifname }) = host_denials
+            .iter()
+            .find(|r| r.prefix == host)
+            .map(|r| &r.origin)
+            .filter(|_| !exact_allow)
+        {
+            return Err(PolicyError::ResolverIsHost {
+                index: *i,
+                entry: net.dns[*i].clone(),
+                ifname: ifname.clone(),
+            });
+        }
         let rule = Rule {
             prefix: host,
             verdict: Verdict::Allow,
@@ -344,10 +431,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             },
         };
         // An `allow` of the same /32 already permits it.
-        let keep_allow = rules
-            .iter()
-            .any(|r| r.prefix == host && matches!(r.origin, Origin::Allow { .. }));
-        put(&mut rules, rule, !keep_allow);
+        put(&mut rules, rule, !exact_allow);
     }
     rules.sort_by(|a, b| {
         (a.prefix.addr(), a.prefix.prefix_len()).cmp(&(b.prefix.addr(), b.prefix.prefix_len()))

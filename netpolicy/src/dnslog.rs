@@ -58,7 +58,9 @@ pub enum DnsEvent {
         expires_ms: u64,
     },
     /// An answer's address that the policy denies by a rule (a private,
-    /// link-local or `deny`-listed range): passed on, never routed.
+    /// link-local or `deny`-listed range, an address of the host, a `dns`
+    /// upstream) or that the host gained while the Domain runs: passed
+    /// on, never routed.
     AddressRefused {
         #[serde(rename = "time_unix_ms")]
         time_ms: u64,
@@ -102,8 +104,14 @@ impl DnsEvent {
 
 /// Parses a log, skipping lines that are too long or do not decode.
 pub fn parse(text: &str) -> Vec<DnsEvent> {
+    parse_lines(text, MAX_LINE)
+}
+
+/// The events of a JSON-lines log, skipping lines longer than `max_line`
+/// or that do not decode (the helpers' logs share this form).
+pub fn parse_lines<T: serde::de::DeserializeOwned>(text: &str, max_line: usize) -> Vec<T> {
     text.lines()
-        .filter(|l| l.len() <= MAX_LINE)
+        .filter(|l| l.len() <= max_line)
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }

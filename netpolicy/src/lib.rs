@@ -7,7 +7,9 @@
 //!   `lazaret-config`;
 //! - [`record`]: `network.json`, what `lazaret net show` prints.
 //! - [`hosts`]: `allow_hosts` entries and the filtering resolver's
-//!   decisions; [`dnslog`]: its log (`lazaret net log`).
+//!   decisions; [`dnslog`]: its log (`lazaret net log`);
+//! - [`hostlog`]: the denials of host addresses gained while a Domain
+//!   runs (`lazaret-netpolicy watch`).
 //!
 //! Installing it as kernel routes, attesting and probing it is the
 //! confined helper's (`netpolicy-helper/`, binary `lazaret-netpolicy`),
@@ -25,12 +27,13 @@
 #[cfg(feature = "derive")]
 pub mod derive;
 pub mod dnslog;
+pub mod hostlog;
 pub mod hosts;
 pub mod policy;
 pub mod record;
 
 #[cfg(feature = "derive")]
-pub use derive::{derive, options_for};
+pub use derive::{derive, host_addresses, options_for, options_on_this_host};
 pub use policy::{DeriveOptions, NetworkPlan, Policy, PolicyError};
 
 /// The fixed descriptor numbers the supervisor hands to the helper.
@@ -39,6 +42,11 @@ pub mod fdno {
     pub const POLICY: i32 = 3;
     /// An fd of the sandbox network namespace (`/proc/PID/ns/net`).
     pub const SANDBOX_NETNS: i32 = 4;
+    /// `watch`: a NETLINK_ROUTE socket of the host's network namespace,
+    /// bound to its IPv4 address notifications (by the supervisor).
+    pub const HOST_NETLINK: i32 = 4;
+    /// `watch`: its log, `host-addresses.log`, opened for appending.
+    pub const WATCH_LOG: i32 = 5;
 }
 
 /// Creates the sealed memfd the helper reads on [`fdno::POLICY`], and the

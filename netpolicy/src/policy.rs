@@ -19,6 +19,19 @@
 //! - IPv6 is disabled in both namespaces (`disable_ipv6=1`), so no IPv6
 //!   destination is reachable at all. IPv6 `deny` entries are therefore
 //!   already satisfied and accepted; IPv6 `allow` or `dns` entries are errors.
+//! - Every IPv4 address of the host's interfaces (taken by the deriver in
+//!   the host's network namespace, [`DeriveOptions::host_addresses`]) is
+//!   denied as a /32, [`Origin::Host`]: slirp4netns A re-originates the
+//!   sandbox's connections as the host's own sockets, so they would reach
+//!   services listening there as local traffic. A /32 beats any shorter
+//!   `allow`; only an `allow` naming that address exactly (`A` or `A/32`)
+//!   opens it. Addresses inside the fixed ranges (loopback) or the slirp
+//!   link are left out: denied already, or never the host (slirp answers
+//!   nothing there). Addresses the host gains later are denied by
+//!   `lazaret-netpolicy watch` (in [`HOST_TABLE`]).
+//! - With `allow_hosts`, the profile's `dns` resolvers are denied as /32s
+//!   ([`Origin::Upstream`]) so that no answer can get them routed; the
+//!   filter's own socket reaches them through table 77.
 
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
@@ -26,7 +39,7 @@ use sha2::{Digest, Sha256};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the canonical encoding; part of the digest.
-pub const POLICY_VERSION: u32 = 2;
+pub const POLICY_VERSION: u32 = 3;
 /// Upper bound of the canonical policy bytes (checked before parsing).
 pub const MAX_POLICY_BYTES: u64 = 256 * 1024;
 /// At most this many resolvers: the C library reads no more (`MAXNS`).
@@ -35,6 +48,9 @@ pub const MAX_RESOLVERS: usize = 3;
 pub const MAX_ENTRIES: usize = 1024;
 /// At most this many `allow_hosts` entries.
 pub const MAX_HOSTS: usize = 512;
+/// At most this many host addresses are denied in the policy (and, apart,
+/// at most this many more by the watcher while the Domain runs).
+pub const MAX_HOST_ADDRESSES: usize = 1024;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
@@ -130,6 +146,16 @@ pub enum PolicyError {
     },
     #[error("network.allow_hosts lists {count} entries; at most {MAX_HOSTS} are supported")]
     TooManyHosts { count: usize },
+    #[error("network.dns[{index}] {entry:?} is an address of this host ({ifname}): the sandbox would reach every service the host offers there, not only its resolver; name it in network.allow too to accept that, or use network.allow_hosts (its resolvers are reachable by Lazaret's filtering resolver alone)")]
+    ResolverIsHost {
+        index: usize,
+        entry: String,
+        ifname: String,
+    },
+    #[error("this host has {count} IPv4 addresses; at most {MAX_HOST_ADDRESSES} can be denied, so the sandbox cannot start here")]
+    TooManyHostAddresses { count: usize },
+    #[error("cannot list this host's network addresses ({why}): Lazaret denies the sandbox every address the host answers on, so it cannot start without them")]
+    HostAddresses { why: String },
     #[error("network.allow_hosts needs `default = \"deny\"`: with `default = \"allow\"` every address is reachable already, so a list of names would allow nothing more and restrict nothing")]
     HostsNeedDeny,
     #[error("policy encoding: {0}")]
@@ -186,7 +212,61 @@ pub enum Origin {
         index: u32,
         entry: String,
     },
+    /// An address of one of the host's interfaces, taken when the policy
+    /// was derived: denied so that no host service is reachable.
+    Host {
+        ifname: String,
+    },
+    /// With `allow_hosts`: a `dns` resolver, the filtering resolver's
+    /// upstream only (reached through table 77 by its own socket).
+    Upstream {
+        index: u32,
+        entry: String,
+    },
 }
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Builtin { what, fixed } => {
+                write!(
+                    f,
+                    "built-in: {what}{}",
+                    if *fixed { " (fixed)" } else { "" }
+                )
+            }
+            Origin::Link { what } => write!(f, "link: {what}"),
+            Origin::Allow { index, entry } => write!(f, "network.allow[{index}] {entry:?}"),
+            Origin::Deny { index, entry } => write!(f, "network.deny[{index}] {entry:?}"),
+            Origin::Dns { index, entry } => write!(f, "network.dns[{index}] {entry:?}"),
+            Origin::Host { ifname } => write!(f, "host address ({ifname})"),
+            Origin::Upstream { index, entry } => write!(
+                f,
+                "network.dns[{index}] {entry:?}, the filtering resolver's upstream only"
+            ),
+        }
+    }
+}
+
+/// One IPv4 address of one of the host's interfaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostAddress {
+    pub address: Ipv4Addr,
+    /// The interface's name (its label, `eth0` or `eth0:1`).
+    pub ifname: String,
+}
+
+/// The table where `lazaret-netpolicy watch` denies the addresses the host
+/// gains while the Domain runs (`unreachable ADDR/32`), looked up first
+/// of all but the filter's upstream (by the rule at
+/// [`HOST_RULE_PRIORITY`]): an address found there is refused whatever
+/// the main table, or the filter's routes and port rules, say. The others
+/// are not found there and go on to the next rule.
+pub const HOST_TABLE: u32 = 75;
+/// The priority of the rule `lookup 75` (added with the first such
+/// denial): after the filter's upstream mark rule (so that it still
+/// reaches its resolvers) and before its port rules and the main table.
+pub const HOST_RULE_PRIORITY: u32 = 950;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
@@ -350,6 +430,9 @@ pub struct DeriveOptions {
     pub dns_name: Option<String>,
     /// Per-check timeout; default 3000 ms.
     pub probe_timeout_ms: Option<u32>,
+    /// The host's interface addresses, each denied (see the module
+    /// documentation); `derive::host_addresses` lists them.
+    pub host_addresses: Vec<HostAddress>,
 }
 
 pub(crate) struct Builtin {
@@ -419,6 +502,19 @@ pub(crate) const BUILTINS: &[Builtin] = &[
 
 pub(crate) fn builtin_net(b: &Builtin) -> Ipv4Net {
     Ipv4Net::new(Ipv4Addr::from(b.net), b.len).expect("static prefix")
+}
+
+/// Is `addr`, an address of the host, one the policy must deny? Not when
+/// it lies in a fixed range (loopback: denied already, and never
+/// routable) or on the slirp link (slirp4netns A answers only its own
+/// gateway and forwarder there, so a host address in 10.0.2.0/24, as a
+/// QEMU user-network guest has, is never reached through it).
+pub fn host_deniable(link: &Link, addr: Ipv4Addr) -> bool {
+    !link.network.contains(&addr)
+        && !BUILTINS
+            .iter()
+            .filter(|b| b.fixed)
+            .any(|b| builtin_net(b).contains(&addr))
 }
 
 /// The decision for one destination, with the rule that made it.
@@ -556,6 +652,7 @@ impl Policy {
         if self.binding.len() > 4096 {
             return bad("binding longer than 4096 bytes".into());
         }
+        self.check_host_rules()?;
         if let Some(h) = &self.hosts {
             if self.default != Verdict::Deny {
                 return bad("allow_hosts without default deny".into());
@@ -579,8 +676,64 @@ impl Policy {
             if self.resolvers != [self.link.dns] {
                 return bad("allow_hosts with resolvers other than the forwarder".into());
             }
+            // No answer may get an upstream routed: each has its own rule.
+            for u in h.upstream.iter().filter(|_| self.upstream_by_mark()) {
+                if !self.decides_exactly(*u) {
+                    return bad(format!("filter upstream {u} has no rule of its own"));
+                }
+            }
         }
         self.check_probe()
+    }
+
+    /// Is there a rule for exactly `addr/32` (a host address, an `allow`
+    /// or `deny` of it, a resolver)? The watcher leaves such an address
+    /// as the policy decided it.
+    pub fn decides_exactly(&self, addr: Ipv4Addr) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.prefix.prefix_len() == 32 && r.prefix.addr() == addr)
+    }
+
+    /// May `lazaret-netpolicy watch` deny `addr`, an address the host has
+    /// (and attestation accept its rule)? When it is one to deny and the
+    /// policy does not decide it exactly already (as a host address taken
+    /// at derivation, or an `allow`, `deny` or resolver of exactly it).
+    pub fn watch_may_deny(&self, addr: Ipv4Addr) -> bool {
+        host_deniable(&self.link, addr) && !self.decides_exactly(addr)
+    }
+
+    /// Rules of host addresses and filter upstreams: denials of single
+    /// addresses, at most [`MAX_HOST_ADDRESSES`] of the host's.
+    fn check_host_rules(&self) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Inconsistent(m));
+        let mut hosts = 0;
+        for r in &self.rules {
+            let (host, upstream) = match &r.origin {
+                Origin::Host { .. } => (true, false),
+                Origin::Upstream { .. } => (false, true),
+                _ => continue,
+            };
+            if r.verdict != Verdict::Deny || r.prefix.prefix_len() != 32 {
+                return bad(format!("{} {} is not a denied address", r.origin, r.prefix));
+            }
+            if host && !host_deniable(&self.link, r.prefix.addr()) {
+                return bad(format!("host address {} is not one to deny", r.prefix));
+            }
+            if upstream
+                && !self
+                    .hosts
+                    .as_ref()
+                    .is_some_and(|h| h.upstream.contains(&r.prefix.addr()))
+            {
+                return bad(format!("{} is no filter upstream", r.prefix));
+            }
+            hosts += usize::from(host);
+        }
+        if hosts > MAX_HOST_ADDRESSES {
+            return bad(format!("{hosts} host addresses"));
+        }
+        Ok(())
     }
 
     pub(crate) fn check_probe(&self) -> Result<(), PolicyError> {

@@ -428,3 +428,149 @@ fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
     // Without allow_hosts, nothing changes.
     assert_eq!(policy(&net(&[], &[], &[], DD)).hosts, None);
 }
+
+fn with_host(n: &Network, addrs: &[(&str, &str)]) -> Result<Policy, PolicyError> {
+    let opts = DeriveOptions {
+        host_addresses: addrs
+            .iter()
+            .map(|(a, i)| HostAddress {
+                address: ip(a),
+                ifname: i.to_string(),
+            })
+            .collect(),
+        ..DeriveOptions::default()
+    };
+    derive(n, &opts).map(|p| match p {
+        NetworkPlan::Policy(p) => p,
+        NetworkPlan::None => panic!("expected a policy"),
+    })
+}
+
+#[test]
+fn every_host_address_is_denied_unless_allowed_exactly() {
+    let host = [
+        ("203.0.113.1", "eth0"),
+        ("192.168.1.5", "wlan0"),
+        ("203.0.113.1", "eth0:1"),
+        ("127.0.0.1", "lo"),
+        ("10.0.2.15", "ens3"),
+    ];
+    let p = with_host(
+        &net(&["192.168.0.0/16", "203.0.113.0/24"], &[], &[], DA),
+        &host,
+    )
+    .unwrap();
+    // A /32 each, named after its interface, beating the shorter allows.
+    for (a, ifname) in [("203.0.113.1", "eth0"), ("192.168.1.5", "wlan0")] {
+        let d = p.verdict_for(ip(a));
+        assert_eq!(d.verdict, D, "{a}");
+        assert_eq!(d.prefix.to_string(), format!("{a}/32"));
+        assert_eq!(
+            d.origin,
+            Some(Origin::Host {
+                ifname: ifname.into()
+            })
+        );
+        assert!(p.routes().contains(&RouteSpec::Unreachable(d.prefix)));
+        assert_eq!(
+            d.origin.unwrap().to_string(),
+            format!("host address ({ifname})")
+        );
+    }
+    assert_eq!(p.verdict_for(ip("203.0.113.2")).verdict, A);
+    // Loopback (fixed) and the slirp link (never the host through slirp)
+    // are left out; each address once.
+    let hosts: Vec<_> = p
+        .rules
+        .iter()
+        .filter(|r| matches!(r.origin, Origin::Host { .. }))
+        .map(|r| r.prefix.to_string())
+        .collect();
+    assert_eq!(hosts, ["192.168.1.5/32", "203.0.113.1/32"]);
+    assert!(!host_deniable(&p.link, ip("10.0.2.15")) && !host_deniable(&p.link, ip("127.0.0.1")));
+    assert!(p.decides_exactly(ip("203.0.113.1")) && !p.decides_exactly(ip("203.0.113.2")));
+    assert_eq!(Policy::from_bytes(&p.to_bytes().unwrap()).unwrap(), p);
+
+    // An allow naming the address exactly opens it, in either spelling.
+    for entry in ["203.0.113.1", "203.0.113.1/32"] {
+        let p = with_host(&net(&[entry], &[], &[], DD), &host).unwrap();
+        let d = p.verdict_for(ip("203.0.113.1"));
+        assert_eq!(d.verdict, A, "{entry}");
+        assert!(matches!(d.origin, Some(Origin::Allow { index: 0, .. })));
+    }
+    // A resolver at a host address opens every service there: refused,
+    // naming it, unless `allow` names it too.
+    let e = with_host(&net(&[], &[], &["203.0.113.1"], DA), &host).unwrap_err();
+    assert!(
+        matches!(&e, PolicyError::ResolverIsHost { index: 0, ifname, .. } if ifname == "eth0"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("network.dns[0] \"203.0.113.1\""),
+        "{e}"
+    );
+    let p = with_host(&net(&["203.0.113.1"], &[], &["203.0.113.1"], DA), &host).unwrap();
+    assert_eq!(p.verdict_for(ip("203.0.113.1")).verdict, A);
+
+    // Forged: a host address allowed, or one that is not the host's to deny.
+    let mut forged = with_host(&net(&[], &[], &[], DA), &host).unwrap();
+    forged
+        .rules
+        .iter_mut()
+        .find(|r| matches!(r.origin, Origin::Host { .. }))
+        .unwrap()
+        .verdict = A;
+    assert!(forged.check_consistent().is_err());
+    let mut forged = with_host(&net(&[], &[], &[], DA), &host).unwrap();
+    forged.rules.push(Rule {
+        prefix: "10.0.2.16/32".parse().unwrap(),
+        verdict: D,
+        origin: Origin::Host { ifname: "x".into() },
+    });
+    forged
+        .rules
+        .sort_by_key(|r| (r.prefix.addr(), r.prefix.prefix_len()));
+    assert!(forged.check_consistent().is_err());
+    // Bounded.
+    let many: Vec<(String, &str)> = (0..=MAX_HOST_ADDRESSES as u32)
+        .map(|i| (Ipv4Addr::from(0xcb00_7100 + i).to_string(), "eth0"))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(a, i)| (a.as_str(), *i)).collect();
+    assert!(matches!(
+        with_host(&net(&[], &[], &[], DA), &many),
+        Err(PolicyError::TooManyHostAddresses { .. })
+    ));
+}
+
+#[test]
+fn allow_hosts_upstreams_are_denied_so_no_answer_routes_them() {
+    let p = with_host(
+        &hosts_net(&["svc.example"], &["198.51.100.53", "10.99.5.53"], DD),
+        &[("203.0.113.1", "eth0")],
+    )
+    .unwrap();
+    for (i, a) in ["198.51.100.53", "10.99.5.53"].iter().enumerate() {
+        let d = p.verdict_for(ip(a));
+        assert_eq!(d.verdict, D, "{a}");
+        assert_eq!(d.prefix.prefix_len(), 32);
+        assert!(
+            matches!(&d.origin, Some(Origin::Upstream { index, .. }) if *index as usize == i),
+            "{d:?}"
+        );
+    }
+    // A host address is the filter's upstream: fine, the filter alone
+    // reaches it (table 77), the sandbox never.
+    let p = with_host(
+        &hosts_net(&["svc.example"], &["203.0.113.1"], DD),
+        &[("203.0.113.1", "eth0")],
+    )
+    .unwrap();
+    assert_eq!(p.verdict_for(ip("203.0.113.1")).verdict, D);
+    assert_eq!(Policy::from_bytes(&p.to_bytes().unwrap()).unwrap(), p);
+    // Forged: an upstream left without its own rule.
+    let mut forged = p.clone();
+    forged
+        .rules
+        .retain(|r| r.prefix.to_string() != "203.0.113.1/32");
+    assert!(forged.check_consistent().is_err());
+}

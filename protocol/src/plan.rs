@@ -141,6 +141,9 @@ pub struct SandboxNetwork {
     pub attachment: String,
     /// `allow_hosts`: the filtering resolver to start before slirp4netns B.
     pub dns_filter: Option<DnsFilterPlan>,
+    /// The log of `lazaret-netpolicy watch` (`host-addresses.log` in the
+    /// Domain Root), opened by the holder for appending.
+    pub host_watch_log: PathBuf,
 }
 
 /// How the holder starts `lazaret-dns-filter`.

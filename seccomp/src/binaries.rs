@@ -32,6 +32,7 @@ pub fn get(binary: &str) -> Option<Confinement> {
         "lazaret-exec-bridge" => exec_bridge(),
         "lazaret-mount-router" => mount_router(),
         "lazaret-netpolicy" => netpolicy(),
+        "lazaret-netpolicy-watch" => netpolicy_watch(),
         "lazaret-dns-filter" => dns_filter(),
         "lazaret-escalate" => escalate(),
         _ => return None,
@@ -44,7 +45,7 @@ pub fn get(binary: &str) -> Option<Confinement> {
 pub fn required_landlock_abi() -> i32 {
     SUITE
         .iter()
-        .chain(&["lazaret-supervisor-scan"])
+        .chain(&["lazaret-supervisor-scan", "lazaret-netpolicy-watch"])
         .filter_map(|b| get(b)?.landlock.map(|l| l.abi as i32))
         .max()
         .unwrap_or(1)
@@ -79,7 +80,7 @@ pub fn netpolicy() -> Confinement {
     let sysctl = AccessFs::ReadFile | AccessFs::WriteFile;
     Confinement {
         binary: "lazaret-netpolicy",
-        runs_as: "root of the Domain user namespace, started by lazaret-supervisor; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 the sandbox network namespace",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor's holder; fd 3 a sealed memfd with the canonical policy (seals, size and SHA-256 checked), fd 4 the sandbox network namespace (`watch`: a netlink socket of the host's namespace, fd 5 its log)",
         status: Status::Confined,
         namespaces: "starts in the enforcement network namespace, opens its handles there, joins the sandbox network namespace (fd 4) and opens the same there",
         closes_fds: Some("0, 1, 2, the policy memfd and the sandbox network namespace"),
@@ -112,7 +113,47 @@ pub fn netpolicy() -> Confinement {
         notes: vec![
             "CAP_NET_ADMIN over the enforcement namespace is the authority this helper exists to use",
             "UDP is not covered by landlock; seccomp limits which sockets it can create",
+            "`watch` (for the Domain's life, started after `install`) denies every address the host gains (`unreachable ADDR/32` in table 75, looked up by a rule at priority 950) under its own, narrower confinement `lazaret-netpolicy-watch` (`lazaret-netpolicy --print-confinement watch`): no file system, no TCP, no socket of its own (its netlink sockets are the host's, inherited read-only, and the enforcement namespace's, opened before confining), no sandbox namespace",
         ],
+    }
+}
+
+/// `lazaret-netpolicy watch`, which keeps the denials of the host's
+/// addresses current while the Domain runs. Not a binary of its own:
+/// printed in `lazaret-netpolicy`'s notes, applied and tested by this name.
+pub fn netpolicy_watch() -> Confinement {
+    Confinement {
+        binary: "lazaret-netpolicy-watch",
+        runs_as: "root of the Domain user namespace, started by lazaret-supervisor's holder after `install`, for the Domain's life; fd 3 a sealed memfd with the canonical policy, fd 4 a NETLINK_ROUTE socket of the host's network namespace bound to its IPv4 address notifications (by the supervisor, as the developer), fd 5 its log (host-addresses.log in the Domain Root, opened for appending by the holder)",
+        status: Status::Confined,
+        namespaces: "the enforcement network namespace (the holder's); it reads the host's addresses only through the inherited socket, where it holds no capability (so it cannot change anything there)",
+        closes_fds: Some("0, 1, 2, the policy memfd, the host netlink socket and the log"),
+        no_new_privs: true,
+        not_dumpable: true,
+        capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
+        landlock: Some(no_files_no_tcp(
+            "no file system access: the policy, the log and both netlink sockets are opened before confining",
+        )),
+        seccomp: true,
+        notes: vec![
+            "CAP_NET_ADMIN over the enforcement namespace: routes `unreachable ADDR/32` in table 75 for addresses of the host the policy does not decide exactly, and the rule `lookup 75` at priority 950; attestation rejects anything else there",
+            "creates no socket; never reads anything the sandbox sends",
+            "single-threaded; if it exits, the holder stops the Domain",
+        ],
+    }
+}
+
+/// The Network Sidecar's long-lived helpers' landlock: no place at all,
+/// every file system and TCP right handled, so none is granted.
+fn no_files_no_tcp(opened_before: &'static str) -> Landlock {
+    Landlock {
+        abi: NETPOLICY_ABI,
+        fs: AccessFs::from_all(NETPOLICY_ABI),
+        net: AccessNet::from_all(NETPOLICY_ABI),
+        scoping: Scoping::Required,
+        rules: vec![],
+        require_full: true,
+        notes: vec![opened_before, "TCP: no bind, no connect"],
     }
 }
 
@@ -128,18 +169,9 @@ pub fn dns_filter() -> Confinement {
         no_new_privs: true,
         not_dumpable: true,
         capabilities: Capabilities::Keep(vec![caps::NET_ADMIN]),
-        landlock: Some(Landlock {
-            abi: NETPOLICY_ABI,
-            fs: AccessFs::from_all(NETPOLICY_ABI),
-            net: AccessNet::from_all(NETPOLICY_ABI),
-            scoping: Scoping::Required,
-            rules: vec![],
-            require_full: true,
-            notes: vec![
-                "no file system access: the policy, the log, /proc/self/net/tcp, the netlink socket and both UDP sockets are opened before confining",
-                "TCP: no bind, no connect",
-            ],
-        }),
+        landlock: Some(no_files_no_tcp(
+            "no file system access: the policy, the log, /proc/self/net/tcp, the netlink socket and both UDP sockets are opened before confining",
+        )),
         seccomp: true,
         notes: vec![
             "binds UDP port 53 on the enforcement namespace's own address (with CAP_NET_BIND_SERVICE, dropped right after)",

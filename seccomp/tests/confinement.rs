@@ -21,12 +21,12 @@ use lazaret_seccomp::binaries;
 use lazaret_seccomp::ruleset::Place;
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The binaries that confine themselves.
 const CONFINED: &[&str] = &[
     "lazaret-netpolicy",
+    "lazaret-netpolicy-watch",
     "lazaret-dns-filter",
     "lazaret-mount-router",
     "lazaret-coordinator",
@@ -249,8 +249,11 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
             }
         }
         Check::Caps => {
+            // read, not pread: every allow-list has `read`
+            // (lazaret-netpolicy-watch's has no `pread64`); the handle
+            // was opened before confining and not read yet.
             let mut buf = vec![0u8; 8192];
-            let n = status.read_at(&mut buf, 0).unwrap_or(0);
+            let n = std::io::Read::read(&mut &status, &mut buf).unwrap_or(0);
             let text = String::from_utf8_lossy(&buf[..n]);
             let get = |k: &str| {
                 text.lines()

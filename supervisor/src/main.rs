@@ -168,8 +168,15 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     // We tell the holder over this one when slirp4netns A is up.
     let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    // The host's address changes, subscribed here in the host's network
+    // namespace before the holder exists (see `network::host_address_socket`).
+    let host_netlink = match &plan.network {
+        Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
+        None => None,
+    };
     let ready_w_raw = ready_w.as_raw_fd();
     let uplink_r_raw = uplink_r.as_raw_fd();
+    let host_netlink_raw = host_netlink.as_ref().map(|f| f.as_raw_fd());
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWPID
@@ -179,11 +186,12 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     let (holder, holder_fd) = userns::clone_mapped_pidfd(&plan.id_map, flags, || {
         // SAFETY: closing the clone's copy of the channel, which it never uses.
         unsafe { libc::close(channel.as_fd().as_raw_fd()) };
-        holder_main(&plan, ready_w_raw, uplink_r_raw)
+        holder_main(&plan, ready_w_raw, uplink_r_raw, host_netlink_raw)
     })
     .map_err(|e| (exit::START_FAILED, e.to_string()))?;
     drop(ready_w);
     drop(uplink_r);
+    drop(host_netlink);
     let mut ready = std::io::BufReader::new(std::fs::File::from(ready_r));
     let holder_line = |ready: &mut std::io::BufReader<std::fs::File>| {
         use std::io::BufRead;
@@ -656,14 +664,22 @@ fn remove_tree(dir: Option<&Path>) -> i32 {
 extern "C" fn noop(_: libc::c_int) {}
 
 /// PID 1 of the Domain's PID namespace, ID 0 of its user namespace.
-fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
+fn holder_main(
+    plan: &SandboxPlan,
+    ready_w: i32,
+    uplink_r: i32,
+    host_netlink: Option<i32>,
+) -> isize {
     // SAFETY: ready_w is the pipe's write end, inherited by the clone.
     let mut ready = unsafe { std::fs::File::from_raw_fd(ready_w) };
-    match holder_start(plan, uplink_r) {
-        Ok((mut runsc, router)) => {
+    // SAFETY: the host netlink socket is the supervisor's, inherited by
+    // the clone, which takes its copy over.
+    let host_netlink = host_netlink.map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    match holder_start(plan, uplink_r, host_netlink) {
+        Ok((mut runsc, essential)) => {
             let _ = writeln!(ready, "running");
             drop(ready);
-            holder_wait(plan, &mut runsc, router)
+            holder_wait(plan, &mut runsc, essential)
         }
         Err(msg) => {
             let _ = writeln!(ready, "error {msg}");
@@ -672,12 +688,17 @@ fn holder_main(plan: &SandboxPlan, ready_w: i32, uplink_r: i32) -> isize {
     }
 }
 
+/// A child of the holder the sandbox cannot run without, and what to
+/// call it when it exits.
+type Essential = (u32, &'static str);
+
 /// Starts everything up to a running sandbox; returns runsc and the
-/// mount routers' PIDs.
+/// essential children's PIDs (the mount routers, the host-address watch).
 fn holder_start(
     plan: &SandboxPlan,
     uplink_r: i32,
-) -> Result<(std::process::Child, Vec<u32>), String> {
+    host_netlink: Option<std::os::fd::OwnedFd>,
+) -> Result<(std::process::Child, Vec<Essential>), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -710,9 +731,10 @@ fn holder_start(
     lazaret_helpers::timeline::mark("holder", "namespaces-ready");
 
     // The network first: policy installed and probe passed, or no sandbox.
-    let net = match &plan.network {
-        Some(n) => Some(network::setup_in_holder(n, uplink_r)?),
-        None => {
+    let mut net = match (&plan.network, host_netlink) {
+        (Some(n), Some(h)) => Some(network::setup_in_holder(n, uplink_r, h)?),
+        (Some(_), None) => return Err("network: no host netlink socket".into()),
+        (None, _) => {
             // SAFETY: uplink_r is our inherited copy of the pipe's read
             // end, unused without a network.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(uplink_r) });
@@ -795,6 +817,15 @@ fn holder_start(
             &plan.sandbox_id,
         ],
     );
+    // The watch must be alive when the sandbox starts; after this, its
+    // exit stops the Domain (`holder_wait`).
+    if let Some(n) = net.as_mut() {
+        if let Ok(Some(status)) = n.watch.try_wait() {
+            return Err(format!(
+                "network: host addresses: lazaret-netpolicy watch exited ({status}); see helpers.log in the Domain Root (`lazaret logs --helpers`)"
+            ));
+        }
+    }
     lazaret_helpers::timeline::mark("holder", "runsc-run-spawn");
     let mut cmd = Command::new(&argv[0]);
     // runsc chowns the stdio it is given to the Sentry's uid: it gets pipes,
@@ -859,7 +890,17 @@ fn holder_start(
                     return Err(format!("cannot bound the sandbox's memory: {e}"));
                 }
                 lazaret_helpers::timeline::mark("holder", "sandbox-running");
-                return Ok((child, routers.iter().map(|r| r.id()).collect()));
+                let essential = routers
+                    .iter()
+                    .map(|r| (r.id(), "a mount router"))
+                    .chain(net.as_ref().map(|n| {
+                        (
+                            n.watch.id(),
+                            "the host-address watch (lazaret-netpolicy watch)",
+                        )
+                    }))
+                    .collect();
+                return Ok((child, essential));
             }
         }
         if Instant::now() > deadline {
@@ -994,7 +1035,11 @@ fn runsc_state(plan: &SandboxPlan) -> Option<(String, Option<i32>)> {
     Some((status, pid))
 }
 
-fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, routers: Vec<u32>) -> isize {
+fn holder_wait(
+    plan: &SandboxPlan,
+    runsc: &mut std::process::Child,
+    essential: Vec<Essential>,
+) -> isize {
     let set = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]);
     loop {
         match set.wait() {
@@ -1011,18 +1056,20 @@ fn holder_wait(plan: &SandboxPlan, runsc: &mut std::process::Child, routers: Vec
                             return exit::SANDBOX_LOST as isize;
                         }
                         // Without its router the workspace is gone (the
-                        // sandbox sees ENOTCONN, never host content): stop
-                        // the Domain, so the next start brings it back.
-                        Ok(s)
-                            if routers.iter().any(|p| {
+                        // sandbox sees ENOTCONN, never host content);
+                        // without the watch, an address the host gains
+                        // would stay reachable: stop the Domain, so the
+                        // next start brings them back.
+                        Ok(s) => {
+                            let gone = essential.iter().find(|(p, _)| {
                                 s.pid() == Some(nix::unistd::Pid::from_raw(*p as i32))
-                            }) =>
-                        {
-                            lazaret_protocol::log_line!("lazaret-supervisor: a mount router exited ({s:?}): stopping the sandbox");
-                            stop(plan, runsc);
-                            return exit::SANDBOX_LOST as isize;
+                            });
+                            if let Some((_, what)) = gone {
+                                lazaret_protocol::log_line!("lazaret-supervisor: {what} exited ({s:?}): stopping the sandbox");
+                                stop(plan, runsc);
+                                return exit::SANDBOX_LOST as isize;
+                            }
                         }
-                        Ok(_) => {}
                     }
                 }
             }

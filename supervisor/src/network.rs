@@ -4,6 +4,9 @@
 //! supervisor (host netns) ── slirp4netns A ── tap0 of N1 = the holder's netns (enforcement)
 //! holder (root of U, N1) ─── keeper K: unshare(CLONE_NEWNET) = N2 (sandbox netns)
 //!                        ├── lazaret-netpolicy install (routes in N1, IPv6 off in N1 and N2)
+//!                        ├── lazaret-netpolicy watch (for the Domain's life: denies in N1
+//!                        │     each address the host gains; reads them through a host
+//!                        │     netlink socket the supervisor bound before the holder existed)
 //!                        ├── slirp4netns B (in U + N1, so N1's routes apply) ── tap0 of N2
 //!                        ├── lazaret-netpolicy probe (from N2: denied refused, resolvers answer)
 //!                        └── runsc run --network=sandbox, spec netns = /proc/K/ns/net
@@ -141,12 +144,38 @@ impl Uplink {
     }
 }
 
+/// The multicast group of IPv4 address changes (`RTMGRP_IPV4_IFADDR`).
+const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+
+/// A NETLINK_ROUTE socket of the host's network namespace (the caller's),
+/// subscribed to its IPv4 address changes: made before the holder, handed
+/// to `lazaret-netpolicy watch`, which can only read through it (the
+/// kernel checks changes against this namespace, where the watch holds no
+/// capability). Subscribed before the watch dumps the addresses, so no
+/// address added in between is missed.
+pub fn host_address_socket() -> Result<OwnedFd, String> {
+    use rustix::net::{netlink::SocketAddrNetlink, AddressFamily, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("network: host addresses: cannot open a netlink socket: {e}"))?;
+    rustix::net::bind(&fd, &SocketAddrNetlink::new(0, RTMGRP_IPV4_IFADDR)).map_err(|e| {
+        format!("network: host addresses: cannot subscribe to the host's address changes: {e}")
+    })?;
+    Ok(fd)
+}
+
 /// What the holder keeps of the network after set-up.
 pub struct HolderNet {
     /// `/proc/K/ns/net` in the holder's `/proc`: the bundle's netns path.
     pub netns_path: String,
     pub keeper: i32,
     pub slirp_b: Child,
+    /// `lazaret-netpolicy watch`: the Domain stops if it exits.
+    pub watch: Child,
     /// `lazaret-dns-filter`, with `allow_hosts`.
     pub dns_filter: Option<Child>,
 }
@@ -158,8 +187,13 @@ fn step(stage: &str) -> impl Fn(String) -> String + '_ {
 
 /// In the holder (PID 1 of the Domain's PID namespace, root of U, in N1),
 /// after `/proc` is mounted: everything up to a passed probe. `uplink_r`
-/// delivers one byte once slirp A configured N1's tap0.
-pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNet, String> {
+/// delivers one byte once slirp A configured N1's tap0; `host_netlink`
+/// is [`host_address_socket`]'s.
+pub fn setup_in_holder(
+    net: &SandboxNetwork,
+    uplink_r: RawFd,
+    host_netlink: OwnedFd,
+) -> Result<HolderNet, String> {
     let keeper = fork_keeper().map_err(step("sandbox namespace"))?;
     let netns_path = format!("/proc/{keeper}/ns/net");
     let netns = std::fs::File::open(&netns_path)
@@ -183,6 +217,13 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
         .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
     check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
     let fingerprint = attestation.fingerprint;
+    // The host's addresses the policy does not list (gained since it was
+    // derived) are denied once the watch is ready, and every later one as
+    // it comes. It starts now and is waited for before the probe, so its
+    // start overlaps slirp B's, and the sandbox never runs without it.
+    let (mut watch, watch_ready) =
+        spawn_with_ready_line(watch_command(net, host_netlink).map_err(step("host addresses"))?)
+            .map_err(step("host addresses"))?;
 
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
     // namespace's resolv.conf: make it the policy's, or the filtering
@@ -215,28 +256,78 @@ pub fn setup_in_holder(net: &SandboxNetwork, uplink_r: RawFd) -> Result<HolderNe
     .map_err(step("resolver"))?;
 
     let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+    wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
+        .map_err(step("host addresses"))?;
+    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
 
     run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
     Ok(HolderNet {
         netns_path,
         keeper,
         slirp_b,
+        watch,
         dns_filter,
     })
+}
+
+/// Opens a helper's log in the Domain Root for appending (the helpers
+/// hold no file access of their own).
+fn open_log(path: &Path) -> Result<OwnedFd, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// `lazaret-netpolicy watch` in N1 with the sealed policy on fd 3, the
+/// host netlink socket on fd 4 and its log on fd 5; it prints `ready`
+/// once the host's addresses are denied and it is confined.
+fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let log = open_log(&net.host_watch_log)?;
+    let mut cmd = Command::new(&net.helper);
+    // The Domain ID in argv names the process for `ps` and the tests.
+    cmd.arg0(format!(
+        "lazaret-netpolicy-watch:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args(["watch", "--digest", &net.digest])
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (host_netlink, 4), (log, 5)]);
+    unblock_and_die_with_parent(&mut cmd);
+    Ok(cmd)
+}
+
+/// Spawns a helper that prints a line on stdout once it is ready (and
+/// confined); returns it and that stdout, for [`wait_ready`].
+fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
+    cmd.stdout(Stdio::piped());
+    let what = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    drop(cmd);
+    match child.stdout.take() {
+        Some(stdout) => Ok((child, OwnedFd::from(stdout))),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("{what} has no stdout pipe"))
+        }
+    }
 }
 
 /// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
 /// on fd 4; returns once it printed `ready` (it listens and is confined).
 fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
-    let log = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&plan.log)
-        .map_err(|e| format!("cannot open {}: {e}", plan.log.display()))?;
+    let log = open_log(&plan.log)?;
     let mut cmd = Command::new(&plan.binary);
     // The Domain ID in argv names the process for `ps` and the tests.
     cmd.arg0(format!(
@@ -245,16 +336,11 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
     ))
     .args(["--digest", &net.digest])
     .stdin(Stdio::null())
-    .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
-    fds::pass_fds(&mut cmd, vec![(policy, 3), (OwnedFd::from(log), 4)]);
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (log, 4)]);
     unblock_and_die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", plan.binary.display()))?;
-    drop(cmd);
-    let stdout = OwnedFd::from(child.stdout.take().expect("piped"));
-    wait_ready(stdout, "lazaret-dns-filter", &mut child)?;
+    let (mut child, ready) = spawn_with_ready_line(cmd)?;
+    wait_ready(ready, "lazaret-dns-filter", &mut child)?;
     Ok(child)
 }
 

@@ -103,6 +103,7 @@ fn a_network_policy_whose_digest_differs_is_refused_before_anything_starts() {
         domain_id: "test".into(),
         attachment: "test".into(),
         dns_filter: None,
+        host_watch_log: run.join("host-addresses.log"),
     });
     let bytes = postcard::to_stdvec(&p).unwrap();
     let (msg, code) = supervise(&bytes, &memfd::digest(&bytes));

@@ -537,7 +537,8 @@ pub fn os(s: &str) -> OsString {
     OsString::from(s)
 }
 
-/// The test hosts' addresses, all on the `lo` of a [`TestNet`].
+/// The test hosts' addresses, all on the `lo` of a [`TestNet`]'s remote
+/// namespace.
 pub const TEST_HOSTS: &[&str] = &[
     "10.99.0.1",
     "10.99.1.1",
@@ -550,22 +551,47 @@ pub const TEST_HOSTS: &[&str] = &[
     "169.254.169.254",
     "100.64.0.1",
 ];
-/// The IPv6 test host (a unique local address, fc00::/7).
+/// The IPv6 test host (a unique local address, fc00::/7), on the `lo` of
+/// the test "host" itself.
 pub const TEST_HOST_V6: &str = "fd00:99::1";
 /// The resolver of the test network namespace's own `/etc/resolv.conf`
 /// (what slirp4netns A forwards the implicit resolver to).
 pub const TEST_OUTER_RESOLVER: &str = "198.51.100.53";
+/// The test "host"'s own interface address (a public-looking one, on its
+/// link to the remote namespace): what a host's LAN or public address is.
+pub const TEST_HOST_ADDRESS: &str = "203.0.113.1";
+/// The remote namespace's end of that link (the host's default gateway).
+const TEST_GATEWAY: &str = "203.0.113.2";
 
 /// An isolated network namespace with no uplink, made by the test (as
-/// root) with test hosts on its `lo` (TCP 8080 on every address, a DNS
-/// responder on port 53: `*.lazaret.test` is 198.51.100.1), and its own
-/// `/etc/resolv.conf` (`ip netns exec` binds `/etc/netns/NAME/`). The
-/// whole `lazaret run` runs inside it, so no test traffic can leave the
-/// machine. Removed on drop.
+/// root), which stands for the host: `lazaret run` runs inside it, so no
+/// test traffic can leave the machine. Its one link (`lzh`,
+/// [`TEST_HOST_ADDRESS`]/24) leads to a second namespace, the remote one,
+/// which holds the test hosts on its `lo` (TCP 8080 and 8081 on every
+/// address, a DNS responder on port 53: `*.lazaret.test` is 198.51.100.1)
+/// and is the host's default gateway. The host itself runs the TCP test
+/// servers too, on every address it has (its loopback, its interface
+/// address, [`TEST_HOST_V6`], and any address a test adds), answering
+/// "SERVED-OK <address>" like the remote's: what reaches them reached the
+/// host. Its own `/etc/resolv.conf` (`ip netns exec` binds
+/// `/etc/netns/NAME/`) names [`TEST_OUTER_RESOLVER`]. Removed on drop.
 pub struct TestNet {
     pub name: String,
-    hosts: Option<std::process::Child>,
+    /// The remote namespace, where the test hosts live.
+    pub remote: String,
+    hosts: Vec<std::process::Child>,
     _script: tempfile::TempDir,
+}
+
+fn ip_cmd(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ip {args:?}: {}", text(&out.stderr)));
+    }
+    Ok(())
 }
 
 impl TestNet {
@@ -577,48 +603,23 @@ impl TestNet {
         if which("ip").is_none() && !Path::new("/usr/sbin/ip").exists() {
             return Err("ip (iproute2) is not installed".into());
         }
-        let python = if Path::new("/usr/bin/python3").exists() {
-            "/usr/bin/python3".to_string()
-        } else {
-            "python3".to_string()
-        };
         let mut rnd = [0u8; 4];
         getrandom(&mut rnd);
         let name = format!(
             "lzt-{}",
             rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
         );
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("ip {args:?}: {}", text(&out.stderr)));
-            }
-            Ok(())
-        };
-        ip(&["netns", "add", &name])?;
+        let remote = format!("{name}-r");
         let script = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut net = TestNet {
             name: name.clone(),
-            hosts: None,
+            remote: remote.clone(),
+            hosts: Vec::new(),
             _script: script,
         };
-        ip(&["-n", &name, "link", "set", "lo", "up"])?;
-        for h in TEST_HOSTS {
-            ip(&["-n", &name, "addr", "add", &format!("{h}/32"), "dev", "lo"])?;
-        }
-        // Best effort: the IPv6 host (the sandbox must not reach it anyway).
-        let _ = ip(&[
-            "-n",
-            &name,
-            "addr",
-            "add",
-            &format!("{TEST_HOST_V6}/128"),
-            "dev",
-            "lo",
-        ]);
+        ip_cmd(&["netns", "add", &name])?;
+        ip_cmd(&["netns", "add", &remote])?;
+        net.links()?;
         let etc = PathBuf::from("/etc/netns").join(&name);
         std::fs::create_dir_all(&etc).map_err(|e| e.to_string())?;
         std::fs::write(
@@ -628,10 +629,48 @@ impl TestNet {
         .map_err(|e| e.to_string())?;
         let py = net._script.path().join("nethosts.py");
         std::fs::write(&py, include_str!("../tests/nethosts.py")).map_err(|e| e.to_string())?;
+        let py = py.to_string_lossy().into_owned();
+        net.start_hosts(&remote, &[&py])?;
+        net.start_hosts(&name, &[&py, "--tcp-only"])?;
+        Ok(net)
+    }
+
+    /// The link between the two namespaces, their addresses and routes.
+    fn links(&self) -> Result<(), String> {
+        let (host, remote) = (self.name.as_str(), self.remote.as_str());
+        for ns in [host, remote] {
+            ip_cmd(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        ip_cmd(&[
+            "-n", host, "link", "add", "lzh", "type", "veth", "peer", "name", "lzr", "netns",
+            remote,
+        ])?;
+        let host_addr = format!("{TEST_HOST_ADDRESS}/24");
+        let gateway = format!("{TEST_GATEWAY}/24");
+        ip_cmd(&["-n", host, "addr", "add", &host_addr, "dev", "lzh"])?;
+        ip_cmd(&["-n", remote, "addr", "add", &gateway, "dev", "lzr"])?;
+        ip_cmd(&["-n", host, "link", "set", "lzh", "up"])?;
+        ip_cmd(&["-n", remote, "link", "set", "lzr", "up"])?;
+        ip_cmd(&["-n", host, "route", "add", "default", "via", TEST_GATEWAY])?;
+        for h in TEST_HOSTS {
+            ip_cmd(&["-n", remote, "addr", "add", &format!("{h}/32"), "dev", "lo"])?;
+        }
+        // Best effort: the IPv6 host (the sandbox must not reach it anyway).
+        let v6 = format!("{TEST_HOST_V6}/128");
+        let _ = ip_cmd(&["-n", host, "addr", "add", &v6, "dev", "lo"]);
+        Ok(())
+    }
+
+    /// Runs `nethosts.py ARGS` in `ns` until dropped; waits for it.
+    fn start_hosts(&mut self, ns: &str, args: &[&str]) -> Result<(), String> {
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
         let mut hosts = Command::new("ip")
-            .args(["netns", "exec", &name])
-            .arg(&python)
-            .arg(&py)
+            .args(["netns", "exec", ns, python])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -643,11 +682,26 @@ impl TestNet {
             let mut r = std::io::BufReader::new(hosts.stdout.take().expect("stdout"));
             let _ = r.read_line(&mut line);
         }
-        net.hosts = Some(hosts);
+        self.hosts.push(hosts);
         if line.trim() != "ready" {
-            return Err(format!("the test hosts did not start: {line:?}"));
+            return Err(format!("the test hosts in {ns} did not start: {line:?}"));
         }
-        Ok(net)
+        Ok(())
+    }
+
+    /// Gives the test "host" one more address (on its `lo`), as a host
+    /// gains one while a Domain runs; its test servers answer there.
+    pub fn add_host_address(&self, addr: &str) {
+        ip_cmd(&[
+            "-n",
+            &self.name,
+            "addr",
+            "add",
+            &format!("{addr}/32"),
+            "dev",
+            "lo",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Every name the test hosts' DNS responder was asked, in order.
@@ -659,37 +713,47 @@ impl TestNet {
             .collect()
     }
 
-    /// `cmd`, run inside this network namespace (the same program, args,
-    /// environment and directory).
+    /// `cmd`, run inside this network namespace, the host's (the same
+    /// program, args, environment and directory).
     pub fn wrap(&self, cmd: &Command) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name])
-            .arg(cmd.get_program())
-            .args(cmd.get_args())
-            .env_clear();
-        for (k, v) in cmd.get_envs() {
-            if let Some(v) = v {
-                c.env(k, v);
-            }
-        }
-        if let Some(d) = cmd.get_current_dir() {
-            c.current_dir(d);
-        }
-        c.stdin(Stdio::null());
-        c
+        wrap_in(&self.name, cmd)
     }
+
+    /// `cmd`, run inside the remote namespace, where the test hosts are
+    /// (a server a test adds).
+    pub fn wrap_remote(&self, cmd: &Command) -> Command {
+        wrap_in(&self.remote, cmd)
+    }
+}
+
+fn wrap_in(ns: &str, cmd: &Command) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .env_clear();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c.stdin(Stdio::null());
+    c
 }
 
 impl Drop for TestNet {
     fn drop(&mut self) {
-        if let Some(mut h) = self.hosts.take() {
+        for mut h in self.hosts.drain(..) {
             drop(h.stdin.take());
             let _ = h.kill();
             let _ = h.wait();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        for ns in [&self.name, &self.remote] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
     }
 }

@@ -1,16 +1,18 @@
 #!/usr/bin/python3
 """Test hosts for tests/tests/network.rs, run as root inside the test's own
-network namespace (which has no uplink; every address is on its `lo`).
+network namespaces (which have no uplink): the remote one, whose `lo` holds
+every test host's address, and (with `--tcp-only`) the test "host" itself.
 
 - TCP on every address, ports 8080 and 8081: answers "SERVED-OK <local
   address>".
-- UDP DNS on every address, port 53: names under `lazaret.test.` answer
-  A 198.51.100.1 (but for the few network_hosts.rs needs: a short TTL, a
-  private address, `*.pkg.lazaret.test` 198.51.100.3, and a CNAME out of
-  lazaret.test); anything else NXDOMAIN. Every name asked is appended to
-  `queries.log` beside the script.
+- UDP DNS on every address, port 53 (not with `--tcp-only`): names under
+  `lazaret.test.` answer A 198.51.100.1 (but for the few the allow_hosts
+  tests need: a short TTL, a private address, `*.pkg.lazaret.test`
+  198.51.100.3, a CNAME out of lazaret.test, and names whose address is
+  the test host's own or its resolver's); anything else NXDOMAIN. Every
+  name asked is appended to `queries.log` beside the script.
 
-Prints "ready" once both listen; serves until stdin closes.
+Prints "ready" once all listen; serves until stdin closes.
 """
 import socket
 import struct
@@ -21,7 +23,7 @@ PORT = 8080
 
 # Every name asked, one per line, beside this script: the tests check
 # what reached the upstream resolver.
-QUERIES = open(__file__.rsplit("/", 1)[0] + "/queries.log", "a")
+QUERIES = None if "--tcp-only" in sys.argv[1:] else open(__file__.rsplit("/", 1)[0] + "/queries.log", "a")
 
 
 def tcp_server(port=PORT):
@@ -71,6 +73,11 @@ def dns_answer(q):
         # address, a port-limited registry.
         "short.lazaret.test": (1, [198, 51, 100, 2]),
         "private.lazaret.test": (60, [10, 99, 0, 1]),
+        # The test host's own interface address, one it gains while the
+        # Domain runs, and the resolver's address.
+        "hostaddr.lazaret.test": (60, [203, 0, 113, 1]),
+        "added.lazaret.test": (60, [203, 0, 113, 78]),
+        "resolver.lazaret.test": (60, [198, 51, 100, 53]),
     }
     if qtype == 1 and name in special:
         ttl, ip = special[name]
@@ -92,20 +99,35 @@ def dns_answer(q):
     return struct.pack("!HHHHHH", qid, 0x8183 | rd, 1, 0, 0, 0) + question
 
 
+IP_PKTINFO = 8  # Linux; not in Python's socket module
+
+
 def dns_server():
+    # Answers from the address asked (IP_PKTINFO): the test hosts share
+    # one link, whose own address would otherwise be the source, and a
+    # resolver must answer from the address it was asked on.
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
     s.bind(("0.0.0.0", 53))
     while True:
-        q, peer = s.recvfrom(1500)
+        q, anc, _, peer = s.recvmsg(1500, socket.CMSG_SPACE(12))
+        local = b"\0" * 4
+        for level, kind, data in anc:
+            if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
+                local = struct.unpack("I4s4s", data[:12])[2]
         try:
             a = dns_answer(q)
         except Exception:
             a = None
         if a:
-            s.sendto(a, peer)
+            info = struct.pack("I4s4s", 0, local, b"\0" * 4)
+            s.sendmsg([a], [(socket.IPPROTO_IP, IP_PKTINFO, info)], 0, peer)
 
 
-for f in (tcp_server, dns_server, lambda: tcp_server(8081)):
+servers = [tcp_server, lambda: tcp_server(8081)]
+if "--tcp-only" not in sys.argv[1:]:
+    servers.append(dns_server)
+for f in servers:
     threading.Thread(target=f, daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()

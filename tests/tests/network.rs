@@ -3,8 +3,10 @@
 //! outside the sandbox, refused configurations, DNS, fail-closed probe.
 //!
 //! Every `lazaret run` here runs inside a network namespace the test makes
-//! (as root) with no uplink: the test hosts live on its `lo` (see
-//! [`TestNet`]). No traffic can reach a real address.
+//! (as root) with no uplink, which stands for the host: the test hosts live
+//! in a second one behind its only link, and the host itself serves on
+//! its own addresses (see [`TestNet`]). No traffic can reach a real
+//! address.
 
 use lazaret_tests::{
     assert_domain_gone, eventually, processes_mentioning, require_env, test_net, text, TestNet,
@@ -81,6 +83,24 @@ fn refused(r: &BTreeMap<String, String>, target: &str) {
         r[target] == EHOSTUNREACH || r[target] == ENETUNREACH,
         "{target} must be refused with no route: {r:?}"
     );
+}
+
+/// A session that keeps the Domain up (`sleep 600`), until killed.
+fn sleeping_session(ws: &Workspace, net: &TestNet) -> std::process::Child {
+    ws.lazaret_in(net, &["run", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Process `pid` runs under seccomp, with no_new_privs and no capability
+/// but CAP_NET_ADMIN (what the Network Sidecar's helpers keep).
+fn assert_confined_net_admin(pid: i32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
+        assert!(status.contains(want), "{want} not in {status}");
+    }
 }
 
 fn write_network(ws: &Workspace, body: &str) {
@@ -439,12 +459,7 @@ fn sidecar_processes_name_the_domain_and_die_with_a_killed_coordinator() {
     let Some(net) = test_net() else { return };
     let ws = env.workspace("net-procs");
     let id = ws.domain_id("default");
-    let mut session = ws
-        .lazaret_in(&net, &["run", "--", "sleep", "600"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut session = sleeping_session(&ws, &net);
     let both = eventually(Duration::from_secs(30), || {
         let p = processes_mentioning(&id);
         p.iter().any(|(_, c)| c.contains("slirp4netns-uplink"))
@@ -642,11 +657,12 @@ impl Drop for Served {
     }
 }
 
+/// `argv` served by a test host (in the remote namespace).
 fn serve_in(net: &TestNet, argv: &[&str], dir: &std::path::Path, port: &str) -> Served {
     let mut cmd = std::process::Command::new(argv[0]);
     cmd.args(&argv[1..]).current_dir(dir);
     let child = net
-        .wrap(&cmd)
+        .wrap_remote(&cmd)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -654,7 +670,7 @@ fn serve_in(net: &TestNet, argv: &[&str], dir: &std::path::Path, port: &str) -> 
     let served = Served(child);
     let listening = eventually(Duration::from_secs(20), || {
         let out = net
-            .wrap(&std::process::Command::new("ss"))
+            .wrap_remote(&std::process::Command::new("ss"))
             .args(["-ltnH", &format!("sport = :{port}")])
             .output()
             .unwrap();
@@ -826,10 +842,7 @@ fn net_show_lists_the_names_routed_now() {
         .into_iter()
         .find(|(_, c)| c.contains("lazaret-dns-filter"))
         .unwrap_or_else(|| panic!("no lazaret-dns-filter: {:#?}", processes_mentioning(&id)));
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    for want in ["Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t0000000000001000"] {
-        assert!(status.contains(want), "{want} not in {status}");
-    }
+    assert_confined_net_admin(pid);
     let v = net_show(&ws, &net);
     let table = v["dns_table"].as_array().unwrap_or_else(|| panic!("{v}"));
     let now_ms = std::time::SystemTime::now()
@@ -999,4 +1012,289 @@ fn hostile_lookup_names_are_shown_escaped() {
         "{events:?}"
     );
     assert_domain_gone(&ws.domain_id("default"));
+}
+
+/// The test host's own interface address, port 8080: the test host serves
+/// there (see [`TestNet`]), as a developer's machine may on its LAN address.
+fn host_service() -> String {
+    format!("{}:8080", lazaret_tests::TEST_HOST_ADDRESS)
+}
+
+/// Inside: `BEFORE` (a shell command), then `PHASE1`, then waits for the
+/// host to create `/workspace/.lazaret-go` (at most 120 s), then `AFTER`.
+fn two_phases(before: &str, after: &str) -> String {
+    format!(
+        "{before}; echo PHASE1; n=0; while [ ! -e /workspace/.lazaret-go ] && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done; {after}"
+    )
+}
+
+/// Runs `script` in a session; once it printed `PHASE1`, calls `between`
+/// (the host-side action), then tells it to go on; returns all it printed.
+fn with_host_action(
+    ws: &Workspace,
+    net: &TestNet,
+    script: &str,
+    between: impl FnOnce(),
+) -> (String, std::process::ExitStatus) {
+    use std::io::{BufRead, Read};
+    let mut session = ws
+        .lazaret_in(net, &["run", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(session.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        if out.read_line(&mut l).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&l);
+        if l.trim() == "PHASE1" {
+            between();
+            std::fs::write(ws.path.join(".lazaret-go"), "go\n").unwrap();
+            break;
+        }
+    }
+    out.read_to_string(&mut seen).unwrap();
+    let mut err = String::new();
+    session
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = session.wait().unwrap();
+    assert!(seen.contains("PHASE1"), "stdout: {seen}\nstderr: {err}");
+    (seen, status)
+}
+
+/// Waits (bounded) until `lazaret net show` lists `addr` among the
+/// addresses the host gained and the watcher denied; whether it did.
+fn watcher_denied(ws: &Workspace, net: &TestNet, addr: &str) -> bool {
+    eventually(Duration::from_secs(30), || {
+        net_show(ws, net)["host_denials"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|e| e["address"] == addr))
+    })
+}
+
+fn results(stdout: &str) -> Vec<BTreeMap<String, String>> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The sandbox's connections leave through slirp4netns A as the host's
+/// own sockets: with the default profile, a service on the host's
+/// interface address (public-looking here, so no built-in range covers
+/// it), or on one the host gains while the Domain runs, must not be
+/// reachable; `allow` naming the address exactly opens it.
+#[test]
+fn host_addresses_are_refused_unless_the_profile_allows_them() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-host-addr");
+    let host = host_service();
+    let added = "203.0.113.77";
+    let added_service = format!("{added}:8080");
+    let script = two_phases(
+        &py(CONNECT, &[&host, PUBLIC]),
+        &py(CONNECT, &[&added_service, PUBLIC]),
+    );
+    let (stdout, status) = with_host_action(&ws, &net, &script, || {
+        net.add_host_address(added);
+        // The watcher says when its denial is in; if it never does, the
+        // connection below shows what that means.
+        let _ = watcher_denied(&ws, &net, added);
+    });
+    assert!(status.success(), "{stdout}");
+    let r = results(&stdout);
+    assert_eq!(r.len(), 2, "{stdout}");
+    refused(&r[0], &host);
+    reachable(&r[0], PUBLIC);
+    refused(&r[1], &added_service);
+    reachable(&r[1], PUBLIC);
+    assert_domain_gone(&ws.domain_id("default"));
+
+    // What the developer sees: the host's address with its origin, and
+    // the one it gained, from the generation that ran.
+    let v = net_show(&ws, &net);
+    let rules = v["policy"]["rules"].as_array().unwrap();
+    assert!(
+        rules.iter().any(|r| r["prefix"] == "203.0.113.1/32"
+            && r["verdict"] == "deny"
+            && r["origin"]["host"]["ifname"] == "lzh"),
+        "{v}"
+    );
+    let human = text(
+        &ws.lazaret_in(&net, &["net", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        human.contains("203.0.113.1/32") && human.contains("host address (lzh)"),
+        "{human}"
+    );
+    let log = std::fs::read_to_string(ws.domain_root("default").join("host-addresses.log"))
+        .unwrap_or_default();
+    assert!(log.contains(added), "{log}");
+
+    // The explicit way to open one: `allow` naming it exactly.
+    write_network(&ws, "allow = [\"203.0.113.1\"]");
+    let out = ws.run_sh_in(&net, &py(CONNECT, &[&host, &added_service]));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let r = connects(&out);
+    reachable(&r, &host);
+    // The one gained earlier is an address of the host at this start: in
+    // the policy now, and still refused.
+    refused(&r, &added_service);
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+/// With `allow_hosts`, an allowed name may resolve to an address of the
+/// host (one it had at the start or gains while the Domain runs) or to
+/// the configured resolver's own address: the filter must route neither,
+/// so the sandbox can reach no host service and cannot query the resolver
+/// past the filter.
+#[test]
+fn allow_hosts_never_routes_a_host_or_resolver_address() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-hosts-host");
+    write_network(
+        &ws,
+        "default = \"deny\"\ndns = [\"198.51.100.53\"]\nallow_hosts = [\"svc.lazaret.test\", \"hostaddr.lazaret.test\", \"resolver.lazaret.test\", \"added.lazaret.test\"]",
+    );
+    let added = "203.0.113.78";
+    let before = format!(
+        "{} && {} && {}",
+        py(
+            RESOLVE,
+            &[
+                "svc.lazaret.test",
+                "hostaddr.lazaret.test",
+                "resolver.lazaret.test"
+            ]
+        ),
+        py(
+            CONNECT,
+            &[
+                "svc.lazaret.test:8080",
+                "hostaddr.lazaret.test:8080",
+                "resolver.lazaret.test:8080",
+            ]
+        ),
+        py(DIRECT_DNS, &["198.51.100.53", "bypass.lazaret.test"]),
+    );
+    let after = format!(
+        "{} && {}",
+        py(RESOLVE, &["added.lazaret.test"]),
+        py(CONNECT, &["added.lazaret.test:8080"])
+    );
+    let (stdout, status) = with_host_action(&ws, &net, &two_phases(&before, &after), || {
+        net.add_host_address(added);
+        let _ = watcher_denied(&ws, &net, added);
+    });
+    assert!(status.success(), "{stdout}");
+    // The answers reach the sandbox as they are; their addresses do not.
+    for (name, addr) in [
+        ("svc.lazaret.test", "198.51.100.1"),
+        ("hostaddr.lazaret.test", "203.0.113.1"),
+        ("resolver.lazaret.test", "198.51.100.53"),
+        ("added.lazaret.test", added),
+    ] {
+        assert!(
+            stdout.contains(&format!("{name} ['{addr}']")),
+            "{name}: {stdout}"
+        );
+    }
+    let r = results(&stdout);
+    assert_eq!(r.len(), 2, "{stdout}");
+    assert_eq!(r[0]["svc.lazaret.test:8080"], "OK SERVED-OK 198.51.100.1");
+    refused(&r[0], "hostaddr.lazaret.test:8080");
+    refused(&r[0], "resolver.lazaret.test:8080");
+    refused(&r[1], "added.lazaret.test:8080");
+    assert!(
+        stdout.contains("DIRECT ERR"),
+        "the resolver answered the sandbox: {stdout}"
+    );
+    assert!(
+        !net.queries().iter().any(|q| q == "bypass.lazaret.test"),
+        "{:?}",
+        net.queries()
+    );
+    // Each refusal is in the filter's log, saying why.
+    let log = ws
+        .lazaret_in(&net, &["net", "log", "--json"])
+        .output()
+        .unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&log.stdout).unwrap();
+    for addr in ["203.0.113.1", "198.51.100.53", added] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["event"] == "address_refused" && e["address"] == addr),
+            "{addr}: {events:?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| e["event"] == "routed" && e["address"] == addr),
+            "{addr} routed: {events:?}"
+        );
+    }
+    assert_domain_gone(&ws.domain_id("default"));
+}
+
+/// The host-address watch runs confined (seccomp, no_new_privs,
+/// CAP_NET_ADMIN only), and a Domain never runs on without it: killed
+/// from the host, it takes the Domain down (fail closed), so an address
+/// the host gains afterwards cannot be reached unwatched.
+#[test]
+fn the_host_address_watch_is_confined_and_the_domain_stops_without_it() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("net-host-watch");
+    let id = ws.domain_id("default");
+    let mut session = sleeping_session(&ws, &net);
+    let watch = || {
+        processes_mentioning(&id)
+            .into_iter()
+            .find(|(_, c)| c.contains("lazaret-netpolicy-watch"))
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || watch().is_some()
+            && processes_mentioning(&id)
+                .iter()
+                .any(|(_, c)| c.contains("lazaret-exec-bridge"))),
+        "no lazaret-netpolicy watch: {:#?}",
+        processes_mentioning(&id)
+    );
+    let (pid, _) = watch().unwrap();
+    assert_confined_net_admin(pid);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let ended = eventually(Duration::from_secs(60), || {
+        matches!(session.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = session.kill();
+    }
+    let _ = session.wait();
+    assert!(ended, "the session outlived the host-address watch");
+    assert_domain_gone(&id);
+    let helpers =
+        std::fs::read_to_string(ws.domain_root("default").join("helpers.log")).unwrap_or_default();
+    assert!(
+        helpers.contains("the host-address watch (lazaret-netpolicy watch) exited"),
+        "{helpers}"
+    );
 }
