@@ -298,3 +298,46 @@ fn doctor_says_what_bounds_the_sandbox_and_what_nothing_bounds() {
     assert!(cg.starts_with("WARN"), "{s}");
     assert!(cg.contains("CPU time") && cg.contains("not bounded"), "{s}");
 }
+
+#[test]
+fn a_sparse_file_far_past_the_memory_bound_is_counted_by_its_data_and_the_domain_starts_again() {
+    let env = require_env!();
+    let ws = env.workspace("lim-sparse");
+    ws.write_config("[profiles.default.limits]\nmemory = \"1GiB\"\nanchor_size = \"64MiB\"\n");
+    // 16 GiB of apparent size (the gofer extends the file: the Sentry's
+    // file-size limit does not see it), 1 MiB of data.
+    let out = ws.run_sh(
+        "truncate -s 16G /root/sparse && head -c 1048576 /dev/urandom \
+         | dd of=/root/sparse bs=1M seek=100 conv=notrunc 2>/dev/null; \
+         python3 -c \"import os; print(os.stat('/root/sparse').st_size)\"",
+    );
+    assert_eq!(text(&out.stdout), "17179869184\n", "{}", text(&out.stderr));
+    lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+    // Counted by what it takes on disk.
+    let json = ws.lazaret(&["state", "list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let mine = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == ws.domain_id("default").as_str())
+        .unwrap();
+    let root = mine["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "/root")
+        .unwrap();
+    let bytes = root["bytes"].as_u64().unwrap();
+    assert!((1 << 20..8 << 20).contains(&bytes), "{root}");
+    assert_eq!(root["over_bound"], false, "{root}");
+    // The next start is not refused, and the file is as it was.
+    let out =
+        ws.run_sh("python3 -c \"import os; print(os.stat('/root/sparse').st_size)\"; echo started");
+    assert_eq!(
+        text(&out.stdout),
+        "17179869184\nstarted\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
