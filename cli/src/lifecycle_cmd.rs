@@ -372,6 +372,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_follower_reads_the_rest_of_a_rotated_file_then_the_new_one() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("coordinator.log");
+        std::fs::write(&log, "one\ntw").unwrap();
+        let (mut tail, mut printer, mut out) = (Tail::default(), Printer::default(), Vec::new());
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(out, b"one\n");
+        // Written, then rotated away, then a new file begun.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"o\nthree\n").unwrap();
+        std::fs::rename(&log, d.path().join("coordinator.log.1")).unwrap();
+        std::fs::write(&log, "checkpoint\nfour\n\x1b[2J\n").unwrap();
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "one\ntwo\nthree\ncheckpoint\nfour\n\\x1b[2J\n"
+        );
+        // Nothing new: nothing printed.
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 6);
+    }
+
+    #[test]
     fn durations_are_human() {
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(185), "3m05s");

@@ -361,4 +361,35 @@ mod tests {
         );
         assert!(!log.drain());
     }
+
+    #[test]
+    fn the_helpers_log_is_rotated_whatever_they_write() {
+        let d = tempfile::tempdir().unwrap();
+        let (log, write) = HelpersLog::open(d.path()).unwrap();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut w = std::fs::File::from(write);
+            for i in 0..200_000u32 {
+                // 37 bytes a line: 7 MiB in all.
+                let _ = writeln!(w, "lazaret-mount-router: line {i:010}");
+            }
+        });
+        // Read as the coordinator's thread does, while it is written.
+        while log.drain() {
+            log.wait(Duration::from_millis(100));
+        }
+        writer.join().unwrap();
+        let files = lazaret_protocol::logs::files(d.path(), HELPERS_LOG);
+        let mut last = None;
+        for p in &files {
+            let t = std::fs::read_to_string(p).unwrap();
+            assert!(t.len() as u64 <= MAX_BYTES, "{}: {}", p.display(), t.len());
+            for l in t.lines() {
+                let i: u32 = l.rsplit(' ').next().unwrap().parse().unwrap();
+                assert!(last.is_none_or(|p| p + 1 == i), "{l} after {last:?}");
+                last = Some(i);
+            }
+        }
+        assert_eq!(last, Some(199_999));
+    }
 }

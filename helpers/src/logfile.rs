@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The largest single write: longer ones are cut, so that a file never
-/// passes its bound by more than nothing (bounds are far larger).
+/// The largest piece written at once (and so the longest line: a longer
+/// one is cut), so that a file never passes its bound (bounds are far
+/// larger).
 pub const MAX_WRITE: usize = 64 << 10;
 
 /// What begins each new file: the bytes of the file just rotated in, the
@@ -103,10 +104,24 @@ impl LogFile {
         self.dir.join(&self.name)
     }
 
-    /// Appends `bytes` (whole lines, cut at [`MAX_WRITE`]), rotating
-    /// first when they would take the file past its bound.
-    pub fn append(&self, bytes: &[u8]) -> std::io::Result<()> {
-        let bytes = &bytes[..bytes.len().min(MAX_WRITE)];
+    /// Appends `bytes` (whole lines), rotating first when they would take
+    /// the file past its bound. More than [`MAX_WRITE`] bytes are written
+    /// in pieces cut at line ends; a single line longer than that is cut.
+    pub fn append(&self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let mut n = bytes.len().min(MAX_WRITE);
+            if n < bytes.len() {
+                if let Some(i) = bytes[..n].iter().rposition(|&b| b == b'\n') {
+                    n = i + 1;
+                }
+            }
+            self.append_piece(&bytes[..n])?;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    fn append_piece(&self, bytes: &[u8]) -> std::io::Result<()> {
         let mut current = lock(&self.current);
         let _dir = DirLock::take(self.dir_fd.as_fd())?;
         let path = self.path();
@@ -466,11 +481,18 @@ mod tests {
     }
 
     #[test]
-    fn a_write_past_the_bound_in_one_piece_is_cut() {
+    fn a_long_write_is_written_in_pieces_at_line_ends() {
         let d = tempfile::tempdir().unwrap();
-        let log = LogFile::new(d.path(), "x.log", 1 << 20, 1).unwrap();
-        log.append(&vec![b'x'; 1 << 20]).unwrap();
-        assert_eq!(sizes(d.path(), "x.log")[3], MAX_WRITE as u64);
+        let log = LogFile::new(d.path(), "x.log", 100 << 10, 3).unwrap();
+        let lines: String = (0..20_000).map(|i| format!("{i:09}\n")).collect();
+        log.append(lines.as_bytes()).unwrap();
+        let s = sizes(d.path(), "x.log");
+        assert!(s.iter().all(|&n| n <= 100 << 10), "{s:?}");
+        let all: String = lazaret_protocol::logs::files_of(d.path(), "x.log", 3)
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect();
+        assert_eq!(all, lines);
     }
 
     #[test]
