@@ -304,6 +304,7 @@ fn run(
         child,
         link: None,
         holder: Arc::new(holder),
+        helpers: helpers.clone(),
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
@@ -343,6 +344,7 @@ fn run(
     // Start-up is over: every process the coordinator starts runs, and it
     // has one thread, so landlock and seccomp bind all it will do.
     let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
+    helpers.drain();
     if let Err(e) = crate::confine::confine(&layout.root, catalog) {
         escalations.stop_reader();
         teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
@@ -606,6 +608,9 @@ struct Supervisor {
     /// for as long as this coordinator serves it; the sessions read from
     /// it whether the sandbox is gone.
     holder: Arc<OwnedFd>,
+    /// What it and the helpers under it say: copied while the coordinator
+    /// waits for them too (before it is confined no thread copies it).
+    helpers: Arc<HelpersLog>,
 }
 
 fn start_sandbox(
@@ -992,9 +997,9 @@ fn teardown(
             let pid = nix::unistd::Pid::from_raw(sup.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         }
-        let child = &mut sup.child;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            let child = &mut sup.child;
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() > deadline => {
@@ -1003,7 +1008,10 @@ fn teardown(
                     let _ = child.wait();
                     break;
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    sup.helpers.drain();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
         }
     }
