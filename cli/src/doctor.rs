@@ -870,10 +870,10 @@ fn check_sandbox_limits(_: &Ctx, what: &str) -> Check {
 pub fn eval_sandbox_limits(what: &str) -> Check {
     Check::pass(
         what,
-        "limits.memory: RLIMIT_FSIZE and RLIMIT_DATA on the gVisor Sentry bound its memory file (processes, /tmp, /dev/shm, page cache; in whole GiB) and its own heap (RLIMIT_FSIZE also caps each file written inside); \
+        "limits.memory: RLIMIT_FSIZE and RLIMIT_DATA on the gVisor Sentry bound its memory file (processes, /tmp, /dev/shm, page cache; in whole GiB) and its own heap (RLIMIT_FSIZE also caps the data written into each file inside); \
          limits.processes: RLIMIT_NPROC, enforced by gVisor per user ID inside the sandbox; \
          limits.ignored_state_size: ENOSPC from the mount router; \
-         limits.anchor_size: checked before each start and shown by `lazaret state list`",
+         limits.anchor_size: the disk each upper takes (allocated bytes; holes count nothing), checked before each start and shown by `lazaret state list`",
     )
 }
 

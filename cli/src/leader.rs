@@ -160,7 +160,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         if !over.is_empty() {
             let list: Vec<String> = over
                 .iter()
-                .map(|(p, b)| format!("{} holds {b} bytes", display::message(p)))
+                .map(|(p, b)| format!("{} takes {b} bytes on disk", display::message(p)))
                 .collect();
             return Err(CliError::Start(format!(
                 "State Anchor {} past its bound of {} (limits.anchor_size): discard it with `lazaret state reset {}`, or raise limits.anchor_size in the profile",
@@ -221,13 +221,9 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
         .map_err(|e| CliError::Start(e.to_string()))?;
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| CliError::Start(e.to_string()))?;
-    let log_path = r.domain_root.join("coordinator.log");
-    if std::fs::metadata(&log_path)
-        .map(|m| m.len() > 1 << 20)
-        .unwrap_or(false)
-    {
-        let _ = std::fs::remove_file(&log_path);
-    }
+    // The coordinator's stderr until it writes through its rotating
+    // writer (which rotates this file when full: `lazaret_protocol::logs`).
+    let log_path = r.domain_root.join(lazaret_protocol::logs::COORDINATOR_LOG);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

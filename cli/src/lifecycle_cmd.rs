@@ -236,42 +236,38 @@ pub fn stop(which: &Which, all: bool) -> Result<i32, CliError> {
 
 /// `lazaret logs [-f] [--helpers]`: the Domain's timestamped coordinator
 /// events (or what its helpers said), escaped for the terminal: helpers
-/// such as runsc may repeat what the sandbox chose. With `follow`, keeps
-/// printing until the Domain is no longer running.
+/// such as runsc may repeat what the sandbox chose. Oldest first across
+/// the log's rotations (`NAME.4` .. `NAME.1`, then `NAME`); with `follow`,
+/// keeps printing the current file, and the rest of one rotated away
+/// meanwhile, until the Domain is no longer running.
 pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError> {
+    use lazaret_protocol::logs;
     let d = state_cmd::resolve(which)?;
     let name = if helpers {
-        "helpers.log"
+        logs::HELPERS_LOG
     } else {
-        "coordinator.log"
+        logs::COORDINATOR_LOG
     };
-    let path = d.layout.root.join(name);
+    let root = &d.layout.root;
     let mut out = std::io::stdout().lock();
-    let mut pos = 0u64;
-    let mut partial = Vec::new();
+    let mut printer = Printer::default();
+    let mut files = logs::files(root, name);
+    let current = files.pop().unwrap_or_else(|| root.join(name));
+    let mut any = false;
+    for p in &files {
+        if let Ok(mut f) = std::fs::File::open(p) {
+            any = true;
+            printer.file(&mut f, &mut out);
+        }
+    }
+    let mut tail = Tail::default();
     loop {
         // Looked at before reading, so that what a stopping Domain wrote
         // last is read once more.
         let running = follow && is_running(&d.layout.lock());
-        match std::fs::File::open(&path) {
-            Ok(mut f) => {
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                if len < pos {
-                    // Begun anew (past 1 MiB): from its start.
-                    pos = 0;
-                    partial.clear();
-                }
-                let _ = f.seek(std::io::SeekFrom::Start(pos));
-                let mut buf = Vec::new();
-                let _ = f.take(1 << 20).read_to_end(&mut buf);
-                pos += buf.len() as u64;
-                partial.extend_from_slice(&buf);
-                while let Some(i) = partial.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = partial.drain(..=i).collect();
-                    let _ = writeln!(out, "{}", display::escape(&line[..line.len() - 1]));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !follow => {
+        match tail.read(&current, &mut printer, &mut out) {
+            Ok(()) => any = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !follow && !any => {
                 eprintln!("lazaret: Domain {} has no {name} yet", d.id);
                 return Ok(0);
             }
@@ -279,24 +275,124 @@ pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError>
             Err(e) => {
                 return Err(CliError::Session(format!(
                     "cannot read {}: {e}",
-                    display::escape_os(path.as_os_str())
+                    display::escape_os(current.as_os_str())
                 )))
             }
         }
         let _ = out.flush();
         if !running {
-            if !partial.is_empty() {
-                let _ = writeln!(out, "{}", display::escape(&partial));
-            }
+            printer.end(&mut out);
             return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(250));
     }
 }
 
+/// Prints a log's bytes line by line, escaped; an unfinished line waits
+/// for its end (or for [`Printer::end`]).
+#[derive(Default)]
+struct Printer {
+    partial: Vec<u8>,
+}
+
+impl Printer {
+    fn bytes(&mut self, buf: &[u8], out: &mut impl Write) {
+        self.partial.extend_from_slice(buf);
+        while let Some(i) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            let _ = writeln!(out, "{}", display::escape(&line[..line.len() - 1]));
+        }
+    }
+
+    /// All of `f` from where it stands; the bytes read.
+    fn file(&mut self, f: &mut std::fs::File, out: &mut impl Write) -> u64 {
+        let mut n = 0;
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(k) = f.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            self.bytes(&buf[..k], out);
+            n += k as u64;
+        }
+        n
+    }
+
+    fn end(&mut self, out: &mut impl Write) {
+        if !self.partial.is_empty() {
+            let _ = writeln!(out, "{}", display::escape(&self.partial));
+            self.partial.clear();
+        }
+    }
+}
+
+/// Where a follower of a log's current file is: the file (by device and
+/// inode) and how much of it was printed.
+#[derive(Default)]
+struct Tail {
+    file: Option<std::fs::File>,
+    id: Option<(u64, u64)>,
+    pos: u64,
+}
+
+impl Tail {
+    /// Prints what is new in `path`. When it is another file than last
+    /// time (the log was rotated), the rest of the one followed is printed
+    /// first, then the new one from its start.
+    fn read(
+        &mut self,
+        path: &Path,
+        printer: &mut Printer,
+        out: &mut impl Write,
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let mut f = std::fs::File::open(path)?;
+        let m = f.metadata()?;
+        let id = (m.dev(), m.ino());
+        if self.id != Some(id) {
+            if let Some(mut old) = self.file.take() {
+                let _ = old.seek(std::io::SeekFrom::Start(self.pos));
+                printer.file(&mut old, out);
+            }
+            self.pos = 0;
+        } else if m.len() < self.pos {
+            // Cut short: from its start.
+            self.pos = 0;
+        }
+        let _ = f.seek(std::io::SeekFrom::Start(self.pos));
+        self.pos += printer.file(&mut f, out);
+        self.id = Some(id);
+        self.file = Some(f);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_reads_the_rest_of_a_rotated_file_then_the_new_one() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("coordinator.log");
+        std::fs::write(&log, "one\ntw").unwrap();
+        let (mut tail, mut printer, mut out) = (Tail::default(), Printer::default(), Vec::new());
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(out, b"one\n");
+        // Written, then rotated away, then a new file begun.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"o\nthree\n").unwrap();
+        std::fs::rename(&log, d.path().join("coordinator.log.1")).unwrap();
+        std::fs::write(&log, "checkpoint\nfour\n\x1b[2J\n").unwrap();
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "one\ntwo\nthree\ncheckpoint\nfour\n\\x1b[2J\n"
+        );
+        // Nothing new: nothing printed.
+        tail.read(&log, &mut printer, &mut out).unwrap();
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 6);
+    }
 
     #[test]
     fn durations_are_human() {

@@ -302,19 +302,7 @@ pub fn rotate_if_full(path: &Path, max: u64, keep: usize) {
     if std::fs::metadata(path).map_or(true, |m| m.len() < max) {
         return;
     }
-    let nth = |i: usize| {
-        let mut p = path.as_os_str().to_owned();
-        p.push(format!(".{i}"));
-        PathBuf::from(p)
-    };
-    for i in (1..keep).rev() {
-        let _ = std::fs::rename(nth(i), nth(i + 1));
-    }
-    if keep == 0 {
-        let _ = std::fs::remove_file(path);
-    } else {
-        let _ = std::fs::rename(path, nth(1));
-    }
+    lazaret_helpers::logfile::rotate(path, keep);
 }
 
 /// Whether `arg`, added by the sandbox after a rule's vector, reads as an
@@ -620,6 +608,7 @@ impl Escalations {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
                 self.housekeeping(now_ms());
+                crate::logs::flush(false);
             }
         });
     }
@@ -655,7 +644,10 @@ impl Escalations {
     /// Logs a refused entry. `entry` is the sandbox's name in the escaped
     /// form the reader gave it (lossless, see `lazaret_protocol::display`).
     fn refuse(&self, entry: &str, why: &str) {
-        log(format!("Escalation Mailbox: refused {entry}: {why}"));
+        // The sandbox makes as many as it likes: coalesced in the log,
+        // each one in the (rotated) record.
+        let kind = crate::logs::REFUSED_ENTRY;
+        crate::logs::coalesced(kind, format_args!("{kind} {entry}: {why}"));
         self.record(LogEvent::Refused {
             entry: entry.to_string(),
             reason: why.to_string(),
@@ -1084,7 +1076,8 @@ impl Escalations {
         if let Err(e) =
             std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, self.results.join(&id)))
         {
-            log(format!("cannot publish the Escalation Result {id}: {e}"));
+            let kind = crate::logs::UNPUBLISHED_RESULT;
+            crate::logs::coalesced(kind, format_args!("{kind} ({id}): {e}"));
             return;
         }
         lazaret_helpers::timeline::mark("coordinator", "escalation-result-out");

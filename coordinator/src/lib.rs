@@ -11,6 +11,7 @@ pub mod fdno;
 pub mod gate;
 pub mod lease;
 pub mod lifecycle;
+pub mod logs;
 pub mod network;
 pub mod procs;
 pub mod session;

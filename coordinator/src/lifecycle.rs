@@ -1,6 +1,7 @@
 //! Start, serve, tear down, and recover a Domain.
 
 use crate::escalation::{Escalations, MailboxKeys, ResultSigner};
+use crate::logs::HelpersLog;
 use crate::session::{self, SessionCtx};
 use crate::supervisor_link::Link;
 use crate::{exit, fdno, procs};
@@ -34,15 +35,9 @@ pub static ESCALATE_STATIC: &[u8] = include_bytes!(env!("LAZARET_ESCALATE_STATIC
 const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
 /// One timestamped line of the Domain's `coordinator.log` (what its
-/// helpers say goes to `helpers.log`).
+/// helpers say goes to `helpers.log`); see [`crate::logs`].
 pub fn log(msg: impl std::fmt::Display) {
-    lazaret_protocol::log_line!(
-        "{} lazaret-coordinator[{}]: {msg}",
-        jiff::Timestamp::now()
-            .round(jiff::Unit::Millisecond)
-            .unwrap_or_else(|_| jiff::Timestamp::now()),
-        std::process::id()
-    );
+    crate::logs::line(msg);
 }
 
 /// Records one lifecycle step in `coordinator.log` (`lifecycle: <event>`,
@@ -70,6 +65,7 @@ struct Ownership {
 
 impl Drop for Ownership {
     fn drop(&mut self) {
+        crate::logs::flush(true);
         record(Event::Released);
     }
 }
@@ -91,6 +87,7 @@ pub fn main() -> i32 {
             return exit::BAD_INPUT;
         }
     };
+    crate::logs::init(&input.domain_root);
     match run(&input, &mut ready, leader.as_ref()) {
         Ok(()) => exit::OK,
         Err(msg) => {
@@ -258,6 +255,16 @@ fn run(
     // is mounted read-only into the sandbox, the public half stays here.
     let keys = ed25519_compact::KeyPair::generate();
     lazaret_helpers::timeline::mark("coordinator", "policy-derived");
+    // What the helpers say reaches `helpers.log` through a pipe this
+    // process copies; the rest of it is copied however `run` ends.
+    let (helpers, helpers_pipe) = match HelpersLog::open(&layout.root) {
+        Ok(h) => h,
+        Err(e) => {
+            teardown(&layout, &store, &mut gen, None, input);
+            return Err(e);
+        }
+    };
+    let _helpers_finish = crate::logs::FinishOnDrop(helpers.clone());
     let started = start_sandbox(
         input,
         &layout,
@@ -265,6 +272,7 @@ fn run(
         &anchor_dirs,
         (&keys, &anchor),
         policy.as_ref(),
+        (&helpers, helpers_pipe),
     );
     crate::network::record_evidence(
         &store,
@@ -296,6 +304,7 @@ fn run(
         child,
         link: None,
         holder: Arc::new(holder),
+        helpers: helpers.clone(),
     };
     let listener = match bind(&layout.socket()) {
         Ok(l) => l,
@@ -335,12 +344,14 @@ fn run(
     // Start-up is over: every process the coordinator starts runs, and it
     // has one thread, so landlock and seccomp bind all it will do.
     let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
+    helpers.drain();
     if let Err(e) = crate::confine::confine(&layout.root, catalog) {
         escalations.stop_reader();
         teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
         return Err(format!("the coordinator cannot confine itself: {e}"));
     }
 
+    helpers.clone().spawn();
     let link = match Link::start(channel) {
         Ok(l) => {
             supervisor.link = Some(l.clone());
@@ -462,26 +473,6 @@ fn serve(
         }
     }
 }
-
-/// The Domain's `helpers.log` (see [`HELPERS_LOG`]), opened for
-/// appending; begun anew past 1 MiB, like `coordinator.log`.
-fn helpers_log(layout: &Layout) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = layout.root.join(HELPERS_LOG);
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.len() > 1 << 20) {
-        let _ = std::fs::remove_file(&path);
-    }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))
-}
-
-/// What the Domain's helpers say, in the Domain Root.
-pub const HELPERS_LOG: &str = "helpers.log";
 
 pub(crate) fn mkdir_private(p: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()
@@ -619,6 +610,9 @@ struct Supervisor {
     /// for as long as this coordinator serves it; the sessions read from
     /// it whether the sandbox is gone.
     holder: Arc<OwnedFd>,
+    /// What it and the helpers under it say: copied while the coordinator
+    /// waits for them too (before it is confined no thread copies it).
+    helpers: Arc<HelpersLog>,
 }
 
 fn start_sandbox(
@@ -628,6 +622,7 @@ fn start_sandbox(
     anchors: &[AnchorDirs],
     (keys, trust): (&ed25519_compact::KeyPair, &lazaret_trust::TrustAnchor),
     policy: Option<&lazaret_netpolicy::Policy>,
+    (helpers, helpers_pipe): (&HelpersLog, OwnedFd),
 ) -> Result<Started, String> {
     let run = layout.run();
     mkdir_private(&run)?;
@@ -659,9 +654,9 @@ fn start_sandbox(
     let (ours, theirs) = channel::pair().map_err(|e| e.to_string())?;
 
     // What the supervisor and every helper under it (the holder, runsc,
-    // the routers, slirp4netns) say goes to a file of its own, so that
-    // `coordinator.log` holds the coordinator's timestamped events only.
-    let helpers_log = helpers_log(layout)?;
+    // the routers, slirp4netns) say goes to `helpers.log`, through the
+    // pipe, so that `coordinator.log` holds the coordinator's timestamped
+    // events only.
     lazaret_helpers::timeline::mark("coordinator", "supervisor-spawn");
     let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
     // The Domain ID in argv only names the process for `ps` and tests.
@@ -671,9 +666,9 @@ fn start_sandbox(
         .arg(&digest)
         .stdin(Stdio::null())
         .stdout(Stdio::from(
-            helpers_log.try_clone().map_err(|e| e.to_string())?,
+            helpers_pipe.try_clone().map_err(|e| e.to_string())?,
         ))
-        .stderr(Stdio::from(helpers_log));
+        .stderr(Stdio::from(helpers_pipe));
     fds::pass_fds(
         &mut cmd,
         vec![
@@ -696,13 +691,7 @@ fn start_sandbox(
     // Closes our copy of the supervisor's end: its exit reads as `Closed`.
     drop(cmd);
 
-    let mut pfd = [nix::poll::PollFd::new(
-        ours.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(60_000u16))
-        .map_err(|e| e.to_string())?;
-    if n == 0 {
+    if !wait_answer(&ours, helpers, Instant::now() + Duration::from_secs(60))? {
         let _ = child.kill();
         let _ = child.wait();
         return Err("the sandbox did not start within 60 s; see helpers.log in the Domain Root (`lazaret logs --helpers`)".into());
@@ -744,6 +733,36 @@ fn start_sandbox(
             let _ = child.kill();
             let _ = child.wait();
             Err(format!("the Runtime Supervisor's answer: {e}"))
+        }
+    }
+}
+
+/// Waits until the supervisor answers on `ours` (`false`: not by
+/// `deadline`), copying what the helpers say meanwhile.
+fn wait_answer(ours: &Channel, helpers: &HelpersLog, deadline: Instant) -> Result<bool, String> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    // Until every helper's end of the pipe is closed.
+    let mut copying = true;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let mut pfd = vec![PollFd::new(ours.as_fd(), PollFlags::POLLIN)];
+        if copying {
+            pfd.push(PollFd::new(helpers.fd(), PollFlags::POLLIN));
+        }
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        match nix::poll::poll(&mut pfd, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let ready = |p: &PollFd| p.revents().is_some_and(|r| !r.is_empty());
+        if pfd.get(1).is_some_and(ready) {
+            copying = helpers.drain();
+        }
+        if ready(&pfd[0]) {
+            return Ok(true);
         }
     }
 }
@@ -978,9 +997,9 @@ fn teardown(
             let pid = nix::unistd::Pid::from_raw(sup.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         }
-        let child = &mut sup.child;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            let child = &mut sup.child;
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() > deadline => {
@@ -989,7 +1008,10 @@ fn teardown(
                     let _ = child.wait();
                     break;
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    sup.helpers.drain();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
         }
     }
@@ -1175,7 +1197,10 @@ mod git_identity_tests {
     #[test]
     fn values_are_quoted_and_the_image_config_still_wins() {
         let none = git_identity_config(&(None, None));
-        assert!(!none.contains("[user]") && none.contains("checkStat = minimal"), "{none}");
+        assert!(
+            !none.contains("[user]") && none.contains("checkStat = minimal"),
+            "{none}"
+        );
         let t = git_identity_config(&(Some(r#"A "B" \C"#.into()), None));
         assert!(t.contains("\tname = \"A \\\"B\\\" \\\\C\"\n"), "{t}");
         assert!(!t.contains("email"));

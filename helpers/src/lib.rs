@@ -6,6 +6,7 @@ pub mod fault;
 pub mod fds;
 pub mod hostpath;
 pub mod limits;
+pub mod logfile;
 pub mod memfd;
 pub mod pidfd;
 pub mod runsc;

@@ -22,7 +22,8 @@
 //! | character and block devices (but whiteouts), sockets | skipped, listed |
 //! | extended attributes | not copied |
 //! | hard links | copied as separate files |
-//! | more than [`Limits`] of bytes or entries | refused; nothing is published |
+//! | sparse files (holes, all-zero blocks) | copied with their holes: only the data is written |
+//! | more than [`Limits`] of bytes written or entries | refused; nothing is published |
 //!
 //! The image's own files are hard-linked, not copied (both trees are
 //! read-only once published; every change replaces an entry, never writes
@@ -66,7 +67,8 @@ pub struct AnchorLayer {
 pub struct CommitReport {
     /// Entries taken from the upper layers.
     pub entries: u64,
-    /// Bytes of file content copied from the upper layers.
+    /// Bytes of file content written from the upper layers (holes and
+    /// all-zero blocks are left unwritten).
     pub bytes: u64,
     /// Files whose setuid/setgid bits were cleared (the first few).
     pub stripped: Vec<String>,
@@ -551,7 +553,7 @@ fn apply_upper(
                     stack.push(d.join(&n));
                 }
                 FileType::RegularFile => {
-                    let mut from = File::from(
+                    let from = File::from(
                         rustix::fs::openat(
                             &ufd,
                             &n,
@@ -565,8 +567,7 @@ fn apply_upper(
                         continue;
                     }
                     remove(dfd.as_fd(), &n)?;
-                    b.bytes(st.st_size as u64)?;
-                    let mut to = File::from(
+                    let to = File::from(
                         rustix::fs::openat(
                             &dfd,
                             &n,
@@ -579,7 +580,8 @@ fn apply_upper(
                         )
                         .map_err(|e| format!("cannot create {}: {e}", shown(&n)))?,
                     );
-                    std::io::copy(&mut from, &mut to)
+                    // Holes stay holes; the bound is on what is written.
+                    crate::sparse::copy(&from, &to, st.st_size as u64, &mut |k| b.bytes(k))
                         .map_err(|e| format!("cannot copy {}: {e}", shown(&n)))?;
                     let mut mode = st.st_mode & 0o7777;
                     if mode & 0o6000 != 0 {
@@ -865,6 +867,64 @@ mod tests {
         assert_eq!(read(&out, "etc/opaque/new").as_deref(), Some("n"));
         assert_eq!(read(&out, "etc/replaced").as_deref(), Some("a file now"));
         assert!(base.join("etc/gone").exists());
+    }
+
+    #[test]
+    fn a_sparse_file_keeps_its_holes_and_is_bounded_by_its_data() {
+        use std::os::unix::fs::FileExt;
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("base/rootfs");
+        mk(&base, "usr/x", "x");
+        let upper = t.path().join("u");
+        std::fs::create_dir_all(&upper).unwrap();
+        let f = std::fs::File::create(upper.join("sparse")).unwrap();
+        f.write_all_at(b"first", 0).unwrap();
+        f.write_all_at(b"last", (2 << 30) - 4).unwrap();
+        std::fs::File::create(upper.join("hole"))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        let layer = || AnchorLayer {
+            path: "/root".into(),
+            upper: upper.clone(),
+        };
+        let out = t.path().join("new/rootfs");
+        std::fs::create_dir(t.path().join("new")).unwrap();
+        let mut report = CommitReport::default();
+        // Far less than the apparent 4 GiB.
+        let limits = Limits {
+            max_unpacked: 1 << 20,
+            max_entries: 1000,
+        };
+        build(&base, &out, &[layer()], limits, &mut report).unwrap();
+        assert_eq!(report.bytes, 2 * 4096);
+        for (name, len) in [("sparse", 2u64 << 30), ("hole", 2 << 30)] {
+            let m = std::fs::metadata(out.join("root").join(name)).unwrap();
+            assert_eq!(m.len(), len);
+            assert!(m.blocks() * 512 <= 64 << 10, "{name}: {}", m.blocks());
+        }
+        let got = std::fs::File::open(out.join("root/sparse")).unwrap();
+        let mut b = [0u8; 5];
+        got.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"first");
+        got.read_exact_at(&mut b[..4], (2 << 30) - 4).unwrap();
+        assert_eq!(&b[..4], b"last");
+        // What is written counts: 8 KiB of data does not fit 4 KiB.
+        let out = t.path().join("again/rootfs");
+        std::fs::create_dir(t.path().join("again")).unwrap();
+        let limits = Limits {
+            max_unpacked: 4096,
+            max_entries: 1000,
+        };
+        let e = build(
+            &base,
+            &out,
+            &[layer()],
+            limits,
+            &mut CommitReport::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("more than 4096 bytes"), "{e}");
     }
 
     #[test]

@@ -42,6 +42,7 @@ mod manage;
 mod oci;
 pub mod progress;
 mod reference;
+mod sparse;
 mod store;
 mod unpack;
 

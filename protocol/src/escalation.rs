@@ -63,12 +63,7 @@ pub const LOG_FILE: &str = "escalations.log";
 /// The record's files under `root`, oldest first: the rotations from
 /// `escalations.log.N` down to `.1`, then `escalations.log` itself.
 pub fn log_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = (1..=bounds::LOG_ROTATIONS)
-        .rev()
-        .map(|i| root.join(format!("{LOG_FILE}.{i}")))
-        .collect();
-    v.push(root.join(LOG_FILE));
-    v
+    crate::logs::files_of(root, LOG_FILE, bounds::LOG_ROTATIONS)
 }
 
 /// One line of the escalation record (`escalations.log`), written as

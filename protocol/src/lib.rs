@@ -10,6 +10,7 @@ pub mod domain;
 pub mod escalation;
 pub mod frame;
 pub mod lifecycle;
+pub mod logs;
 pub mod mailbox;
 pub mod netreport;
 pub mod plan;

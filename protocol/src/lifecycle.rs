@@ -155,6 +155,10 @@ pub enum Event {
     Refused { request: String, kind: ResultKind },
     /// The coordinator gives up the Domain (it exits).
     Released,
+    /// Not a step: the first line of a rotated `coordinator.log`, the
+    /// record as the lines before it (in the rotations, or dropped with
+    /// the oldest) left it, so that a replay can start there.
+    Checkpoint(Checkpoint),
 }
 
 /// What the coordinator writes before an [`Event`] in its log line.
@@ -196,6 +200,7 @@ impl fmt::Display for Event {
                 write!(f, "escalation {request} refused {}", kind.name())
             }
             Event::Released => write!(f, "released"),
+            Event::Checkpoint(c) => write!(f, "{c}"),
         }
     }
 }
@@ -243,8 +248,125 @@ impl Event {
                 request: id(r)?,
                 kind: ResultKind::parse(k)?,
             },
+            ["checkpoint", rest @ ..] => Event::Checkpoint(Checkpoint::parse(rest)?),
             _ => return None,
         })
+    }
+}
+
+/// The record a rotated `coordinator.log` continues from (see
+/// [`crate::logs`]): what [`Recorded`] holds that a later step can act
+/// on. Requests that have their result, and those of coordinators that no
+/// longer own the Domain, are left out: no later step may touch them (a
+/// step for one is refused as "never accepted", as it would be with the
+/// whole record), and so the line stays bounded by the pending requests
+/// and the sessions. Written as
+/// `checkpoint owner PID|none generation N PHASE|none recover yes|no
+/// sessions K ID... pending M REQUEST@SESSION[+host][+cancel]...`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Checkpoint {
+    pub owner: Option<u32>,
+    pub generation: Option<(u64, Phase)>,
+    pub must_recover: bool,
+    /// Sorted.
+    pub sessions: Vec<String>,
+    /// Accepted requests of the owner with no result yet, sorted by ID.
+    pub pending: Vec<PendingRequest>,
+}
+
+/// An accepted request with no result yet, in a [`Checkpoint`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PendingRequest {
+    pub request: String,
+    pub session: String,
+    pub host_command: bool,
+    pub cancel_sent: bool,
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.owner {
+            Some(p) => write!(f, "checkpoint owner {p}")?,
+            None => write!(f, "checkpoint owner none")?,
+        }
+        match self.generation {
+            Some((n, p)) => write!(f, " generation {n} {}", p.name())?,
+            None => write!(f, " generation none")?,
+        }
+        let yes = if self.must_recover { "yes" } else { "no" };
+        write!(f, " recover {yes} sessions {}", self.sessions.len())?;
+        for s in &self.sessions {
+            write!(f, " {s}")?;
+        }
+        write!(f, " pending {}", self.pending.len())?;
+        for r in &self.pending {
+            write!(f, " {}@{}", r.request, r.session)?;
+            if r.host_command {
+                write!(f, "+host")?;
+            }
+            if r.cancel_sent {
+                write!(f, "+cancel")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Checkpoint {
+    /// The words after `checkpoint`, as [`Display`](fmt::Display) writes
+    /// them.
+    fn parse(w: &[&str]) -> Option<Checkpoint> {
+        let mut c = Checkpoint::default();
+        let mut w = w.iter().copied();
+        let mut next = || w.next();
+        (next()? == "owner").then_some(())?;
+        c.owner = match next()? {
+            "none" => None,
+            p => Some(p.parse().ok()?),
+        };
+        (next()? == "generation").then_some(())?;
+        c.generation = match next()? {
+            "none" => None,
+            n => Some((n.parse().ok()?, Phase::parse(next()?)?)),
+        };
+        (next()? == "recover").then_some(())?;
+        c.must_recover = match next()? {
+            "yes" => true,
+            "no" => false,
+            _ => return None,
+        };
+        (next()? == "sessions").then_some(())?;
+        let k: usize = next()?.parse().ok()?;
+        for _ in 0..k {
+            c.sessions.push(id(next()?)?);
+        }
+        (next()? == "pending").then_some(())?;
+        let m: usize = next()?.parse().ok()?;
+        for _ in 0..m {
+            c.pending.push(PendingRequest::parse(next()?)?);
+        }
+        next().is_none().then_some(c)
+    }
+}
+
+impl PendingRequest {
+    fn parse(w: &str) -> Option<PendingRequest> {
+        let (request, rest) = w.split_once('@')?;
+        let mut flags = rest.split('+');
+        let session = id(flags.next()?)?;
+        let mut r = PendingRequest {
+            request: id(request)?,
+            session,
+            ..Default::default()
+        };
+        for f in flags {
+            match f {
+                "host" if !r.host_command => r.host_command = true,
+                "cancel" if r.host_command && !r.cancel_sent => r.cancel_sent = true,
+                _ => return None,
+            }
+        }
+        Some(r)
     }
 }
 
@@ -258,9 +380,22 @@ pub fn parse_log_line(line: &str) -> Option<(u32, Event)> {
     Some((pid.parse().ok()?, Event::parse(text.trim_end())?))
 }
 
-/// The recorded lifecycle steps of a `coordinator.log`, in order.
+/// The recorded lifecycle steps of a `coordinator.log`, in order (of
+/// its files, oldest first, concatenated: see [`crate::logs::files`]).
 pub fn trace_of_log(log: &str) -> Vec<(u32, Event)> {
     log.lines().filter_map(parse_log_line).collect()
+}
+
+/// The checkpoint a rotated `coordinator.log` begins with: the record the
+/// file `log` (which begins with its own checkpoint, or at the Domain's
+/// first step) leads to. A step the lifecycle does not allow is passed
+/// over here; the full replay of the files still names it.
+pub fn checkpoint_of_log(log: &str) -> Checkpoint {
+    let mut r = Recorded::default();
+    for (by, e) in trace_of_log(log) {
+        let _ = r.apply(by, &e);
+    }
+    r.checkpoint()
 }
 
 /// An Escalation Request as the record knows it.
@@ -323,19 +458,79 @@ impl Recorded {
         self.generation.map(|(_, p)| p)
     }
 
-    /// Applies the step `event` of coordinator `by`, or says why the
-    /// lifecycle does not allow it (the record is then unchanged).
-    pub fn apply(&mut self, by: u32, event: &Event) -> Result<(), &'static str> {
-        let mut next = self.clone();
-        next.step(by, event)?;
-        *self = next;
+    /// What a rotated log continues from (see [`Checkpoint`]).
+    pub fn checkpoint(&self) -> Checkpoint {
+        let pending = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.accepted && r.results == 0 && Some(r.owner) == self.owner)
+            .map(|(id, r)| PendingRequest {
+                request: id.clone(),
+                session: r.session.clone().unwrap_or_default(),
+                host_command: r.host_command,
+                cancel_sent: r.cancel_sent,
+            })
+            .collect();
+        Checkpoint {
+            owner: self.owner,
+            generation: self.generation,
+            must_recover: self.must_recover,
+            sessions: self.sessions.keys().cloned().collect(),
+            pending,
+        }
+    }
+
+    /// The record a replay starting at `c` begins with.
+    fn from_checkpoint(c: &Checkpoint) -> Recorded {
+        Recorded {
+            owner: c.owner,
+            generation: c.generation,
+            must_recover: c.must_recover,
+            sessions: c.sessions.iter().map(|s| (s.clone(), ())).collect(),
+            requests: c
+                .pending
+                .iter()
+                .map(|r| {
+                    let rec = RequestRecord {
+                        session: Some(r.session.clone()),
+                        accepted: true,
+                        host_command: r.host_command,
+                        cancel_sent: r.cancel_sent,
+                        owner: c.owner.unwrap_or_default(),
+                        ..Default::default()
+                    };
+                    (r.request.clone(), rec)
+                })
+                .collect(),
+        }
+    }
+
+    /// A checkpoint: where the replay starts (nothing recorded before it),
+    /// or a restatement of the record that must agree with it.
+    fn at_checkpoint(&mut self, c: &Checkpoint) -> Result<(), &'static str> {
+        if *self == Recorded::default() {
+            *self = Recorded::from_checkpoint(c);
+            return Ok(());
+        }
+        if self.checkpoint() != *c {
+            return Err("a checkpoint that does not match the record before it");
+        }
         Ok(())
     }
 
-    fn step(&mut self, by: u32, event: &Event) -> Result<(), &'static str> {
-        if let Event::Owner = event {
-            return self.take_over(by);
+    /// Applies the step `event` of coordinator `by`, or says why the
+    /// lifecycle does not allow it (the record is then unchanged: every
+    /// step checks before it changes anything, so a long trace replays
+    /// without a copy of the record per step).
+    pub fn apply(&mut self, by: u32, event: &Event) -> Result<(), &'static str> {
+        match event {
+            Event::Owner => self.take_over(by),
+            Event::Checkpoint(c) => self.at_checkpoint(c),
+            _ => self.step(by, event),
         }
+    }
+
+    fn step(&mut self, by: u32, event: &Event) -> Result<(), &'static str> {
         if self.owner != Some(by) {
             return Err("recorded by a coordinator that does not own the Domain");
         }
@@ -343,7 +538,9 @@ impl Recorded {
             return Err("a new owner acted before recovering the unfinished generation");
         }
         match event {
-            Event::Owner => unreachable!(),
+            Event::Owner | Event::Checkpoint(_) => {
+                return Err("not a step of the owner");
+            }
             Event::Recovered { generation, from } => match self.generation {
                 Some((n, p)) if n == *generation && p == *from && p != Phase::Stopped => {
                     self.generation = Some((n, Phase::Stopped));
@@ -376,9 +573,10 @@ impl Recorded {
                 if self.phase() != Some(Phase::Running) {
                     return Err("a session joined a generation that is not running");
                 }
-                if self.sessions.insert(session.clone(), ()).is_some() {
+                if self.sessions.contains_key(session) {
                     return Err("a session joined twice");
                 }
+                self.sessions.insert(session.clone(), ());
             }
             Event::Left { session } => {
                 if self.sessions.remove(session).is_none() {
@@ -505,10 +703,31 @@ mod tests {
             Event::Left { session: s.clone() },
             Event::Accepted {
                 request: r.clone(),
-                session: s,
+                session: s.clone(),
             },
             Event::HostCommand { request: r.clone() },
             Event::CancelSent { request: r.clone() },
+            Event::Checkpoint(Checkpoint::default()),
+            Event::Checkpoint(Checkpoint {
+                owner: Some(42),
+                generation: Some((3, Phase::Running)),
+                must_recover: true,
+                sessions: vec![s.clone(), "cd34".into()],
+                pending: vec![
+                    PendingRequest {
+                        request: r.clone(),
+                        session: s.clone(),
+                        host_command: false,
+                        cancel_sent: false,
+                    },
+                    PendingRequest {
+                        request: "0a".into(),
+                        session: s.clone(),
+                        host_command: true,
+                        cancel_sent: true,
+                    },
+                ],
+            }),
         ];
         for p in Phase::ALL {
             v.push(Event::Recovered {
@@ -726,5 +945,127 @@ mod tests {
             },
             "a cancellation was sent for a host command never started",
         );
+    }
+
+    /// The log lines of `trace`, as the coordinator writes them.
+    fn lines(trace: &[(u32, Event)]) -> Vec<String> {
+        trace
+            .iter()
+            .map(|(pid, e)| {
+                format!("2026-12-01T10:18:39.123Z lazaret-coordinator[{pid}]: {LOG_PREFIX}{e}")
+            })
+            .collect()
+    }
+
+    /// A log rotated after `k` of its lines: the rotated file, and the
+    /// new one beginning with the checkpoint of the rotated one.
+    fn rotated_at(all: &[String], k: usize) -> (String, String) {
+        let old: String = all[..k].iter().map(|l| format!("{l}\n")).collect();
+        let c = checkpoint_of_log(&old);
+        let mut new = format!(
+            "2026-12-01T10:18:40Z lazaret-coordinator[7]: {LOG_PREFIX}{}\n",
+            Event::Checkpoint(c)
+        );
+        for l in &all[k..] {
+            new.push_str(l);
+            new.push('\n');
+        }
+        (old, new)
+    }
+
+    #[test]
+    fn a_replay_continues_from_a_checkpoint_wherever_the_log_was_rotated() {
+        let good = good();
+        let all = lines(&good);
+        let whole = run(&good).unwrap();
+        for k in 0..=all.len() {
+            let (old, new) = rotated_at(&all, k);
+            // From the new file alone (the old one dropped) ...
+            let from_new = replay(&trace_of_log(&new)).unwrap_or_else(|v| panic!("at {k}: {v}"));
+            assert_eq!(from_new.checkpoint(), whole.checkpoint(), "at {k}");
+            // ... and across both files, the checkpoint agreeing.
+            let both =
+                replay(&trace_of_log(&(old + &new))).unwrap_or_else(|v| panic!("at {k}: {v}"));
+            assert_eq!(both, whole, "at {k}");
+        }
+    }
+
+    #[test]
+    fn after_a_checkpoint_the_lifecycle_is_still_checked() {
+        use Phase::*;
+        let good = good();
+        let all = lines(&good);
+        // Rotated after the request's result: a second one is refused.
+        let mut t = good[..7].to_vec();
+        t.push((
+            10,
+            Event::Result {
+                request: "01".into(),
+                kind: ResultKind::Denied,
+            },
+        ));
+        let (_, new) = rotated_at(&lines(&t), 7);
+        let v = replay(&trace_of_log(&new)).unwrap_err();
+        assert_eq!(v.why, "a step of a request this owner never accepted");
+        // Rotated while the request is pending: its steps go on.
+        let (_, new) = rotated_at(&all, 5);
+        let r = replay(&trace_of_log(&new)).unwrap();
+        assert_eq!(r.generation, Some((3, Starting)));
+        // A checkpoint that disagrees with the record before it.
+        let (old, new) = rotated_at(&all, 9);
+        let forged = new.replacen("recover no", "recover yes", 1);
+        let v = replay(&trace_of_log(&(old + &forged))).unwrap_err();
+        assert_eq!(
+            v.why,
+            "a checkpoint that does not match the record before it"
+        );
+        // The owner must still recover after a crash across a rotation.
+        let mut t = good.clone();
+        t.remove(16);
+        let all = lines(&t);
+        let (_, new) = rotated_at(&all, 16);
+        let v = replay(&trace_of_log(&new)).unwrap_err();
+        assert_eq!(
+            v.why,
+            "a new owner acted before recovering the unfinished generation"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_holds_only_what_later_steps_can_touch() {
+        let good = good();
+        // After the first generation's result and release: nothing pending.
+        let r = run(&good[..11]).unwrap();
+        let c = r.checkpoint();
+        assert_eq!(c.owner, None);
+        assert!(c.pending.is_empty() && c.sessions.is_empty(), "{c}");
+        // While the request is pending: it and its session.
+        let c = run(&good[..6]).unwrap().checkpoint();
+        assert_eq!(c.to_string(), "checkpoint owner 10 generation 1 Running recover no sessions 1 aa pending 1 01@aa+host");
+        for bad in [
+            "checkpoint owner 1 generation 1 Running recover maybe sessions 0 pending 0",
+            "checkpoint owner 1 generation 1 Running recover no sessions 2 aa pending 0",
+            "checkpoint owner 1 generation 1 Running recover no sessions 0 pending 1 01@aa+cancel",
+            "checkpoint owner 1 generation 1 Running recover no sessions 0 pending 0 extra",
+            "checkpoint owner x generation none recover no sessions 0 pending 0",
+        ] {
+            assert_eq!(Event::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_step_the_lifecycle_refuses_leaves_the_record_unchanged() {
+        let good = good();
+        for k in 0..good.len() {
+            let before = run(&good[..k]).unwrap();
+            for e in every_event() {
+                for by in [10, 11, 12, 99] {
+                    let mut r = before.clone();
+                    if r.apply(by, &e).is_err() {
+                        assert_eq!(r, before, "{e} by {by} after {k} steps");
+                    }
+                }
+            }
+        }
     }
 }

@@ -25,7 +25,9 @@ pub struct Summary {
     pub added_count: u64,
     pub changed_count: u64,
     pub deleted_count: u64,
-    /// Bytes of regular files in the upper.
+    /// Bytes the upper takes on disk: the blocks allocated to every entry
+    /// in it (`st_blocks`), each inode once. A sparse file counts its
+    /// data, not its apparent size (which the sandbox sets at will).
     pub bytes: u64,
     /// True when the path lists were cut at the limit (the counts are not).
     pub truncated: bool,
@@ -55,6 +57,8 @@ fn is_opaque(p: &Path) -> bool {
 /// Scans `upper` (the anchor for sandbox path `anchor`) against `lower`.
 pub fn scan(anchor: &str, upper: &Path, lower: &Path, limit: usize) -> std::io::Result<Summary> {
     let mut s = Summary::default();
+    // Inodes with more than one link, counted once.
+    let mut linked = std::collections::HashSet::new();
     let mut stack = vec![std::path::PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = upper.join(&rel);
@@ -69,6 +73,9 @@ pub fn scan(anchor: &str, upper: &Path, lower: &Path, limit: usize) -> std::io::
             );
             let md = e.path().symlink_metadata()?;
             let ft = md.file_type();
+            if md.nlink() < 2 || ft.is_dir() || linked.insert((md.dev(), md.ino())) {
+                s.bytes = s.bytes.saturating_add(md.blocks().saturating_mul(512));
+            }
             if ft.is_char_device() && md.rdev() == 0 {
                 push(
                     &mut s.deleted,
@@ -92,9 +99,6 @@ pub fn scan(anchor: &str, upper: &Path, lower: &Path, limit: usize) -> std::io::
                 }
                 stack.push(rel);
             } else {
-                if ft.is_file() {
-                    s.bytes += md.len();
-                }
                 if lower.join(&rel).symlink_metadata().is_ok() {
                     push(
                         &mut s.changed,
@@ -136,9 +140,32 @@ mod tests {
         assert_eq!(s.changed, ["/usr/bin/ls"]);
         assert!(s.added.contains(&"/usr/local/bin/tool".to_string()));
         assert!(s.added.contains(&"/usr/local/".to_string()));
-        assert_eq!(s.bytes, 15);
+        let allocated: u64 = ["bin", "bin/ls", "local", "local/bin", "local/bin/tool"]
+            .iter()
+            .map(|p| upper.path().join(p).symlink_metadata().unwrap().blocks() * 512)
+            .sum();
+        assert_eq!(s.bytes, allocated);
         let json = serde_json::to_string(&s).unwrap();
         assert!(!json.contains("secret-content"));
+    }
+
+    #[test]
+    fn bytes_are_what_the_upper_takes_on_disk() {
+        use std::os::unix::fs::FileExt;
+        let lower = tempfile::tempdir().unwrap();
+        let upper = tempfile::tempdir().unwrap();
+        // Far larger than any bound in apparent size, one block of data.
+        let f = std::fs::File::create(upper.path().join("sparse")).unwrap();
+        f.set_len(1 << 40).unwrap();
+        f.write_all_at(b"x", 1 << 39).unwrap();
+        // One file of 1 MiB under three names.
+        std::fs::write(upper.path().join("data"), vec![1u8; 1 << 20]).unwrap();
+        std::fs::hard_link(upper.path().join("data"), upper.path().join("l1")).unwrap();
+        std::fs::hard_link(upper.path().join("data"), upper.path().join("l2")).unwrap();
+        let s = scan("/root", upper.path(), lower.path(), 100).unwrap();
+        let blocks = |n: &str| upper.path().join(n).metadata().unwrap().blocks() * 512;
+        assert_eq!(s.bytes, blocks("sparse") + blocks("data"));
+        assert!(s.bytes < (1 << 20) + (1 << 18), "{}", s.bytes);
     }
 
     #[test]

@@ -420,8 +420,10 @@ impl Drop for Workspace<'_> {
         if std::thread::panicking() {
             // Keep the evidence of a failure.
             for name in ["coordinator.log", "helpers.log"] {
-                if let Ok(log) = std::fs::read_to_string(self.domain_root("default").join(name)) {
-                    eprintln!("--- {name} ---\n{log}");
+                if let Ok(log) =
+                    lazaret_protocol::logs::read_all(&self.domain_root("default"), name)
+                {
+                    eprintln!("--- {name} ---\n{}", String::from_utf8_lossy(&log));
                 }
             }
             return;
@@ -435,13 +437,16 @@ impl Drop for Workspace<'_> {
 }
 
 /// The lifecycle steps the Domain's coordinators recorded in the
-/// `coordinator.log` of `domain_root` (`lifecycle: <event>` lines), in
-/// order, each with the PID of the coordinator that recorded it: the trace
-/// [`lazaret_protocol::lifecycle::replay`] checks against the lifecycle
-/// model.
+/// `coordinator.log` of `domain_root` and its rotations, oldest first
+/// (`lifecycle: <event>` lines), each with the PID of the coordinator
+/// that recorded it: the trace [`lazaret_protocol::lifecycle::replay`]
+/// checks against the lifecycle model. Once the log was rotated past its
+/// oldest kept file, the trace begins with that file's checkpoint.
 pub fn lifecycle_trace(domain_root: &Path) -> Vec<(u32, lazaret_protocol::lifecycle::Event)> {
-    let log = std::fs::read_to_string(domain_root.join("coordinator.log")).unwrap_or_default();
-    lazaret_protocol::lifecycle::trace_of_log(&log)
+    let log =
+        lazaret_protocol::logs::read_all(domain_root, lazaret_protocol::logs::COORDINATOR_LOG)
+            .unwrap_or_default();
+    lazaret_protocol::lifecycle::trace_of_log(&String::from_utf8_lossy(&log))
 }
 
 /// Replays the Domain's recorded lifecycle (see [`lifecycle_trace`])

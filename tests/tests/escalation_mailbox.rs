@@ -259,3 +259,176 @@ fn when_the_reader_dies_the_coordinator_says_so_and_the_domain_still_stops() {
     let _ = session.wait();
     assert_domain_gone(&domain);
 }
+
+/// A Domain log's bound (`lazaret_protocol::logs::MAX_BYTES`, and
+/// `escalation::bounds::LOG_MAX_BYTES`), written out so that this test
+/// builds against any version of the code.
+const LOG_BOUND: u64 = 1 << 20;
+/// Rotations kept of each log.
+const ROTATIONS: usize = 4;
+
+/// The files of the Domain log `name`, oldest first, with their sizes
+/// (0: absent).
+fn log_files(root: &std::path::Path, name: &str) -> Vec<(std::path::PathBuf, u64)> {
+    let mut v: Vec<std::path::PathBuf> = (1..=ROTATIONS + 1)
+        .rev()
+        .map(|i| root.join(format!("{name}.{i}")))
+        .collect();
+    v.push(root.join(name));
+    v.into_iter()
+        .map(|p| {
+            let n = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            (p, n)
+        })
+        .collect()
+}
+
+fn read_log(root: &std::path::Path, name: &str) -> String {
+    log_files(root, name)
+        .iter()
+        .map(|(p, _)| std::fs::read_to_string(p).unwrap_or_default())
+        .collect()
+}
+
+/// The sandbox publishes refused mailbox entries (unsigned junk) and
+/// signed requests (each a few lifecycle steps) for as long as it likes:
+/// every log the Domain writes stays within its bound for the whole
+/// session, `coordinator.log` says in one line per window how many
+/// entries were refused, `lazaret logs` reads across the rotations, and
+/// the lifecycle replays through the model from the checkpoint the
+/// rotation left.
+#[test]
+fn a_flood_of_refused_entries_leaves_every_log_within_its_bound() {
+    let env = require_env!();
+    let ws = env.workspace("esc-log-flood");
+    rules(&ws, r#"["/bin/true"]"#);
+    let domain = ws.domain_id("default");
+    let root = ws.domain_root("default");
+    let flood = r#"
+        R=/.lazaret/mailbox/requests
+        # Junk entries, by rename, as fast as python publishes them.
+        python3 -c '
+import os
+R = "/.lazaret/mailbox/requests"
+i = 0
+while not os.path.exists("/tmp/stop-flood"):
+    for _ in range(100):
+        t = "%s/.j%d" % (R, i)
+        with open(t, "wb") as f:
+            f.write(os.urandom(300))
+        os.rename(t, "%s/j%d" % (R, i))
+        i += 1
+print("junk", i)
+' &
+        # Signed requests in this session's name, auto-approved: accepted,
+        # run and resolved (or refused over the pending bound).
+        for j in 1 2 3 4; do
+            (i=0; while [ ! -e /tmp/stop-flood ]; do
+                i=$((i + 1))
+                lazaret-escalate --write-request-to $R/.s$j-$i -- /bin/true && mv $R/.s$j-$i $R/s$j-$i
+            done; echo "signed $j $i") &
+        done
+        wait
+    "#;
+    let mut session = ws
+        .lazaret(&["run", "--", "sh", "-c", flood])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Watched from the host while it runs: the largest size each file of
+    // each log reached. Done once coordinator.log has been rotated and has
+    // said how many entries it did not log one by one; on a version that
+    // does not bound it, once it is far past the bound.
+    let names = ["coordinator.log", "helpers.log", "escalations.log"];
+    let mut largest = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20 * 60);
+    loop {
+        for name in names {
+            for (p, n) in log_files(&root, name) {
+                let e = largest.entry(p).or_insert(0u64);
+                *e = (*e).max(n);
+            }
+        }
+        let clog = log_files(&root, "coordinator.log");
+        let rotated = clog[ROTATIONS].1 > 0;
+        let far_past = largest.values().any(|&n| n > 3 * LOG_BOUND);
+        let said = rotated && read_log(&root, "coordinator.log").contains(" more entries in the ");
+        if said || far_past || std::time::Instant::now() > deadline {
+            break;
+        }
+        assert!(
+            session.try_wait().unwrap().is_none(),
+            "the flood ended early"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let stop = ws.run_sh("touch /tmp/stop-flood");
+    assert!(stop.status.success(), "{}", text(&stop.stderr));
+    let out = session.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_domain_gone(&domain);
+    let said = text(&out.stdout);
+    eprintln!("flood: {said}");
+    for name in names {
+        for (p, n) in log_files(&root, name) {
+            let most = largest.get(&p).copied().unwrap_or(0).max(n);
+            // escalations.log is rotated once it has reached its bound: by
+            // at most one record more.
+            assert!(
+                most <= LOG_BOUND + (64 << 10),
+                "{} reached {most} bytes, past its bound of {LOG_BOUND}",
+                p.display()
+            );
+        }
+        // No more than the rotations kept.
+        assert!(!root.join(format!("{name}.{}", ROTATIONS + 1)).exists());
+    }
+    // The coalesced line says how many refused entries it stands for.
+    let clog = read_log(&root, "coordinator.log");
+    let counted: u64 = clog
+        .lines()
+        .filter_map(|l| {
+            l.split_once("Escalation Mailbox: refused ")?
+                .1
+                .split_once(" more entries in the ")
+        })
+        .filter_map(|(n, _)| n.parse::<u64>().ok())
+        .sum();
+    assert!(counted > 0, "no coalesced line in coordinator.log");
+    let rotated = log_files(&root, "coordinator.log");
+    assert!(
+        rotated[ROTATIONS].1 > 0,
+        "coordinator.log was never rotated"
+    );
+    // Every file a rotation began starts with the lifecycle checkpoint a
+    // replay can start from (the oldest may be the Domain's first).
+    let kept: Vec<_> = rotated.iter().filter(|(_, n)| *n > 0).collect();
+    for (i, (p, _)) in kept.iter().enumerate() {
+        let t = std::fs::read_to_string(p).unwrap_or_default();
+        let first = t.lines().next().unwrap_or_default();
+        let checkpoint = first.contains("lifecycle: checkpoint owner");
+        assert!(
+            checkpoint || (i == 0 && first.contains("lifecycle: owner")),
+            "{}: {first}",
+            p.display()
+        );
+    }
+    let record = lazaret_tests::assert_lifecycle_replays(&root);
+    assert_eq!(record.owner, None);
+    // `lazaret logs` reads every kept file, oldest first.
+    let logs = ws.lazaret(&["logs"]).output().unwrap();
+    assert!(logs.status.success(), "{}", text(&logs.stderr));
+    let shown = text(&logs.stdout);
+    assert_eq!(shown.lines().count(), clog.lines().count());
+    assert_eq!(shown.lines().next(), clog.lines().next());
+    assert_eq!(shown.lines().last(), clog.lines().last());
+    // And the Domain starts again.
+    let again = ws.run_sh("echo again");
+    assert_eq!(text(&again.stdout), "again\n", "{}", text(&again.stderr));
+}

@@ -206,6 +206,18 @@ fn ignored_state_bound_gives_enospc_inside_and_the_domain_goes_on() {
     );
 }
 
+/// This workspace's Domain in `lazaret state list --json`.
+fn state_list_entry(ws: &Workspace<'_>) -> serde_json::Value {
+    let json = ws.lazaret(&["state", "list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == ws.domain_id("default").as_str())
+        .cloned()
+        .unwrap()
+}
+
 #[test]
 fn state_list_shows_limits_and_usage_and_an_anchor_past_its_bound_stops_the_next_start() {
     let env = require_env!();
@@ -245,14 +257,7 @@ fn state_list_shows_limits_and_usage_and_an_anchor_past_its_bound_stops_the_next
         usr_line.contains(" of 1MiB") && !usr_line.contains("OVER"),
         "{s}"
     );
-    let json = ws.lazaret(&["state", "list", "--json"]).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    let mine = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["domain_id"] == ws.domain_id("default").as_str())
-        .unwrap();
+    let mine = state_list_entry(&ws);
     assert_eq!(mine["limits"]["anchor_size"], "1MiB");
     assert_eq!(mine["limits"]["processes"], 4096);
     // The next start refuses the Domain, and says how to go on.
@@ -297,4 +302,40 @@ fn doctor_says_what_bounds_the_sandbox_and_what_nothing_bounds() {
     let cg = line("cgroup delegation");
     assert!(cg.starts_with("WARN"), "{s}");
     assert!(cg.contains("CPU time") && cg.contains("not bounded"), "{s}");
+}
+
+#[test]
+fn a_sparse_file_far_past_the_memory_bound_is_counted_by_its_data_and_the_domain_starts_again() {
+    let env = require_env!();
+    let ws = env.workspace("lim-sparse");
+    ws.write_config("[profiles.default.limits]\nmemory = \"1GiB\"\nanchor_size = \"64MiB\"\n");
+    // 16 GiB of apparent size (the gofer extends the file: the Sentry's
+    // file-size limit does not see it), 1 MiB of data.
+    let out = ws.run_sh(
+        "truncate -s 16G /root/sparse && head -c 1048576 /dev/urandom \
+         | dd of=/root/sparse bs=1M seek=100 conv=notrunc 2>/dev/null; \
+         python3 -c \"import os; print(os.stat('/root/sparse').st_size)\"",
+    );
+    assert_eq!(text(&out.stdout), "17179869184\n", "{}", text(&out.stderr));
+    lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+    // Counted by what it takes on disk.
+    let mine = state_list_entry(&ws);
+    let root = mine["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "/root")
+        .unwrap();
+    let bytes = root["bytes"].as_u64().unwrap();
+    assert!((1 << 20..8 << 20).contains(&bytes), "{root}");
+    assert_eq!(root["over_bound"], false, "{root}");
+    // The next start is not refused, and the file is as it was.
+    let out =
+        ws.run_sh("python3 -c \"import os; print(os.stat('/root/sparse').st_size)\"; echo started");
+    assert_eq!(
+        text(&out.stdout),
+        "17179869184\nstarted\n",
+        "{}",
+        text(&out.stderr)
+    );
 }
