@@ -260,7 +260,7 @@ pub fn question(argv: &[String], width: usize) -> String {
 }
 
 /// What is written to the terminal: [`RESET`], the clear screen, the
-/// rows, [`SYNC`], the question.
+/// rows (the question follows separately: [`question_line`]).
 pub fn drawing(layout: &Layout, screen_rows: u16) -> String {
     let rows = screen_rows.max(1);
     let mut s = reset_sequence();
@@ -276,9 +276,14 @@ pub fn drawing(layout: &Layout, screen_rows: u16) -> String {
         s.push_str(row);
         s.push_str("\r\n");
     }
-    s.push_str(SYNC);
-    s.push_str(&layout.question);
     s
+}
+
+/// [`SYNC`] and the question: written only once pending input was
+/// discarded (see `Input::settle`), so the terminal's answer to [`SYNC`]
+/// cannot be discarded with it.
+pub fn question_line(layout: &Layout) -> String {
+    format!("{SYNC}{}", layout.question)
 }
 
 /// The edit line's starting text: the vector in shell quoting, unless an
@@ -404,10 +409,13 @@ impl Input<'_> {
     /// Discards what was typed or reported before the terminal drew the
     /// prompt (step 4 of the module's list); `false` when the request was
     /// withdrawn meanwhile.
-    fn settle(&mut self) -> bool {
+    fn settle(&mut self, question: &str) -> bool {
         let _ = rustix::termios::tcdrain(std::io::stdout());
         let _ = rustix::termios::tcflush(std::io::stdin(), rustix::termios::QueueSelector::IFlush);
         while self.keys.try_recv().is_ok() {}
+        // Asked only now: an answer that came before the flush would have
+        // been thrown away with what the session had left pending.
+        write_raw(question);
         let deadline = Instant::now() + SYNC_WAIT;
         loop {
             match self.next(Some(deadline)) {
@@ -498,9 +506,10 @@ pub fn ask(
         early: None,
     };
     let (rows, cols) = terminal::size();
-    write_raw(&drawing(&render(p, (rows, cols), changed), rows));
+    let layout = render(p, (rows, cols), changed);
+    write_raw(&drawing(&layout, rows));
     let width = usize::from(cols).max(MIN_WIDTH);
-    let decision = if input.settle() {
+    let decision = if input.settle(&question_line(&layout)) {
         decide(p, &mut input, width)
     } else {
         None
@@ -734,9 +743,13 @@ mod tests {
             "\x1b[1;24r\x1b[24;1H{}\x1b[H\x1b[J",
             "\n".repeat(24)
         )));
-        assert!(d.ends_with(&format!(
-            "  command:       \"git\" \"fetch\" \"origin\"\r\n{SYNC}Run \"git\" \"fetch\" \"origin\" on the host? [a]pprove [d]eny [e]dit: "
-        )));
+        assert!(d.ends_with("  command:       \"git\" \"fetch\" \"origin\"\r\n"));
+        assert_eq!(
+            question_line(&l),
+            format!(
+                "{SYNC}Run \"git\" \"fetch\" \"origin\" on the host? [a]pprove [d]eny [e]dit: "
+            )
+        );
         // Each mode the sandbox's output may set is reset.
         for seq in [
             "\x1b[!p",
