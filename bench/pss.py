@@ -7,9 +7,11 @@ libraries) count once in the total.
   pss.py domain DOMAIN_ID LABEL    the Domain's coordinator (`--domain ID`) and every descendant
   pss.py tree PID LABEL            PID and every descendant
 
-Prints one line: LABEL, the total in MiB, and the processes by name; the
-exit status is 1 when a process's PSS could not be read (then the line says
-how many).
+Prints one line: LABEL, the total in MiB, and the processes by name. A
+process that is not dumpable (Lazaret's confined coordinator and mailbox
+reader) shows its PSS to root only: for any other user its RSS counts
+instead, marked `*`. The exit status is 1 when a process could not be read
+at all (then the line says how many).
 """
 
 import os
@@ -51,6 +53,18 @@ def descendants(procs, roots):
     return seen
 
 
+def rss_kib(pid):
+    """VmRSS from /proc/PID/status, which anyone may read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def pss_kib(pid):
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -60,6 +74,17 @@ def pss_kib(pid):
     except OSError:
         return None
     return None
+
+
+def label_of(proc):
+    """The program's name: argv[0]'s last component (runsc's processes are
+    `runsc-sandbox`, `runsc-gofer`; slirp4netns names its role), or, with no
+    argv (the systrap platform's stub processes, children of the Sentry),
+    "stub"."""
+    _, comm, argv = proc
+    if not argv:
+        return "stub"
+    return os.path.basename(argv[0]).split(":")[0] or comm
 
 
 def main():
@@ -74,19 +99,26 @@ def main():
         roots = [int(what)] if int(what) in procs else []
     if not roots:
         sys.exit(f"pss: no process for {kind} {what}")
-    by_name, total, unreadable = {}, 0, 0
+    by_name, total, unreadable, rss = {}, 0, 0, False
     for pid in descendants(procs, roots):
+        name = label_of(procs[pid])
         kib = pss_kib(pid)
+        if kib is None:
+            # Not dumpable (the confined coordinator and mailbox reader):
+            # only root reads its PSS; its RSS counts instead (an upper bound).
+            kib = rss_kib(pid)
+            name += "*"
+            rss = True
         if kib is None:
             unreadable += 1
             continue
-        name = procs[pid][1]
         n, k = by_name.get(name, (0, 0))
         by_name[name] = (n + 1, k + kib)
         total += kib
     parts = ", ".join(f"{name} {k / 1024:.1f}" + (f" ({n})" if n > 1 else "")
                       for name, (n, k) in sorted(by_name.items(), key=lambda x: -x[1][1]))
-    note = f"; {unreadable} processes unreadable" if unreadable else ""
+    note = "; * RSS, not PSS (not dumpable: its PSS is root's to read)" if rss else ""
+    note += f"; {unreadable} processes gone or unreadable" if unreadable else ""
     print(f"{label}: {total / 1024:.1f} MiB PSS ({parts}){note}")
     sys.exit(1 if unreadable else 0)
 
