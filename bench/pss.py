@@ -53,27 +53,25 @@ def descendants(procs, roots):
     return seen
 
 
-def rss_kib(pid):
-    """VmRSS from /proc/PID/status, which anyone may read."""
+def field_kib(path, field):
+    """The kB value of the line `FIELD: N kB` in PATH; None if unreadable."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def rss_kib(pid):
+    """VmRSS from /proc/PID/status, which anyone may read."""
+    return field_kib(f"/proc/{pid}/status", "VmRSS")
 
 
 def pss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+    return field_kib(f"/proc/{pid}/smaps_rollup", "Pss")
 
 
 def label_of(proc):
