@@ -66,7 +66,10 @@ def fixture(ws, files):
     package(f"{ws}/{PKG}")
     run(["git", "init", "-q"], ws)
     run(["git", "add", "-A"], ws)
-    run(["git", "commit", "-q", "-m", "fixture"], ws)
+    # No auto gc in the background (the copies of the fixture would race
+    # it): the objects are packed here, once, as in a cloned repository.
+    run(["git", "-c", "gc.auto=0", "commit", "-q", "-m", "fixture"], ws)
+    run(["git", "gc", "-q"], ws)
 
 
 def package(out):
