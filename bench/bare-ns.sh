@@ -10,9 +10,13 @@
 # Like lazaret-supervisor, the root is a kernel overlay (userxattr) with the
 # prepared image as its read-only lower and a fresh upper per sandbox. The
 # uppers are left under BASE/layers and removed once, at the end of the run.
+#
+# BARE_RUNSC names the runsc (default runsc on PATH), BARE_FLAGS its global
+# flags (default the ptrace platform's).
 set -eu
 mode=$1 base=$2 lower=$3
-flags="--ignore-cgroups --platform=ptrace --overlay2=none --network=none"
+runsc=${BARE_RUNSC:-runsc}
+flags=${BARE_FLAGS:-"--ignore-cgroups --platform=ptrace --overlay2=none --network=none"}
 
 layer=$(mktemp -d "$base/layers/bench-XXXXXXXX")
 mkdir "$layer/upper" "$layer/work"
@@ -22,11 +26,11 @@ mount -t overlay -o "userxattr,lowerdir=$lower,upperdir=$layer/upper,workdir=$la
 case $mode in
 cold)
     # shellcheck disable=SC2086
-    exec runsc --root "$base/state" $flags run --bundle "$base/bundle-cold" "${layer##*/}"
+    exec "$runsc" --root "$base/state" $flags run --bundle "$base/bundle-cold" "${layer##*/}"
     ;;
 serve)
     # shellcheck disable=SC2086
-    exec runsc --root "$base/state" $flags run --bundle "$base/bundle-serve" "$4"
+    exec "$runsc" --root "$base/state" $flags run --bundle "$base/bundle-serve" "$4"
     ;;
 *)
     echo "bare-ns.sh: unknown mode $mode" >&2

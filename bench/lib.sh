@@ -11,6 +11,10 @@
 # shellcheck disable=SC2034 # BARE_COLD and BARE_EXEC are set here for the callers
 LZ_BG='' BARE='' BARE_HOLDER=''
 BARE_COLD=() BARE_EXEC=()
+# The runsc of both sides: BENCH_RUNSC (Lazaret gets it as runtime.runsc,
+# see lazaret_runsc_config), else runsc on PATH. The bare side's platform is
+# the one Lazaret's runsc uses (set_runsc_flags, once a Domain is up).
+RUNSC=${BENCH_RUNSC:-runsc}
 RUNSC_FLAGS=(--ignore-cgroups --platform=ptrace --overlay2=none --network=none)
 UNSHARE=(unshare --map-root-user --map-auto --mount --net --pid --fork --mount-proc)
 
@@ -62,7 +66,7 @@ bench_outer() {
     cp "$BENCH_DIR/$script" "$BENCH_DIR"/*.py "$BENCH_DIR"/*.sh "$stage/bench/"
     chmod -R a+rX "$stage"
 
-    local -a pass=(BENCH_INNER=1 "BENCH_BIN_DIR=$stage/bin" "BENCH_REV=$rev" "$@")
+    local -a pass=(BENCH_INNER=1 "BENCH_BIN_DIR=$stage/bin" "BENCH_REV=$rev" "BENCH_RUNSC=${BENCH_RUNSC:-}" "$@")
     if [ "$(id -u)" = 0 ]; then
         user=${BENCH_USER:-dev}
         uid=$(id -u "$user") || die "no user $user (set BENCH_USER)"
@@ -195,7 +199,45 @@ bare_pid1() {
 bare_runsc() {
     local pid1
     pid1=$(bare_pid1) || return 1
-    nsenter -t "$pid1" -U -m -n -p runsc --root "$BARE/state" "${RUNSC_FLAGS[@]}" "$@"
+    nsenter -t "$pid1" -U -m -n -p "$RUNSC" --root "$BARE/state" "${RUNSC_FLAGS[@]}" "$@"
+}
+
+# lazaret_runsc_config FILE: appends `[runtime] runsc = BENCH_RUNSC` to the
+# run's private config FILE when BENCH_RUNSC is set.
+lazaret_runsc_config() {
+    [ -n "${BENCH_RUNSC:-}" ] || return 0
+    printf '\n[runtime]\nrunsc = "%s"\n' "$BENCH_RUNSC" >>"$1"
+    chmod 600 "$1"
+}
+
+# The platform Lazaret's runsc uses in the running Domain DOMAIN_ROOT, read
+# from its command line; ptrace if it cannot be read.
+domain_platform() {
+    local f p
+    for f in /proc/[0-9]*/cmdline; do
+        p=$(tr '\0' '\n' <"$f" 2>/dev/null) || continue
+        case $p in *"--root=$1/run/runsc"*) ;; *) continue ;; esac
+        p=$(grep -m1 -o '^--platform=.*' <<<"$p") || continue
+        echo "${p#--platform=}"
+        return 0
+    done
+    echo ptrace
+}
+
+# set_runsc_flags DOMAIN_ROOT: the bare side's runsc flags, with the
+# platform of the running Domain's runsc.
+set_runsc_flags() {
+    RUNSC_FLAGS=(--ignore-cgroups "--platform=$(domain_platform "$1")" --overlay2=none --network=none)
+    log "runsc of the bare side: $RUNSC ${RUNSC_FLAGS[*]}"
+}
+
+# domain_memory DOMAIN_ID BARE_HOLDER: the PSS of every process of the
+# running Domain and of the bare container, to stdout.
+domain_memory() {
+    python3 "$BENCH_DIR/pss.py" domain "$1" "idle Domain (one session attached)" || true
+    if [ -n "$2" ]; then
+        python3 "$BENCH_DIR/pss.py" tree "$2" "bare runsc container (unshare + runsc run)" || true
+    fi
 }
 
 # bare_setup DIR LOWER WORKSPACE: the bare baseline's bundles under DIR (sets
@@ -210,7 +252,8 @@ bare_setup() {
 # bare_cold_cmd LOWER: the bare cold command (one `runsc run` of /bin/true),
 # into the array BARE_COLD.
 bare_cold_cmd() {
-    BARE_COLD=("${UNSHARE[@]}" sh "$BENCH_DIR/bare-ns.sh" cold "$BARE" "$1")
+    BARE_COLD=(env "BARE_RUNSC=$RUNSC" "BARE_FLAGS=${RUNSC_FLAGS[*]}"
+        "${UNSHARE[@]}" sh "$BENCH_DIR/bare-ns.sh" cold "$BARE" "$1")
 }
 
 # start_bare_serve LOWER LOGFILE: a bare container running lazaret's idle
@@ -218,7 +261,8 @@ bare_cold_cmd() {
 # command against it, run once to check it.
 start_bare_serve() {
     # runsc chowns the stdio it is given: hand it pipes, never our files.
-    "${UNSHARE[@]}" sh "$BENCH_DIR/bare-ns.sh" serve "$BARE" "$1" bench-serve \
+    BARE_RUNSC=$RUNSC BARE_FLAGS="${RUNSC_FLAGS[*]}" \
+        "${UNSHARE[@]}" sh "$BENCH_DIR/bare-ns.sh" serve "$BARE" "$1" bench-serve \
         </dev/null > >(cat >"$2") 2>&1 &
     BARE_HOLDER=$!
     # runsc's later verbs must run in the namespaces of `runsc run`,
@@ -238,7 +282,7 @@ start_bare_serve() {
         sleep 0.05
     done
     log "bare container is up"
-    BARE_EXEC=(nsenter -t "$(bare_pid1)" -U -m -n -p runsc --root "$BARE/state" "${RUNSC_FLAGS[@]}"
+    BARE_EXEC=(nsenter -t "$(bare_pid1)" -U -m -n -p "$RUNSC" --root "$BARE/state" "${RUNSC_FLAGS[@]}"
         exec bench-serve /bin/true)
     local out
     out=$("${BARE_EXEC[@]}" </dev/null 2>&1) || die "bare runsc exec failed: $out"
@@ -300,7 +344,7 @@ hf() {
 bench_header() {
     {
         echo "# $1, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-        echo "# lazaret $BENCH_REV ($BENCH_BIN_DIR), $(runsc --version 2>/dev/null | head -n1)"
+        echo "# lazaret $BENCH_REV ($BENCH_BIN_DIR), $("$RUNSC" --version 2>/dev/null | head -n1) ($(command -v "$RUNSC"))"
         echo "# kernel $(uname -r), $(nproc) CPUs, user $(id -un), hyperfine $(hyperfine --version | cut -d' ' -f2)"
     } | tee "$OUT/header.txt" >&2
 }

@@ -23,10 +23,19 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// statx LD_PRELOAD shim.
 pub const STATX_FIXED_RELEASE: u32 = 20230301;
 
-/// Releases older than this take "`/proc/sys/net/core/rmem_default` exists"
-/// as "in the root network namespace" (`isRootNS`) and refuse
-/// `--network=sandbox`; a tmpfs over `/proc/sys/net` works around it.
-pub const ROOT_NS_CHECK_FIXED_RELEASE: u32 = 20231001;
+/// The first runsc release without the root-network-namespace check, once
+/// one is known. runsc's `isRootNS` takes "`/proc/sys/net/core/rmem_default`
+/// exists" (looked up from inside the sandbox's network namespace) as "this
+/// is the root network namespace" and then refuses `--network=sandbox`
+/// ("cannot run with network enabled in root network namespace"). Every
+/// release seen so far has it, 20221219 (Debian 12's) and 20240729
+/// (bookworm-backports) included, so `None`: every release, an unknown one
+/// too, is taken to have it. Whether the check fires is the kernel's
+/// doing, not the release's: see [`probe_netns_rmem_default`].
+pub const ROOT_NS_CHECK_REMOVED_RELEASE: Option<u32> = None;
+
+/// The file runsc's `isRootNS` looks for.
+pub const ROOT_NS_CHECK_FILE: &str = "/proc/sys/net/core/rmem_default";
 
 /// The first release whose systrap platform Lazaret trusts. Older ones may
 /// list systrap (it was experimental for a while); they get ptrace.
@@ -111,6 +120,10 @@ pub struct RunscInfo {
     pub platforms: Vec<String>,
     /// Names of the top-level flags (`runsc flags`), without dashes.
     pub flags: BTreeSet<String>,
+    /// Whether a fresh network namespace on this kernel shows
+    /// [`ROOT_NS_CHECK_FILE`] ([`probe_netns_rmem_default`]); `None` when
+    /// the probe could not run (or was not asked for).
+    pub netns_shows_rmem_default: Option<bool>,
 }
 
 impl RunscInfo {
@@ -123,45 +136,32 @@ impl RunscInfo {
 
     /// As [`RunscInfo::detect`], but the probes' outputs are kept in the
     /// file `cache` (in the Storage Root, which nothing in a sandbox can
-    /// write) and reused while the binary is the same file: the same
-    /// canonical path, device, inode, size, modification and change time.
-    /// Installing or replacing runsc changes them, so the next start probes
-    /// again. The outputs, not the parsed result, are kept: a newer
-    /// Lazaret parses them its own way. A cache that cannot be read or
-    /// written only costs the probes (about 100 ms on a 2-core VM).
+    /// write) and reused while the binary is the same file (the same
+    /// canonical path, device, inode, size, modification and change time)
+    /// and the kernel the same boot (`/proc/sys/kernel/random/boot_id`).
+    /// Installing or replacing runsc, or booting another kernel, changes
+    /// them, so the next start probes again. The outputs, not the parsed
+    /// result, are kept: a newer Lazaret parses them its own way. A cache
+    /// that cannot be read or written only costs the probes (about 100 ms
+    /// on a 2-core VM); a kernel probe that failed is not kept.
     pub fn detect_cached(path: Option<&Path>, cache: &Path) -> Result<RunscInfo, RunscError> {
         let path = resolve(path)?;
-        let Some(key) = BinaryKey::of(&path) else {
+        let Some(key) = ProbeKey::of(&path) else {
             return Self::detect_resolved(path);
         };
-        if let Some(p) = ProbeCache::read(cache).filter(|p| p.key == key) {
-            return Ok(RunscInfo::from_outputs(
-                path,
-                &p.version,
-                &p.flags,
-                p.platforms.as_deref(),
-            ));
+        if let Some(c) = ProbeCache::read(cache).filter(|c| c.key == key) {
+            return Ok(c.probes.info(path));
         }
-        let (version, flags, platforms) = probe_all(&path)?;
-        let info = RunscInfo::from_outputs(path, &version, &flags, platforms.as_deref());
-        ProbeCache {
-            key,
-            version,
-            flags,
-            platforms,
+        let probes = Probes::run(&path)?;
+        let info = probes.info(path);
+        if probes.netns_shows_rmem_default.is_some() {
+            ProbeCache { key, probes }.write(cache);
         }
-        .write(cache);
         Ok(info)
     }
 
     fn detect_resolved(path: PathBuf) -> Result<RunscInfo, RunscError> {
-        let (version, flags, platforms) = probe_all(&path)?;
-        Ok(RunscInfo::from_outputs(
-            path,
-            &version,
-            &flags,
-            platforms.as_deref(),
-        ))
+        Ok(Probes::run(&path)?.info(path))
     }
 
     /// Builds the info from the outputs of `runsc --version`, `runsc flags`
@@ -186,7 +186,15 @@ impl RunscInfo {
             release_date,
             platforms,
             flags: parse_flags(flags_output),
+            netns_shows_rmem_default: None,
         }
+    }
+
+    /// The same info with the kernel's answer to
+    /// [`probe_netns_rmem_default`] (`None`: it could not be probed).
+    pub fn with_netns_probe(mut self, shows_rmem_default: Option<bool>) -> RunscInfo {
+        self.netns_shows_rmem_default = shows_rmem_default;
+        self
     }
 
     /// The platform Lazaret uses: systrap when this runsc offers it and is
@@ -247,11 +255,104 @@ impl RunscInfo {
         !matches!(self.release_date, Some(d) if d >= STATX_FIXED_RELEASE)
     }
 
-    /// Whether `--network=sandbox` needs the tmpfs over `/proc/sys/net`
-    /// (the `isRootNS` bug); true when the release is unknown.
-    pub fn needs_proc_sys_net_hack(&self) -> bool {
-        !matches!(self.release_date, Some(d) if d >= ROOT_NS_CHECK_FIXED_RELEASE)
+    /// Whether this runsc has the root-network-namespace check
+    /// ([`ROOT_NS_CHECK_REMOVED_RELEASE`]).
+    pub fn has_root_ns_check(&self) -> bool {
+        has_root_ns_check(self.release_date, ROOT_NS_CHECK_REMOVED_RELEASE)
     }
+
+    /// Whether `--network=sandbox` needs the tmpfs over `/proc/sys/net` in
+    /// the holder's mount namespace: this runsc has the check and the
+    /// kernel shows its file in a fresh network namespace (or could not be
+    /// asked). See [`root_ns_workaround`].
+    pub fn needs_proc_sys_net_hack(&self) -> bool {
+        root_ns_workaround(self.has_root_ns_check(), self.netns_shows_rmem_default)
+    }
+}
+
+/// Whether a runsc of `release` (`None`: unknown) has the
+/// root-network-namespace check, given the first release without it
+/// (`None`: none known). An unknown release is taken to have it.
+pub fn has_root_ns_check(release: Option<u32>, removed_in: Option<u32>) -> bool {
+    match (release, removed_in) {
+        (Some(r), Some(removed)) => r < removed,
+        _ => true,
+    }
+}
+
+/// The decision itself: the tmpfs over `/proc/sys/net` is needed when runsc
+/// has the check and a fresh network namespace shows the file it looks for.
+/// When the kernel could not be probed the workaround is applied: it only
+/// hides the host's `/proc/sys/net` from runsc's own processes in the
+/// holder's mount namespace (the sandbox has gVisor's own), while a runsc
+/// whose check fires cannot start the network at all.
+pub fn root_ns_workaround(has_check: bool, netns_shows_file: Option<bool>) -> bool {
+    has_check && netns_shows_file != Some(false)
+}
+
+/// Whether a fresh network namespace, made as the holder makes the
+/// sandbox's (with a fresh user namespace, so as an unprivileged user
+/// too), shows [`ROOT_NS_CHECK_FILE`]. Kernels that register
+/// `net.core.rmem_default` only in the initial network namespace do not
+/// (there runsc's check works as meant); newer ones (6.18 here) show it in
+/// every namespace, so runsc takes each for the root one. A forked child
+/// makes the namespaces and looks, so the caller's stay as they are.
+pub fn probe_netns_rmem_default() -> Result<bool, NetnsProbeError> {
+    const SHOWN: i32 = 0;
+    const HIDDEN: i32 = 1;
+    const NO_NAMESPACE: i32 = 2;
+    const CANNOT_LOOK: i32 = 3;
+    let file = c"/proc/sys/net/core/rmem_default";
+    // SAFETY: between fork and _exit the child makes only the raw,
+    // async-signal-safe calls unshare, access and _exit on memory that
+    // exists before the fork (a C string literal), so forking a possibly
+    // multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(NetnsProbeError::Fork(nix::errno::Errno::last()));
+    }
+    if pid == 0 {
+        // SAFETY: see above; errno is thread-local to this, the only
+        // thread of the child.
+        unsafe {
+            let code = if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+                NO_NAMESPACE
+            } else if libc::access(file.as_ptr(), libc::F_OK) == 0 {
+                SHOWN
+            } else if *libc::__errno_location() == libc::ENOENT {
+                HIDDEN
+            } else {
+                CANNOT_LOOK
+            };
+            libc::_exit(code)
+        }
+    }
+    use nix::sys::wait::{waitpid, WaitStatus};
+    let status = loop {
+        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r.map_err(NetnsProbeError::Wait)?,
+        }
+    };
+    match status {
+        WaitStatus::Exited(_, SHOWN) => Ok(true),
+        WaitStatus::Exited(_, HIDDEN) => Ok(false),
+        WaitStatus::Exited(_, NO_NAMESPACE) => Err(NetnsProbeError::Unshare),
+        _ => Err(NetnsProbeError::Look),
+    }
+}
+
+/// Why [`probe_netns_rmem_default`] has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsProbeError {
+    #[error("cannot fork the probe: {0}")]
+    Fork(nix::errno::Errno),
+    #[error("cannot wait for the probe: {0}")]
+    Wait(nix::errno::Errno),
+    #[error("cannot make a user and network namespace (unshare failed)")]
+    Unshare,
+    #[error("cannot look for {ROOT_NS_CHECK_FILE} in a fresh network namespace")]
+    Look,
 }
 
 /// Finds an executable `name` on `PATH` (empty entries, meaning the current
@@ -275,14 +376,50 @@ fn is_executable(p: &Path) -> Result<(), String> {
     rustix::fs::access(p, rustix::fs::Access::EXEC_OK).map_err(|e| e.to_string())
 }
 
-/// The outputs of `runsc --version`, `runsc flags` and (when the topic
-/// exists: older or newer releases may lack it, and the -platform flag's
-/// usage text is the fallback) `runsc help platforms`.
-fn probe_all(path: &Path) -> Result<(String, String, Option<String>), RunscError> {
-    let version = probe(path, &["--version"], PROBE_TIMEOUT)?;
-    let flags = probe(path, &["flags"], PROBE_TIMEOUT)?;
-    let platforms = probe(path, &["help", "platforms"], PROBE_TIMEOUT).ok();
-    Ok((version, flags, platforms))
+/// What the probes found: the outputs of `runsc --version`, `runsc flags`
+/// and (when the topic exists: older or newer releases may lack it, and
+/// the -platform flag's usage text is the fallback) `runsc help
+/// platforms`, and the kernel's answer to [`probe_netns_rmem_default`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Probes {
+    version: String,
+    flags: String,
+    platforms: Option<String>,
+    netns_shows_rmem_default: Option<bool>,
+}
+
+impl Probes {
+    fn run(path: &Path) -> Result<Probes, RunscError> {
+        Ok(Probes {
+            version: probe(path, &["--version"], PROBE_TIMEOUT)?,
+            flags: probe(path, &["flags"], PROBE_TIMEOUT)?,
+            platforms: probe(path, &["help", "platforms"], PROBE_TIMEOUT).ok(),
+            netns_shows_rmem_default: probe_netns_rmem_default().ok(),
+        })
+    }
+
+    fn info(&self, path: PathBuf) -> RunscInfo {
+        RunscInfo::from_outputs(path, &self.version, &self.flags, self.platforms.as_deref())
+            .with_netns_probe(self.netns_shows_rmem_default)
+    }
+}
+
+/// What the cached probes hold for: one runsc binary file, one boot of
+/// the kernel.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct ProbeKey {
+    binary: BinaryKey,
+    boot_id: String,
+}
+
+impl ProbeKey {
+    fn of(path: &Path) -> Option<ProbeKey> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        Some(ProbeKey {
+            binary: BinaryKey::of(path)?,
+            boot_id: boot_id.trim().to_string(),
+        })
+    }
 }
 
 /// What identifies one runsc binary file for [`RunscInfo::detect_cached`].
@@ -312,13 +449,12 @@ impl BinaryKey {
     }
 }
 
-/// The probes' outputs for one runsc binary, as kept on disk.
+/// The probes' outputs for one runsc binary and kernel boot, as kept on
+/// disk. A cache of an older layout does not decode and is replaced.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct ProbeCache {
-    key: BinaryKey,
-    version: String,
-    flags: String,
-    platforms: Option<String>,
+    key: ProbeKey,
+    probes: Probes,
 }
 
 impl ProbeCache {
@@ -776,7 +912,7 @@ mod tests {
     }
 
     #[test]
-    fn recent_release_gets_systrap_and_no_workarounds() {
+    fn recent_release_gets_systrap_and_no_statx_shim() {
         let i = info(
             "runsc version release-20240513.0\nspec: 1.1.0\n",
             FLAGS_RECENT,
@@ -789,13 +925,78 @@ mod tests {
             ["--ignore-cgroups", "--platform=systrap", "--overlay2=none"]
         );
         assert!(!i.needs_statx_shim());
-        assert!(!i.needs_proc_sys_net_hack());
-        // Between the two fixes.
+        // The root-namespace check is still there: whether it fires is the
+        // kernel's doing (`the_root_ns_workaround_follows_the_kernel`).
+        assert!(i.has_root_ns_check());
+        assert!(!i
+            .clone()
+            .with_netns_probe(Some(false))
+            .needs_proc_sys_net_hack());
+        assert!(i.with_netns_probe(Some(true)).needs_proc_sys_net_hack());
         let mid = info("runsc version release-20230605.0\n", FLAGS_RECENT, None);
         assert!(!mid.needs_statx_shim());
-        assert!(mid.needs_proc_sys_net_hack());
         // Systrap listed, but too old to trust: ptrace.
         assert_eq!(mid.platform(), "ptrace");
+    }
+
+    #[test]
+    fn the_root_ns_workaround_follows_the_kernel() {
+        // Each combination: runsc has the check or not, and a fresh network
+        // namespace shows its file, does not, or could not be probed.
+        assert!(root_ns_workaround(true, Some(true)));
+        assert!(!root_ns_workaround(true, Some(false)));
+        assert!(root_ns_workaround(true, None));
+        assert!(!root_ns_workaround(false, Some(true)));
+        assert!(!root_ns_workaround(false, Some(false)));
+        assert!(!root_ns_workaround(false, None));
+        // Which releases have the check: every one while no release
+        // without it is known, an unknown one included; once one is, the
+        // releases from it on do not, and an unknown one still does.
+        for r in [Some(20221219), Some(20240729), Some(20991231), None] {
+            assert!(has_root_ns_check(r, None), "{r:?}");
+        }
+        assert!(has_root_ns_check(Some(20240729), Some(20250101)));
+        assert!(!has_root_ns_check(Some(20250101), Some(20250101)));
+        assert!(!has_root_ns_check(Some(20250601), Some(20250101)));
+        assert!(has_root_ns_check(None, Some(20250101)));
+        // Debian 12's release and bookworm-backports', on a kernel that shows
+        // the file in every namespace (6.18) and on one that does not.
+        for (version, flags) in [
+            ("runsc version 0.0~20221219.0\n", FLAGS_20221219),
+            ("runsc version 0.0~20240729.0\n", FLAGS_20240513),
+        ] {
+            let i = info(version, flags, None);
+            assert!(i.has_root_ns_check(), "{version}");
+            let shown = i.clone().with_netns_probe(Some(true));
+            assert!(shown.needs_proc_sys_net_hack(), "{version}, file shown");
+            let hidden = i.clone().with_netns_probe(Some(false));
+            assert!(!hidden.needs_proc_sys_net_hack(), "{version}, file hidden");
+            assert!(i.needs_proc_sys_net_hack(), "{version}, kernel not probed");
+        }
+    }
+
+    #[test]
+    fn the_kernel_probe_agrees_with_a_shell_in_a_fresh_network_namespace() {
+        assert_eq!(
+            c"/proc/sys/net/core/rmem_default".to_str(),
+            Ok(ROOT_NS_CHECK_FILE)
+        );
+        let shown = match probe_netns_rmem_default() {
+            Ok(shown) => shown,
+            Err(NetnsProbeError::Unshare) => {
+                eprintln!("skipping: no user namespaces here");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        if find_on_path("unshare").is_none() {
+            return;
+        }
+        let shell = Command::new("unshare")
+            .args(["--user", "--net", "test", "-e", ROOT_NS_CHECK_FILE])
+            .status()
+            .unwrap();
+        assert_eq!(shell.success(), shown, "unshare said {shell}");
     }
 
     #[test]
@@ -830,7 +1031,12 @@ mod tests {
     }
 
     #[test]
-    fn probes_are_reused_only_while_the_binary_is_the_same_file() {
+    fn probes_are_reused_only_while_the_binary_and_the_boot_are_the_same() {
+        if let Err(e) = probe_netns_rmem_default() {
+            // Nothing is cached without the kernel's answer.
+            eprintln!("skipping: {e}");
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("runsc");
         let calls = dir.path().join("calls");
@@ -870,18 +1076,35 @@ mod tests {
         let newer = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
         assert_eq!(newer.version, "release-20250101.0");
         assert_eq!(probes(), 3);
+        // The kernel's answer is kept with them.
+        assert_eq!(
+            newer.netns_shows_rmem_default,
+            probe_netns_rmem_default().ok()
+        );
+
+        // Probes of another boot (another kernel, perhaps) are not reused.
+        let mut other = ProbeCache::read(&cache).unwrap();
+        other.key.boot_id = "another boot".into();
+        other.write(&cache);
+        assert_eq!(
+            RunscInfo::detect_cached(Some(&fake), &cache).unwrap(),
+            newer
+        );
+        assert_eq!(probes(), 4);
+        RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 4);
 
         // A cache that does not decode, or is too large, is ignored and
         // replaced.
         std::fs::write(&cache, b"\xffnot a cache").unwrap();
         let i = RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
         assert_eq!(i, newer);
-        assert_eq!(probes(), 4);
-        RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
-        assert_eq!(probes(), 4);
-        std::fs::write(&cache, vec![0u8; (ProbeCache::MAX_FILE + 1) as usize]).unwrap();
+        assert_eq!(probes(), 5);
         RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
         assert_eq!(probes(), 5);
+        std::fs::write(&cache, vec![0u8; (ProbeCache::MAX_FILE + 1) as usize]).unwrap();
+        RunscInfo::detect_cached(Some(&fake), &cache).unwrap();
+        assert_eq!(probes(), 6);
 
         // A failing runsc is an error, and nothing is cached for it.
         install("x");

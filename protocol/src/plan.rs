@@ -130,8 +130,9 @@ pub struct SandboxNetwork {
     /// Where the holder leaves the helper's reports (`install.json`,
     /// `probe.json`) for the coordinator.
     pub evidence_dir: PathBuf,
-    /// A tmpfs over `/proc/sys/net` before `runsc run` (runsc releases
-    /// with the `isRootNS` bug).
+    /// A tmpfs over `/proc/sys/net` before `runsc run`: runsc has the
+    /// root-network-namespace check (`isRootNS`) and this kernel would
+    /// make it fire (see `lazaret_helpers::runsc::root_ns_workaround`).
     pub hide_proc_sys_net: bool,
     /// Named in the argv of the slirp4netns processes, so that `ps` (and
     /// the tests) can tell which Domain they belong to.

@@ -344,7 +344,9 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
     Ok(child)
 }
 
-/// Only for runsc releases with the `isRootNS` bug: hides
+/// Only where runsc's root-network-namespace check would fire (it has the
+/// check and this kernel shows `/proc/sys/net/core/rmem_default` in a fresh
+/// network namespace: `RunscInfo::needs_proc_sys_net_hack`): hides
 /// `/proc/sys/net` in the holder's mount namespace, after the helper no
 /// longer needs it.
 pub fn hide_proc_sys_net() -> Result<(), String> {

@@ -73,6 +73,12 @@ macro_rules! require_env {
 pub struct TestEnv {
     /// Directory holding copies of the binaries, readable by the user.
     pub bin: PathBuf,
+    /// The runsc every test runs Lazaret with: `LAZARET_TEST_RUNSC` (put
+    /// first on the test user's `PATH` as `runsc`), else runsc on `PATH`.
+    pub runsc: PathBuf,
+    /// The directory holding that `runsc`, first on the test user's
+    /// `PATH`, when `LAZARET_TEST_RUNSC` chose it.
+    runsc_dir: Option<PathBuf>,
     pub user: Option<User>,
     pub home: PathBuf,
     /// Shared by all tests, so the image is built once.
@@ -87,6 +93,52 @@ pub struct User {
     pub gid: u32,
 }
 
+/// The test user's `PATH` (after the chosen runsc's directory).
+const USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// The runsc the tests run Lazaret with: `LAZARET_TEST_RUNSC` (an absolute
+/// path, e.g. an unpacked package's `usr/bin/runsc`), else runsc on `PATH`.
+fn test_runsc() -> Result<PathBuf, String> {
+    match std::env::var_os("LAZARET_TEST_RUNSC") {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            let executable = std::fs::metadata(&p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o001 != 0)
+                .unwrap_or(false);
+            if !p.is_absolute() || !executable {
+                // A wrong choice must not quietly test another runsc.
+                panic!(
+                    "LAZARET_TEST_RUNSC={} is not an absolute path to a file every user may run",
+                    p.display()
+                );
+            }
+            Ok(p)
+        }
+        None => which("runsc").ok_or_else(|| "runsc is not installed".to_string()),
+    }
+}
+
+/// Every runsc the per-release tests start a Domain with: the one the
+/// tests use ([`TestEnv::runsc`]) and those `LAZARET_TEST_OTHER_RUNSC`
+/// names (absolute paths, `:`-separated), e.g. Debian 12's 20221219 beside
+/// bookworm-backports' 20240729.
+pub fn installed_runscs(env: &TestEnv) -> Vec<PathBuf> {
+    let mut all = vec![env.runsc.clone()];
+    if let Some(others) = std::env::var_os("LAZARET_TEST_OTHER_RUNSC") {
+        for p in std::env::split_paths(&others).filter(|p| !p.as_os_str().is_empty()) {
+            assert!(
+                p.is_absolute() && p.is_file(),
+                "LAZARET_TEST_OTHER_RUNSC names {}, not an absolute path to a file",
+                p.display()
+            );
+            if !all.contains(&p) {
+                all.push(p);
+            }
+        }
+    }
+    all
+}
+
 fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
@@ -97,14 +149,8 @@ fn which(name: &str) -> Option<PathBuf> {
 
 impl TestEnv {
     fn probe() -> Result<TestEnv, String> {
-        for tool in [
-            "runsc",
-            "newuidmap",
-            "newgidmap",
-            "mmdebstrap",
-            "git",
-            "setpriv",
-        ] {
+        let runsc = test_runsc()?;
+        for tool in ["newuidmap", "newgidmap", "mmdebstrap", "git", "setpriv"] {
             if which(tool).is_none() {
                 return Err(format!("{tool} is not installed"));
             }
@@ -199,9 +245,20 @@ impl TestEnv {
         for b in BINARIES {
             std::fs::copy(target.join(b), bin.join(b)).map_err(|e| e.to_string())?;
         }
+        let runsc_dir = match std::env::var_os("LAZARET_TEST_RUNSC") {
+            Some(_) => {
+                let dir = bin.join("runsc-dir");
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                std::os::unix::fs::symlink(&runsc, dir.join("runsc")).map_err(|e| e.to_string())?;
+                Some(dir)
+            }
+            None => None,
+        };
         let data_home = home.join(".cache/lazaret-e2e/data");
         let env = TestEnv {
             bin,
+            runsc,
+            runsc_dir,
             user,
             home,
             data_home,
@@ -254,9 +311,15 @@ impl TestEnv {
             }
             None => Command::new(program),
         };
+        let mut path = OsString::new();
+        if let Some(dir) = &self.runsc_dir {
+            path.push(dir);
+            path.push(":");
+        }
+        path.push(USER_PATH);
         cmd.env_clear()
             .env("HOME", &self.home)
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("PATH", path)
             .env("LANG", "C.UTF-8")
             .env("XDG_DATA_HOME", &self.data_home)
             .env("GIT_AUTHOR_NAME", "Lazaret Test")

@@ -305,13 +305,10 @@ fn sigkill_of_the_coordinator_is_recovered() {
 
 /// A runsc that behaves as the installed one except for the `SUBCOMMAND`
 /// invocations, whose arguments `EDIT` (a shell snippet over "$@") changes
-/// first (`$REAL` is the installed runsc): a real runsc failure, provoked
-/// on demand.
+/// first (`$REAL` is the runsc the tests use): a real runsc failure,
+/// provoked on demand.
 fn runsc_wrapper(ws: &lazaret_tests::Workspace, name: &str, edit: &str) -> std::path::PathBuf {
-    let real = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-        .expect("runsc");
+    let real = ws.env.runsc.display();
     let wrapper = ws.base.join(name);
     let script = format!("#!/bin/sh\nREAL={real}\n{edit}\nexec \"$REAL\" \"$@\"\n");
     let out = ws.env.sh(&format!(
@@ -536,8 +533,13 @@ fn doctor_passes_on_a_prepared_machine() {
     let out = ws.lazaret(&["doctor"]).output().unwrap();
     let s = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{s}{}", text(&out.stderr));
+    // An older runsc works, with a warning naming what a newer one gains.
+    assert!(
+        s.lines()
+            .any(|l| (l.starts_with("ok") || l.starts_with("WARN")) && l.contains(" runsc: ")),
+        "no runsc line: {s}"
+    );
     for what in [
-        "runsc",
         "newuidmap",
         "subordinate uids",
         "user namespaces",
@@ -617,4 +619,98 @@ fn git_inside_commits_as_the_host_identity_unless_told_otherwise() {
     let (code, who, err) = commit();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(who, "Repo/repo@example.org");
+}
+
+/// Every installed runsc (the one the tests use, and
+/// `LAZARET_TEST_OTHER_RUNSC`: Debian 12's 20221219 beside
+/// bookworm-backports' 20240729) starts a Domain with the default network,
+/// whatever the kernel makes of runsc's root-network-namespace check:
+/// Lazaret asks the kernel, not the release date, whether the check would
+/// fire (on 6.18 it fires with every release, and 20240729 failed to start
+/// with "cannot run with network enabled in root network namespace"), and
+/// `lazaret doctor` says which runsc, platform and workaround run.
+#[test]
+fn each_installed_runsc_starts_a_domain_with_its_network() {
+    let env = require_env!();
+    for runsc in lazaret_tests::installed_runscs(env) {
+        let ws = env.workspace("each-runsc");
+        ws.write_config(&format!("[runtime]\nrunsc = \"{}\"\n", runsc.display()));
+        let version = std::process::Command::new(&runsc)
+            .arg("--version")
+            .output()
+            .unwrap();
+        let version = text(&version.stdout);
+        let version = version
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("runsc version "))
+            .unwrap_or_else(|| panic!("{}: no version in {version:?}", runsc.display()));
+
+        let doctor = ws.lazaret(&["doctor"]).output().unwrap();
+        let doctor = text(&doctor.stdout);
+        let line = doctor
+            .lines()
+            .find(|l| l.contains(" runsc: "))
+            .unwrap_or_else(|| panic!("no runsc line: {doctor}"));
+        assert!(line.contains(&format!("version {version}")), "{line}");
+        assert!(line.contains(", platform "), "{line}");
+        assert!(line.contains(", file access: "), "{line}");
+        let shown = std::process::Command::new("unshare")
+            .args([
+                "--user",
+                "--net",
+                "test",
+                "-e",
+                "/proc/sys/net/core/rmem_default",
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert_eq!(line.contains("/proc/sys/net tmpfs"), shown, "{line}");
+
+        // A session with the default network, seen from the host while it
+        // runs: the sandbox is this runsc, and it has the network stack's
+        // interface besides loopback.
+        let session = ws
+            .lazaret(&["run", "--", "sh", "-c", "cat /proc/net/dev; sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let id = ws.domain_id("default");
+        let sandbox = || {
+            lazaret_tests::processes_mentioning(&id)
+                .into_iter()
+                .find(|(_, c)| c.starts_with("runsc-sandbox"))
+        };
+        let up = eventually(Duration::from_secs(120), || sandbox().is_some());
+        let exe =
+            sandbox().and_then(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/exe")).ok());
+        // The session ends with its Domain (exit 137).
+        let stop = ws.lazaret(&["stop"]).output().unwrap();
+        assert!(stop.status.success(), "{}", text(&stop.stderr));
+        let out = session.wait_with_output().unwrap();
+        assert!(
+            up,
+            "{}: no sandbox came up: {}",
+            runsc.display(),
+            text(&out.stderr)
+        );
+        assert_eq!(
+            exe,
+            Some(std::fs::canonicalize(&runsc).unwrap()),
+            "the sandbox is not {}",
+            runsc.display()
+        );
+        let dev = text(&out.stdout);
+        assert!(
+            dev.lines()
+                .skip(2)
+                .any(|l| l.split(':').next().is_some_and(|n| n.trim() != "lo")),
+            "{}: no interface but loopback inside: {dev}\n{}",
+            runsc.display(),
+            text(&out.stderr)
+        );
+        assert_domain_gone(&id);
+    }
 }
