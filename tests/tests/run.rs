@@ -683,9 +683,13 @@ fn each_installed_runsc_starts_a_domain_with_its_network() {
                 .into_iter()
                 .find(|(_, c)| c.starts_with("runsc-sandbox"))
         };
-        let up = eventually(Duration::from_secs(120), || sandbox().is_some());
-        let exe =
-            sandbox().and_then(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/exe")).ok());
+        // Its executable, once it can be read: the process may be seen
+        // before it can (while runsc re-executes itself as the sandbox).
+        let exe = || {
+            sandbox().and_then(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/exe")).ok())
+        };
+        let up = eventually(Duration::from_secs(120), || exe().is_some());
+        let exe = exe();
         // The session ends with its Domain (exit 137).
         let stop = ws.lazaret(&["stop"]).output().unwrap();
         assert!(stop.status.success(), "{}", text(&stop.stderr));
