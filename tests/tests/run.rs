@@ -117,7 +117,7 @@ fn workspace_edits_propagate_both_ways() {
 fn a_host_rewrite_of_a_file_read_inside_is_read_anew() {
     let env = require_env!();
     let ws = env.workspace("rewrite");
-    std::fs::write(ws.path.join("f.txt"), "before-1\n").unwrap();
+    assert!(ws.host_sh("echo before-1 > f.txt").status.success());
     // Inside reads the file (its pages are cached, and kept across opens),
     // waits for the host's rewrite (same size, another inode or the same),
     // then reads it again after the router's attribute TTL (1 s).
