@@ -215,6 +215,9 @@ pub struct Router {
     refusals_logged: Mutex<std::collections::HashSet<String>>,
     next_fh: AtomicU64,
     ttl: Duration,
+    /// Whether the kernel invalidates cached pages on a size or mtime
+    /// change it sees (`FUSE_AUTO_INVAL_DATA`, negotiated at `init`).
+    keep_cache: bool,
     uid: u32,
     gid: u32,
 }
@@ -326,6 +329,7 @@ impl Router {
             refusals_logged: Mutex::new(std::collections::HashSet::new()),
             next_fh: AtomicU64::new(1),
             ttl: opts.ttl,
+            keep_cache: false,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
         }
@@ -690,6 +694,21 @@ impl Router {
     /// How long the kernel may cache the name or attributes of `path`:
     /// not at all in Git directories, where host Git replaces files (the
     /// index, refs) by rename and a stale entry would mix two files.
+    /// How a file opened at `path` is served: its cached pages kept
+    /// across opens (`FOPEN_KEEP_CACHE`; without it every open drops
+    /// them, and a tree read twice is read through the router twice)
+    /// where the kernel drops them itself when it sees the file change, so
+    /// a host-side edit is read within the TTL as names and attributes
+    /// are. Never under a `.git` (TTL zero: Git Sentry serves some of its
+    /// names from a private copy, see [`Access::Mirrored`]).
+    fn open_flags(&self, path: &[u8]) -> FopenFlags {
+        if self.keep_cache && !self.ttl_for(path).is_zero() {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
     fn ttl_for(&self, path: &[u8]) -> Duration {
         if path.split(|&b| b == b'/').any(|c| c == b".git") {
             Duration::ZERO
@@ -1216,6 +1235,12 @@ impl Filesystem for Router {
         // in one directory may run in parallel. Both are optional.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // A file's cached pages may outlive its handles only if the kernel
+        // drops them when it sees the file's size or mtime change at an
+        // attribute refresh: see `open_flags`.
+        self.keep_cache = config
+            .add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA)
+            .is_ok();
         Ok(())
     }
 
@@ -1618,10 +1643,10 @@ impl Filesystem for Router {
             if s == Store::State {
                 self.quota.opened(fh);
             }
-            Ok(fh)
+            Ok((fh, self.open_flags(&path)))
         });
         match r {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
     }
@@ -1703,7 +1728,10 @@ impl Filesystem for Router {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing to do on close (no locks are served, writes are not
+        // buffered): ENOSYS makes the kernel stop sending FLUSH at all, one
+        // round trip less for every close inside.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

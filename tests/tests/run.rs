@@ -114,6 +114,50 @@ fn workspace_edits_propagate_both_ways() {
 }
 
 #[test]
+fn a_host_rewrite_of_a_file_read_inside_is_read_anew() {
+    let env = require_env!();
+    let ws = env.workspace("rewrite");
+    assert!(ws.host_sh("echo before-1 > f.txt").status.success());
+    // Inside reads the file (its pages are cached, and kept across opens),
+    // waits for the host's rewrite (same size, another inode or the same),
+    // then reads it again after the router's attribute TTL (1 s).
+    let session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace; cat f.txt f.txt; : > ready; \
+             for i in $(seq 400); do [ -f go ] && break; sleep 0.05; done; \
+             sleep 2; cat f.txt; \
+             : > ready2; for i in $(seq 400); do [ -f go2 ] && break; sleep 0.05; done; \
+             sleep 2; cat f.txt",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = |n: &str| eventually(Duration::from_secs(60), || ws.path.join(n).exists());
+    assert!(ready("ready"), "the session never read the file");
+    // In place (the same inode, as an editor that writes through does).
+    assert!(ws
+        .host_sh("printf 'after-2\\n\\n' > f.txt && touch go")
+        .status
+        .success());
+    assert!(ready("ready2"), "the session never read the file again");
+    // By rename (a new inode, as most editors and git do).
+    assert!(ws
+        .host_sh("printf 'after-3\\n\\n' > t && mv t f.txt && touch go2")
+        .status
+        .success());
+    let out = session.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout),
+        "before-1\nbefore-1\nafter-2\n\nafter-3\n\n"
+    );
+}
+
+#[test]
 fn git_works_inside_and_commits_reach_the_host() {
     let env = require_env!();
     let ws = env.workspace("git");
