@@ -729,9 +729,8 @@ fn each_installed_runsc_starts_a_domain_with_its_network() {
         };
         // Its executable, once it can be read: the process may be seen
         // before it can (while runsc re-executes itself as the sandbox).
-        let exe = || {
-            sandbox().and_then(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/exe")).ok())
-        };
+        let exe =
+            || sandbox().and_then(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/exe")).ok());
         let up = eventually(Duration::from_secs(120), || exe().is_some());
         let exe = exe();
         // The session ends with its Domain (exit 137).
