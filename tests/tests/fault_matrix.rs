@@ -849,7 +849,9 @@ fn check_clean(m: &Matrix<'_>, cell: &mut Cell, watched: &[Proc]) {
     // the previous generation's, kept by design.
     let rotated = |n: &str| {
         n.rsplit_once('.').is_some_and(|(base, k)| {
-            matches!(k, "1" | "2" | "3" | "4") && m.baseline.contains(base)
+            k.parse::<usize>()
+                .is_ok_and(|k| (1..=lazaret_protocol::logs::ROTATIONS).contains(&k))
+                && m.baseline.contains(base)
         })
     };
     for n in names.difference(&m.baseline).filter(|n| !rotated(n)) {
