@@ -2,7 +2,8 @@
 //! so they never drift from the parser: `lazaret completions SHELL` prints
 //! a script, the hidden `lazaret man DIR` writes one page per command
 //! (`lazaret.1`, `lazaret-run.1`, `lazaret-state-reset.1`, ...), which
-//! `scripts/install` puts in `share/man/man1`.
+//! `scripts/install` puts in `share/man/man1`; each page ends with the
+//! EXAMPLES and EXIT STATUS sections of [`crate::man`].
 
 use crate::error::CliError;
 use clap::CommandFactory;
@@ -43,7 +44,10 @@ fn write_page(cmd: &clap::Command, dir: &Path) -> Result<(), CliError> {
     let mut page = Vec::new();
     clap_mangen::Man::new(cmd.clone())
         .render(&mut page)
-        .and_then(|()| std::fs::write(&path, page))
+        .and_then(|()| {
+            page.extend_from_slice(crate::man::extra_sections(&name).as_bytes());
+            std::fs::write(&path, page)
+        })
         .map_err(|source| CliError::Storage {
             path: path.display().to_string(),
             source,

@@ -8,6 +8,7 @@
 
 use lazaret_helpers::runsc::{find_on_path, RunscInfo};
 use lazaret_helpers::userns;
+use lazaret_seccomp::abi::{Available, Feature, Kernel, TEST_CAP_ENV};
 use nix::errno::Errno;
 use std::fmt;
 use std::io::Read;
@@ -62,15 +63,27 @@ impl Check {
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.warn {
-            write!(f, "WARN {}: {} — fix: {}", self.what, self.detail, self.fix)
+        write!(f, "{}", self.line(false))
+    }
+}
+
+impl Check {
+    /// The check's line, its status word coloured when `colour` (only
+    /// the word: the detail may quote file contents).
+    pub fn line(&self, colour: bool) -> String {
+        use crate::colour::{paint, Colour};
+        let (word, pad) = if self.warn {
+            (paint("WARN", Colour::Yellow, colour), "")
         } else if self.ok {
-            write!(f, "ok   {}: {}", self.what, self.detail)
-        } else if self.fix.is_empty() {
-            write!(f, "FAIL {}: {}", self.what, self.detail)
+            (paint("ok", Colour::Green, colour), "  ")
         } else {
-            write!(f, "FAIL {}: {} — fix: {}", self.what, self.detail, self.fix)
+            (paint("FAIL", Colour::BoldRed, colour), "")
+        };
+        let mut l = format!("{word}{pad} {}: {}", self.what, self.detail);
+        if self.warn || (!self.ok && !self.fix.is_empty()) {
+            l.push_str(&format!(" — fix: {}", self.fix));
         }
+        l
     }
 }
 
@@ -80,6 +93,9 @@ pub struct Ctx<'a> {
     pub runsc_override: Option<&'a Path>,
     /// The configuration `lazaret run` would use, when it loads.
     pub config: Option<&'a lazaret_config::Config>,
+    /// Why the configuration does not load (file, line and field), or its
+    /// path when it does (`None`: no file, the built-in defaults).
+    pub config_status: Result<Option<String>, String>,
     pub uid: u32,
     pub euid: u32,
     pub user: String,
@@ -89,6 +105,7 @@ impl<'a> Ctx<'a> {
     pub fn current(
         runsc_override: Option<&'a Path>,
         config: Option<&'a lazaret_config::Config>,
+        config_status: Result<Option<String>, String>,
     ) -> Ctx<'a> {
         let uid = nix::unistd::getuid();
         let user = nix::unistd::User::from_uid(uid)
@@ -99,6 +116,7 @@ impl<'a> Ctx<'a> {
         Ctx {
             runsc_override,
             config,
+            config_status,
             uid: uid.as_raw(),
             euid: nix::unistd::geteuid().as_raw(),
             user,
@@ -112,6 +130,8 @@ pub type CheckFn = fn(&Ctx, &str) -> Check;
 
 /// Every prerequisite, in the order printed.
 pub const CHECKS: &[(&str, CheckFn)] = &[
+    ("user", check_user),
+    ("configuration", check_config),
     ("Lazaret's helper binaries", check_helpers),
     ("runsc", check_runsc),
     ("newuidmap", check_newuidmap),
@@ -142,14 +162,16 @@ pub const CHECKS: &[(&str, CheckFn)] = &[
 pub fn run(
     runsc_override: Option<&Path>,
     config: Option<&lazaret_config::Config>,
+    config_status: Result<Option<String>, String>,
     json: bool,
 ) -> i32 {
-    let ctx = Ctx::current(runsc_override, config);
+    let ctx = Ctx::current(runsc_override, config, config_status);
+    let colour = crate::colour::stdout();
     let mut checks = Vec::with_capacity(CHECKS.len());
     for (what, check) in CHECKS {
         let c = check(&ctx, what);
         if !json {
-            println!("{c}");
+            println!("{}", c.line(colour));
         }
         checks.push(c);
     }
@@ -405,6 +427,34 @@ pub fn eval_setuid(what: &str, found: Option<(&Path, FileStat)>) -> Check {
     )
 }
 
+// ------------------------------------------------------ user, configuration
+
+/// What to tell root: Lazaret is rootless by design.
+pub const AS_ROOT: &str = "Lazaret runs as the ordinary user whose workspace it sandboxes (rootless): run it as that user, without sudo";
+
+fn check_user(ctx: &Ctx, what: &str) -> Check {
+    if ctx.euid == 0 {
+        return Check::fail(
+            what,
+            format!("running as root; the checks below are for root, not for you. {AS_ROOT}"),
+            "lazaret doctor   # as your own user",
+        );
+    }
+    Check::pass(what, format!("{} (uid {})", ctx.user, ctx.uid))
+}
+
+fn check_config(ctx: &Ctx, what: &str) -> Check {
+    match &ctx.config_status {
+        Ok(Some(path)) => Check::pass(what, format!("{} is valid", lazaret_protocol::display::message(path))),
+        Ok(None) => Check::pass(what, "no configuration file: the built-in defaults"),
+        Err(e) => Check::fail(
+            what,
+            lazaret_protocol::display::message(e),
+            "correct the file at the line and field named (`lazaret ps` and `stop --all` still work)",
+        ),
+    }
+}
+
 // ------------------------------------------------- subordinate ID ranges
 
 /// IDs a sandbox needs mapped: 1..=65534 (65534 is `nobody`, the Sentry's
@@ -420,6 +470,14 @@ fn check_subgid(ctx: &Ctx, what: &str) -> Check {
 }
 
 fn subid(ctx: &Ctx, what: &str, file: &str, kind: &str) -> Check {
+    if ctx.euid == 0 {
+        // Never advise giving root subordinate IDs.
+        return Check::fail(
+            what,
+            format!("not checked for root: {AS_ROOT}"),
+            "lazaret doctor   # as your own user",
+        );
+    }
     let range = userns::subid_range(Path::new(file), &ctx.user, ctx.uid).map_err(|e| e.to_string());
     eval_subid(what, file, kind, &ctx.user, range, free_subid_start_now())
 }
@@ -807,66 +865,80 @@ pub fn eval_program(what: &str, found: Option<&Path>, fix: &str) -> Check {
 
 // ------------------------------------------------------------ landlock
 
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
-
 fn check_landlock(_: &Ctx, what: &str) -> Check {
-    eval_landlock(
+    match Available::detect() {
+        Ok(a) => eval_landlock(what, &a),
+        Err(e) => Check::fail(what, e.to_string(), format!("unset {TEST_CAP_ENV}")),
+    }
+}
+
+/// What of the helpers' Landlock rules a kernel with `a` enforces: each
+/// helper uses every feature the ABI offers ([`lazaret_seccomp::abi`]);
+/// what it lacks is named, with whether seccomp covers it. No Landlock at
+/// all fails: the helpers refuse to run unconfined.
+pub fn eval_landlock(what: &str, a: &Available) -> Check {
+    if let Some(why) = a.missing() {
+        let fix = match a.kernel {
+            _ if a.kernel.abi() >= 1 => format!("unset {TEST_CAP_ENV} (a test-only setting)"),
+            Kernel::Disabled => "add landlock to the lsm= kernel parameter (e.g. in GRUB_CMDLINE_LINUX), then `sudo update-grub` and reboot".into(),
+            _ => "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux 5.13 or later; 6.12 or later for all of Lazaret's rules)".into(),
+        };
+        return Check::fail(
+            what,
+            format!("{why}; Lazaret's helpers refuse to run without Landlock"),
+            fix,
+        );
+    }
+    let confs = lazaret_seccomp::binaries::landlocked();
+    let mut lost = Vec::new();
+    for f in Feature::ALL.into_iter().filter(|f| !a.has(*f)) {
+        let users: Vec<_> = confs
+            .iter()
+            .filter(|c| {
+                c.landlock
+                    .as_ref()
+                    .is_some_and(|l| l.features().contains(&f))
+            })
+            .collect();
+        if users.is_empty() {
+            continue;
+        }
+        let names = |v: Vec<&str>| v.join(", ");
+        let uncovered: Vec<&str> = users
+            .iter()
+            .filter(|c| c.below(f).is_err())
+            .map(|c| c.binary)
+            .collect();
+        lost.push(match f {
+            Feature::Refer => format!(
+                "{} unavailable (needs ABI 2), so refused in {}",
+                f.name(),
+                names(users.iter().map(|c| c.binary).collect())
+            ),
+            _ if uncovered.is_empty() => format!(
+                "{} not enforced (needs ABI {}; seccomp covers it in every helper)",
+                f.name(),
+                f.abi()
+            ),
+            _ => format!(
+                "{} not enforced (needs ABI {}; not fully covered by seccomp in {})",
+                f.name(),
+                f.abi(),
+                names(uncovered)
+            ),
+        });
+    }
+    if lost.is_empty() {
+        return Check::pass(
+            what,
+            format!("{a}: every helper's Landlock rules are enforced"),
+        );
+    }
+    Check::warn(
         what,
-        landlock_abi(),
-        lazaret_seccomp::binaries::required_landlock_abi(),
+        format!("{a}: the helpers use what it offers; {}", lost.join("; ")),
+        "for all of it, boot Linux 6.12 or later (Landlock ABI 6); `lazaret-HELPER --print-confinement` says what each helper enforces on this kernel and why the rest is acceptable",
     )
-}
-
-fn landlock_abi() -> Result<i64, Errno> {
-    // SAFETY: with a NULL attribute pointer, size 0 and only the VERSION
-    // flag, landlock_create_ruleset reads and writes no memory: it returns
-    // the ABI version (or fails).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0 as libc::size_t,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `required`: the ABI Lazaret's helpers need
-/// ([`lazaret_seccomp::binaries::required_landlock_abi`]).
-pub fn eval_landlock(what: &str, abi: Result<i64, Errno>, required: i32) -> Check {
-    match abi {
-        Ok(v) if v >= i64::from(required) => Check::pass(what, format!("ABI {v}")),
-        Ok(v) if v >= 1 => Check::fail(
-            what,
-            format!("ABI {v}, and Lazaret's helpers confine themselves with ABI {required} (Linux 6.12 or later)"),
-            "boot a newer kernel (Debian 12: `sudo apt-get install -t bookworm-backports linux-image-amd64`, then reboot)",
-        ),
-        Ok(v) => Check::fail(
-            what,
-            format!("unexpected ABI {v}"),
-            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
-        ),
-        Err(Errno::ENOSYS) => Check::fail(
-            what,
-            "the kernel has no Landlock (ENOSYS)",
-            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
-        ),
-        Err(Errno::EOPNOTSUPP) => Check::fail(
-            what,
-            "Landlock is built in but disabled at boot (EOPNOTSUPP)",
-            "add landlock to the lsm= kernel parameter (e.g. in GRUB_CMDLINE_LINUX), then `sudo update-grub` and reboot",
-        ),
-        Err(e) => Check::fail(
-            what,
-            format!("landlock_create_ruleset failed: {}", e.desc()),
-            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Linux >= 5.13)",
-        ),
-    }
 }
 
 // -------------------------------------------------- descriptor limits
@@ -1212,7 +1284,7 @@ mod tests {
     fn the_table_has_every_check_once() {
         let names: BTreeSet<_> = CHECKS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS.len(), 19);
+        assert_eq!(CHECKS.len(), 21);
     }
 
     #[test]
@@ -1266,7 +1338,7 @@ mod tests {
     #[test]
     fn judges_real_device_nodes() {
         // /dev/null is a 0666 character device everywhere.
-        let ctx = Ctx::current(None, None);
+        let ctx = Ctx::current(None, None, Ok(None));
         let c = rw_device(&ctx, "null", Path::new("/dev/null"), "fix", "missing");
         assert!(c.ok, "{c}");
         let c = rw_device(
@@ -1381,18 +1453,36 @@ mod tests {
 
     #[test]
     fn judges_landlock_and_programs() {
-        assert_eq!(eval_landlock("l", Ok(7), 6).to_string(), "ok   l: ABI 7");
-        assert_eq!(eval_landlock("l", Ok(6), 6).to_string(), "ok   l: ABI 6");
-        // 6.1's ABI 3 is not enough for the helpers.
-        let old = eval_landlock("l", Ok(3), 6);
-        assert!(!old.ok);
-        assert!(old.detail.contains("ABI 6"), "{old}");
-        assert!(old.fix.contains("bookworm-backports"), "{old}");
-        assert_eq!(lazaret_seccomp::binaries::required_landlock_abi(), 6);
-        assert!(!eval_landlock("l", Err(Errno::ENOSYS), 6).ok);
-        assert!(eval_landlock("l", Err(Errno::EOPNOTSUPP), 6)
-            .fix
-            .contains("lsm="));
+        let at = |k, cap| Available {
+            kernel: Kernel::Abi(k),
+            cap,
+        };
+        let new = eval_landlock("l", &at(7, None));
+        assert!(new.ok && !new.warn, "{new}");
+        assert!(new.detail.starts_with("Landlock ABI 7: every"), "{new}");
+        // Debian 12's 6.1: ABI 2. The helpers run; the report names what
+        // is lost and where seccomp does not cover it.
+        let old = eval_landlock("l", &at(2, None));
+        assert!(old.ok && old.warn, "{old}");
+        assert!(old.detail.contains("truncate restriction not enforced (needs ABI 3; seccomp covers it in every helper)"), "{old}");
+        assert!(old.detail.contains("(TCP) not enforced (needs ABI 4; not fully covered by seccomp in lazaret-netpolicy)"), "{old}");
+        assert!(old.detail.contains("scoping not enforced (needs ABI 6; not fully covered by seccomp in lazaret-mount-router, lazaret-supervisor-scan)"), "{old}");
+        assert!(!old.detail.contains("refer"), "{old}");
+        let one = eval_landlock("l", &at(7, Some(1)));
+        assert!(one.warn && one.detail.contains("capped"), "{one}");
+        assert!(one.detail.contains("(refer) unavailable (needs ABI 2), so refused in lazaret-coordinator, lazaret-mount-router"), "{one}");
+        let none = eval_landlock("l", &at(7, Some(0)));
+        assert!(!none.ok && none.fix.contains(TEST_CAP_ENV), "{none}");
+        let off = Available {
+            kernel: Kernel::Disabled,
+            cap: None,
+        };
+        assert!(eval_landlock("l", &off).fix.contains("lsm="));
+        let missing = Available {
+            kernel: Kernel::Missing,
+            cap: None,
+        };
+        assert!(!eval_landlock("l", &missing).ok);
         assert!(eval_program("m", Some(Path::new("/usr/bin/mmdebstrap")), "x").ok);
         assert_eq!(
             eval_program("m", None, "sudo apt-get install mmdebstrap").to_string(),
@@ -1508,6 +1598,22 @@ mod tests {
         );
         assert_eq!(c.fix, "sudo apt-get install uidmap");
     }
+    #[test]
+    fn only_the_status_word_is_coloured() {
+        let c = Check::fail("x", "detail \x1b[31m", "do y");
+        assert_eq!(c.line(false), c.to_string());
+        assert_eq!(c.line(false), "FAIL x: detail \x1b[31m — fix: do y");
+        assert_eq!(
+            c.line(true),
+            "\x1b[1;31mFAIL\x1b[0m x: detail \x1b[31m — fix: do y"
+        );
+        let ok = Check::pass("x", "fine");
+        assert_eq!(ok.line(false), "ok   x: fine");
+        assert_eq!(ok.line(true), "\x1b[32mok\x1b[0m   x: fine");
+        let w = Check::warn("x", "hmm", "z");
+        assert_eq!(w.line(true), "\x1b[33mWARN\x1b[0m x: hmm — fix: z");
+    }
+
     #[test]
     fn warnings_do_not_fail() {
         let w = Check::warn("x", "weak", "do y");

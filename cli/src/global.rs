@@ -33,6 +33,9 @@ pub enum Uses {
     /// `--config` only: the command acts on the whole Storage Root or the
     /// machine.
     Config,
+    /// `--config`, and `--profile` and `--workspace` as filters: the
+    /// command lists the Domains of the Storage Root that match them.
+    Filter,
     /// None of them.
     Nothing,
 }
@@ -52,14 +55,11 @@ impl Global {
 
     /// Refuses the options `command` has no use for, naming them.
     pub fn check(&self, command: &str, uses: Uses) -> Result<(), CliError> {
+        let names_domains = matches!(uses, Uses::Domain | Uses::Filter);
         let given = [
             ("--config", self.config.is_some(), uses == Uses::Nothing),
-            ("--profile", self.profile.is_some(), uses != Uses::Domain),
-            (
-                "--workspace",
-                self.workspace.is_some(),
-                uses != Uses::Domain,
-            ),
+            ("--profile", self.profile.is_some(), !names_domains),
+            ("--workspace", self.workspace.is_some(), !names_domains),
         ];
         let unused: Vec<&str> = given
             .iter()
@@ -70,7 +70,7 @@ impl Global {
             return Ok(());
         }
         let what = match uses {
-            Uses::Domain => unreachable!("a Domain command uses every option"),
+            Uses::Domain | Uses::Filter => unreachable!("the command uses every option"),
             Uses::Config => "it acts on every Domain of the Storage Root, not on one",
             Uses::Nothing => "it reads no configuration",
         };
@@ -108,7 +108,7 @@ mod tests {
     fn unused_options_are_refused_by_name() {
         assert!(g(true, true, true).check("run", Uses::Domain).is_ok());
         assert!(g(true, false, false).check("doctor", Uses::Config).is_ok());
-        let e = g(true, true, true).check("state list", Uses::Config);
+        let e = g(true, true, true).check("ps", Uses::Config);
         let msg = e.unwrap_err().to_string();
         assert!(msg.contains("--profile or --workspace"), "{msg}");
         assert!(!msg.contains("--config"), "{msg}");
@@ -121,6 +121,14 @@ mod tests {
             "{msg}"
         );
         assert!(g(false, false, false).check("man", Uses::Nothing).is_ok());
+        assert!(g(true, true, true)
+            .check("state list", Uses::Filter)
+            .is_ok());
+        let e = g(true, true, true).check("df", Uses::Config);
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("--profile or --workspace"));
     }
 
     #[test]

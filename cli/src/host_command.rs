@@ -9,7 +9,8 @@
 //! owns the prompt.
 //!
 //! A command runs by execve of the vector, without a shell, in the host
-//! workspace, with a minimal environment, stdin from `/dev/null`, its
+//! directory that corresponds to the sandbox's and with the environment
+//! [`crate::host_dir`] gives it, stdin from `/dev/null`, its
 //! output captured up to [`esc::MAX_OUTPUT`] per stream, in its own
 //! process group. The group is killed on cancellation
 //! ([`ServerMsg::CancelHostCommand`]), at its timeout, and when this CLI
@@ -19,23 +20,20 @@
 //! [`ServerMsg::RunHostCommand`]: lazaret_protocol::session::ServerMsg::RunHostCommand
 //! [`ServerMsg::CancelHostCommand`]: lazaret_protocol::session::ServerMsg::CancelHostCommand
 
+use crate::host_dir::Setting;
 use lazaret_protocol::display;
 use lazaret_protocol::escalation::{self as esc, Outcome};
 use lazaret_protocol::frame::write_frame;
 use lazaret_protocol::session::{ClientMsg, HostCommand};
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The `PATH` of approved host commands: nothing of the developer's
-/// shell leaks in by accident.
-pub const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// How often a running command's cancellation and timeout are checked
 /// (its exit ends the wait at once).
@@ -49,7 +47,7 @@ pub const MAX_RUNNING: usize = 64;
 #[derive(Clone)]
 pub struct Runner {
     writer: Arc<Mutex<UnixStream>>,
-    workspace: PathBuf,
+    setting: Arc<Setting>,
     /// Cancellation flags of the running commands, by request ID.
     running: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
 }
@@ -59,10 +57,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Runner {
-    pub fn new(writer: Arc<Mutex<UnixStream>>, workspace: PathBuf) -> Self {
+    pub fn new(writer: Arc<Mutex<UnixStream>>, setting: Setting) -> Self {
         Self {
             writer,
-            workspace,
+            setting: Arc::new(setting),
             running: Arc::default(),
         }
     }
@@ -98,7 +96,7 @@ impl Runner {
                 let deadline = c
                     .timeout_ms
                     .map(|ms| Instant::now() + Duration::from_millis(ms));
-                let o = execute(&c.argv, &me.workspace, deadline, &cancel);
+                let o = execute(&c.argv, &me.setting, &c.cwd, deadline, &cancel);
                 lazaret_helpers::timeline::mark("cli", "host-command-ended");
                 lock(&me.running).remove(&c.request_id);
                 me.answer(c.request_id, o);
@@ -147,9 +145,11 @@ impl Runner {
 }
 
 /// Runs `argv` to its outcome (see the module's documentation).
+/// `cwd` is the request's directory inside the sandbox.
 pub fn execute(
     argv: &[String],
-    workspace: &Path,
+    setting: &Setting,
+    cwd: &str,
     timeout: Option<Instant>,
     cancel: &AtomicBool,
 ) -> Outcome {
@@ -158,31 +158,39 @@ pub fn execute(
             reason: "empty command".into(),
         };
     };
+    let place = setting.place(cwd);
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
-        .current_dir(workspace)
         .env_clear()
-        .env("PATH", HOST_PATH)
-        .env("LANG", "C.UTF-8")
-        .env("LAZARET_ESCALATION", "1")
+        .envs(setting.environment(&|k| std::env::var_os(k)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    for k in ["HOME", "USER", "LOGNAME"] {
-        if let Ok(v) = std::env::var(k) {
-            cmd.env(k, v);
-        }
+    let dir = place.fd.as_ref().map(|fd| fd.as_raw_fd());
+    if dir.is_none() {
+        cmd.current_dir(&place.shown);
     }
-    // SAFETY: prctl is async-signal-safe. The command dies with the thread
-    // that waits for it, so it cannot outlive its request or this CLI.
+    // SAFETY: prctl and fchdir are async-signal-safe, and `dir` is a
+    // descriptor `place` keeps open until after the spawn. The command
+    // dies with the thread that waits for it, so it cannot outlive its
+    // request or this CLI; it enters the directory that was resolved
+    // beneath the workspace, not a path the sandbox could change since.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
+                .map_err(std::io::Error::from)?;
+            if let Some(fd) = dir {
+                if libc::fchdir(fd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    drop(place.fd);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             return Outcome::Failed {
@@ -252,7 +260,12 @@ pub fn execute(
     // The group may have left children behind: they end with the request.
     kill();
     let (stdout, t1) = out.join().unwrap_or_default();
-    let (stderr, t2) = err.join().unwrap_or_default();
+    let (mut stderr, t2) = err.join().unwrap_or_default();
+    if let Some(note) = place.note {
+        let mut s = format!("lazaret: {note}\n").into_bytes();
+        s.append(&mut stderr);
+        stderr = s;
+    }
     use std::os::unix::process::ExitStatusExt;
     Outcome::Completed {
         status: status
@@ -273,13 +286,24 @@ mod tests {
         s.iter().map(|s| s.to_string()).collect()
     }
 
+    fn setting(ws: &std::path::Path) -> Setting {
+        Setting {
+            workspace: ws.canonicalize().unwrap(),
+            pass_env: vec![],
+            isolate_ignored: true,
+            writable: vec![],
+        }
+    }
+
     #[test]
     fn execute_runs_the_vector_without_a_shell() {
         let d = tempfile::tempdir().unwrap();
+        let s = setting(d.path());
         let no = AtomicBool::new(false);
         let o = execute(
             &v(&["/usr/bin/printf", "%s|", "a;b", "$(id)", "x\ny"]),
-            d.path(),
+            &s,
+            "/workspace",
             None,
             &no,
         );
@@ -294,20 +318,22 @@ mod tests {
         );
         let o = execute(
             &v(&["/bin/sh", "-c", "echo e >&2; exit 3"]),
-            d.path(),
+            &s,
+            "/workspace",
             None,
             &no,
         );
         assert!(matches!(o, Outcome::Completed { status: 3, ref stderr, .. } if stderr == b"e\n"));
         let o = execute(
             &v(&["/bin/sleep", "30"]),
-            d.path(),
+            &s,
+            "/workspace",
             Some(Instant::now() + Duration::from_millis(200)),
             &no,
         );
         assert_eq!(o, Outcome::TimedOut);
         assert!(matches!(
-            execute(&v(&["/nonexistent"]), d.path(), None, &no),
+            execute(&v(&["/nonexistent"]), &s, "/workspace", None, &no),
             Outcome::Failed { .. }
         ));
         // Run in the workspace, with the minimal environment.
@@ -317,17 +343,47 @@ mod tests {
                 "-c",
                 "pwd; echo $PATH; echo ${LAZARET_ESCALATION}",
             ]),
-            d.path(),
+            &s,
+            "/workspace",
             None,
             &no,
         );
+        let path = s.path(std::env::var_os("PATH").as_deref()).0;
         let want = format!(
-            "{}\n{HOST_PATH}\n1\n",
-            d.path().canonicalize().unwrap().display()
+            "{}\n{}\n1\n",
+            d.path().canonicalize().unwrap().display(),
+            path.to_string_lossy()
         );
         assert!(
             matches!(o, Outcome::Completed { status: 0, ref stdout, .. } if *stdout == want.as_bytes()),
             "{o:?}"
+        );
+        // In the sandbox's directory when it is the host's too; at the
+        // top with a note on stderr when a link leads out.
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink("/", d.path().join("out")).unwrap();
+        let pwd = |cwd: &str| match execute(&v(&["/bin/pwd"]), &s, cwd, None, &no) {
+            Outcome::Completed {
+                status: 0,
+                stdout,
+                stderr,
+                ..
+            } => (
+                String::from_utf8(stdout).unwrap(),
+                String::from_utf8(stderr).unwrap(),
+            ),
+            o => panic!("{o:?}"),
+        };
+        let top = d.path().canonicalize().unwrap();
+        assert_eq!(
+            pwd("/workspace/sub"),
+            (format!("{}\n", top.join("sub").display()), String::new())
+        );
+        let (out, err) = pwd("/workspace/out");
+        assert_eq!(out, format!("{}\n", top.display()));
+        assert!(
+            err.starts_with("lazaret: the sandbox's directory is not used: "),
+            "{err}"
         );
     }
 
@@ -335,7 +391,7 @@ mod tests {
     fn cancel_and_end_all_kill_the_group_and_answer() {
         let d = tempfile::tempdir().unwrap();
         let (ours, mut theirs) = UnixStream::pair().unwrap();
-        let r = Runner::new(Arc::new(Mutex::new(ours)), d.path().into());
+        let r = Runner::new(Arc::new(Mutex::new(ours)), setting(d.path()));
         let pidfile = d.path().join("grandchild");
         let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
         r.start(HostCommand {
@@ -343,6 +399,7 @@ mod tests {
             argv: v(&["/bin/sh", "-c", &script]),
             decided_by: "test".into(),
             timeout_ms: None,
+            cwd: "/workspace".into(),
         });
         let mut pid = None;
         for _ in 0..500 {
@@ -384,6 +441,7 @@ mod tests {
             argv: v(&["/bin/sleep", "60"]),
             decided_by: "test".into(),
             timeout_ms: None,
+            cwd: "/workspace".into(),
         });
         r.end_all();
         let m: ClientMsg = read_frame(&mut theirs).unwrap();

@@ -21,11 +21,6 @@ pub fn time_ms(unix_ms: u64) -> String {
     }
 }
 
-/// As [`time_ms`], for seconds since the epoch.
-pub fn time_secs(unix_secs: u64) -> String {
-    time_ms(unix_secs.saturating_mul(1000))
-}
-
 /// `12 s ago`, `5 min ago`, `3 h ago`, `2 days ago`; `in the future` for
 /// a negative age (a clock that moved back).
 pub fn ago(secs: i64) -> String {
@@ -54,7 +49,7 @@ mod tests {
 
     #[test]
     fn times_show_a_date_and_an_age() {
-        let t = time_secs(1_700_000_000);
+        let t = time_ms(1_700_000_000_000);
         assert!(t.starts_with("2023-11-1"), "{t}");
         assert!(t.ends_with("days ago)"), "{t}");
         assert_eq!(

@@ -119,6 +119,16 @@ impl HostRules {
     /// Whether the file `path` (workspace-relative) is ignored: a leading
     /// directory ignored, or the file itself.
     pub fn is_ignored(&self, path: &[u8]) -> bool {
+        self.is_ignored_as(path, false)
+    }
+
+    /// Whether the directory `path` (workspace-relative) is ignored: it or
+    /// a leading directory.
+    pub fn is_ignored_dir(&self, path: &[u8]) -> bool {
+        self.is_ignored_as(path, true)
+    }
+
+    fn is_ignored_as(&self, path: &[u8], is_dir: bool) -> bool {
         let comps: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
         let mut dirs = self.dirs.borrow_mut();
         for i in 0..comps.len() {
@@ -137,7 +147,7 @@ impl HostRules {
                 return true;
             }
         }
-        self.matched(&stack_for(comps.len() - 1), path, false)
+        self.matched(&stack_for(comps.len() - 1), path, is_dir)
     }
 }
 

@@ -1,9 +1,9 @@
-//! `lazaret image prepare REF | list [--json] | rm ID | gc | commit NAME`:
+//! `lazaret image prepare REF | list [--json] | rm IMAGE | gc [--all] | commit NAME`:
 //! the prepared images of the Storage Root and their Storage Catalog
 //! records.
 //!
-//! Exit status: 0 on success; 2 when `commit` is refused (the Domain is
-//! active or in use); 125 when the command failed (the message says what
+//! Exit status: 0 on success; 2 when refused (`commit`: the Domain is
+//! active or in use; `rm`, `gc`: not confirmed); 125 when the command failed (the message says what
 //! to do next).
 
 use crate::error::CliError;
@@ -11,7 +11,7 @@ use crate::global::{Global, Uses};
 use indicatif::{ProgressBar, ProgressStyle};
 use lazaret_config::EnvVars;
 use lazaret_helpers::userns;
-use lazaret_image::{PrepareOptions, Progress, Store};
+use lazaret_image::{Listed, PrepareOptions, Progress, Store};
 use lazaret_protocol::plan::IdMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -40,14 +40,30 @@ enum ImageCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a prepared image (refused while a Domain generation leases it)
+    /// Remove a prepared image, after asking (refused while a Domain
+    /// generation leases it)
     Rm {
-        /// The prepared-artifact ID, a unique prefix of it, or `local:NAME`
+        /// The prepared-artifact ID, a unique prefix of it, `local:NAME`,
+        /// or an image reference as a profile names it (`lazaret:default`,
+        /// `oci:DIR:TAG`: every image prepared from it)
         id: String,
+        /// Remove without asking (needed without a terminal)
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
-    /// Remove every prepared image no Domain leases, and leftovers of
-    /// interrupted preparations
-    Gc,
+    /// Remove the prepared images nothing needs, after listing them and
+    /// asking: kept are those a Domain leases, the image each profile of
+    /// the configuration names, and each committed `local:` image; also
+    /// removes leftovers of interrupted preparations
+    Gc {
+        /// Remove the images profiles name and the committed `local:`
+        /// images too (leased ones are always kept)
+        #[arg(long)]
+        all: bool,
+        /// Remove without asking (needed without a terminal)
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// Make a new prepared image from a Domain's image and its State
     /// Anchors (what was installed in it), usable by any profile as
     /// `image = "local:NAME"`; the Domain must not be running
@@ -207,10 +223,21 @@ fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
                 );
             }
         }
-        ImageCmd::Rm { id } => {
+        ImageCmd::Rm { id, yes } => {
             let (store, _) = store(&args, true)?;
-            let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
-            println!("{id}");
+            let ids = store.resolve_named(id)?;
+            let listed = store.list()?;
+            for id in &ids {
+                match listed.iter().find(|l| &l.record.id == id) {
+                    Some(l) => println!("{}", row(l)),
+                    None => println!("{id}  (on disk only, not in the catalog)"),
+                }
+            }
+            confirmed(&format!("Remove {} image(s)?", ids.len()), *yes)?;
+            for id in &ids {
+                let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
+                println!("removed {id}");
+            }
         }
         ImageCmd::Commit { name, domain } => {
             let name = name
@@ -249,9 +276,41 @@ fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
             );
             println!("{}", image.id);
         }
-        ImageCmd::Gc => {
-            let (store, _) = store(&args, true)?;
-            let report = store.gc(&mut |l| eprintln!("  {l}"))?;
+        ImageCmd::Gc { all, yes } => {
+            let (store, loaded) = store(&args, true)?;
+            let listed = store.list()?;
+            let keep = if *all {
+                Default::default()
+            } else {
+                needed(&store, &loaded.config, &listed)
+            };
+            let domains = store.storage_root().join("domains");
+            let leased = |l: &Listed| {
+                l.leases
+                    .iter()
+                    .any(|lease| domains.join(&lease.domain_id).is_dir())
+            };
+            let mut doomed = Vec::new();
+            for l in &listed {
+                if leased(l) {
+                    println!("keep    {}  (leased by a Domain)", row(l));
+                } else if let Some(why) = keep.get(&l.record.id) {
+                    println!("keep    {}  ({why}; --all removes it)", row(l));
+                } else {
+                    println!("remove  {}", row(l));
+                    doomed.push(l.record.id.clone());
+                }
+            }
+            if !doomed.is_empty() {
+                confirmed(&format!("Remove {} image(s)?", doomed.len()), *yes)?;
+            } else {
+                println!("no image to remove");
+            }
+            // Only what was listed for removal (and confirmed): an image
+            // prepared meanwhile is not touched.
+            let report = store.gc(&|id| doomed.iter().any(|d| d == id), &mut |l| {
+                eprintln!("  {l}")
+            })?;
             for id in &report.removed {
                 println!("removed {id}");
             }
@@ -269,6 +328,84 @@ fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
     Ok(())
 }
 
+/// One image as `rm` and `gc` list it: short ID, size, reference.
+fn row(l: &Listed) -> String {
+    let r = &l.record;
+    format!(
+        "{:<12}  {:>10}  {}",
+        &r.id[..12.min(r.id.len())],
+        human(r.size),
+        lazaret_protocol::display::message(&r.reference)
+    )
+}
+
+/// Asks before removing; no terminal and no `--yes` is a refusal (2).
+fn confirmed(question: &str, yes: bool) -> Result<(), CliError> {
+    use crate::confirm::{ask, Answer};
+    match ask(question, yes) {
+        Answer::Yes => Ok(()),
+        Answer::No => Err(CliError::Refused("nothing was removed".into())),
+        Answer::NoTerminal => Err(CliError::Refused(
+            "nothing was removed: pass --yes to remove without a terminal to ask at".into(),
+        )),
+    }
+}
+
+/// The images `image gc` keeps unless `--all`, with the reason: for each
+/// profile of the configuration, the image it names (for a reference, the
+/// newest prepared from it; for `local:NAME`, the one committed so), and
+/// each committed `local:` image (the current one of each name).
+fn needed(
+    store: &Store,
+    config: &lazaret_config::Config,
+    listed: &[Listed],
+) -> std::collections::BTreeMap<String, String> {
+    use lazaret_image::commit::LOCAL_PREFIX;
+    let mut keep = std::collections::BTreeMap::new();
+    let mut profiles: Vec<(&str, &str)> = config
+        .profiles
+        .iter()
+        .map(|(n, p)| (n.as_str(), p.image.as_str()))
+        .collect();
+    let default = config.profile(crate::global::DEFAULT_PROFILE).ok();
+    if let Some(p) =
+        default.filter(|_| !config.profiles.contains_key(crate::global::DEFAULT_PROFILE))
+    {
+        profiles.push((crate::global::DEFAULT_PROFILE, p.image.as_str()));
+    }
+    for (name, image) in profiles {
+        let id = match image.strip_prefix(LOCAL_PREFIX) {
+            Some(local) => store.committed(local).ok().map(|i| i.id),
+            None => listed
+                .iter()
+                .filter(|l| l.record.reference == image || l.record.source == image)
+                .max_by_key(|l| l.record.created)
+                .map(|l| l.record.id.clone()),
+        };
+        if let Some(id) = id {
+            keep.entry(id).or_insert_with(|| {
+                format!(
+                    "named by profile {}",
+                    lazaret_protocol::display::message(name)
+                )
+            });
+        }
+    }
+    for l in listed {
+        if let Some(local) = l.record.reference.strip_prefix(LOCAL_PREFIX) {
+            if let Ok(current) = store.committed(local) {
+                keep.entry(current.id).or_insert_with(|| {
+                    format!(
+                        "committed as {}",
+                        lazaret_protocol::display::message(&l.record.reference)
+                    )
+                });
+            }
+        }
+    }
+    keep
+}
+
 /// Runs `lazaret image ...`; returns the exit status.
 pub fn run(mut args: ImageArgs, g: &Global) -> i32 {
     // Only `commit` acts on one Domain.
@@ -276,7 +413,7 @@ pub fn run(mut args: ImageArgs, g: &Global) -> i32 {
         ImageCmd::Prepare { .. } => ("image prepare", Uses::Config),
         ImageCmd::List { .. } => ("image list", Uses::Config),
         ImageCmd::Rm { .. } => ("image rm", Uses::Config),
-        ImageCmd::Gc => ("image gc", Uses::Config),
+        ImageCmd::Gc { .. } => ("image gc", Uses::Config),
         ImageCmd::Commit { .. } => ("image commit", Uses::Domain),
     };
     args.config = g.config.clone();

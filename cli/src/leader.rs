@@ -65,7 +65,11 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     // A network configuration that cannot be derived fails here, before
     // anything is prepared or started (the coordinator derives it again,
     // bound to its generation).
-    let network = network_input(&r.profile.network, runsc.needs_proc_sys_net_hack())?;
+    let mut network = network_input(&r.profile.network, runsc.needs_proc_sys_net_hack())?;
+    // Taken host ports refuse the start now, before the image or anything
+    // else is prepared.
+    crate::ports::check_free(&r.ports)?;
+    network.ports = r.ports.clone();
     let id_map = userns::current_id_map()?;
     let images = lazaret_image::Store::new(&r.storage_root, id_map.clone());
     let opts = PrepareOptions {
@@ -116,6 +120,7 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         persistent_paths: r.profile.persistent_paths.clone(),
         isolate_ignored: r.profile.isolate_ignored,
         protected_paths: r.profile.protected_paths.clone(),
+        user: r.profile.user.clone(),
         git_identity: git_identity(&r.profile.git_identity),
         host_ca: crate::host_ca::bundle(&r.profile)?,
         auto_approve: r
@@ -154,6 +159,8 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
             ignored_state: r.profile.limits.ignored_state_bytes(),
             anchor: r.profile.limits.anchor_bytes(),
         },
+        keep_alive_ms: r.profile.keep_alive_ms(),
+        detach_on_hangup: r.profile.detach_on_hangup,
     };
     if let Some(max) = input.limits.anchor {
         let over = crate::state_cmd::anchors_over(&r.domain_root, max);
@@ -212,6 +219,7 @@ pub(crate) fn network_input(
         probe: net.probe.clone(),
         slirp4netns,
         hide_proc_sys_net,
+        ports: Vec::new(),
     })
 }
 
@@ -349,5 +357,9 @@ const COORDINATOR_ENV: &[&str] = &[
     "RUST_BACKTRACE",
     // Test-only fault points (lazaret_helpers::fault).
     lazaret_helpers::fault::KILL_ENV,
+    // Test-only: the Landlock ABI every helper may use at most (it only
+    // lowers; see lazaret_seccomp::abi). From the developer's own
+    // environment, like everything here.
+    lazaret_seccomp::abi::TEST_CAP_ENV,
     lazaret_helpers::fault::PAUSE_ENV,
 ];

@@ -96,10 +96,73 @@ struct PsRow {
     /// Domain but does not answer.
     state: String,
     generation: Option<u64>,
-    sessions: Option<u32>,
+    /// Client Sessions now served.
+    session_count: Option<u32>,
+    /// One per session (and per detached one that ended, until `lazaret
+    /// attach` collects its status).
+    sessions: Vec<SessionRow>,
     /// Seconds since this generation became ready.
     uptime_s: Option<u64>,
     memory_bytes: Option<u64>,
+    /// The published ports (`-p`, the profile's `ports`), as the Domain
+    /// set them when it started.
+    ports: Option<Vec<PsPort>>,
+}
+
+#[derive(Serialize)]
+struct PsPort {
+    host_addr: String,
+    host_port: u16,
+    sandbox_port: u16,
+}
+
+/// `127.0.0.1:8080->3000,...`, or `-`.
+fn ports_column(ports: &Option<Vec<PsPort>>) -> String {
+    match ports {
+        Some(p) if !p.is_empty() => p
+            .iter()
+            .map(|p| format!("{}:{}->{}", p.host_addr, p.host_port, p.sandbox_port))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => "-".into(),
+    }
+}
+
+#[derive(Serialize)]
+struct SessionRow {
+    id: String,
+    /// The command, escaped for a terminal (`null`: a login shell).
+    command: Option<String>,
+    attached: bool,
+    /// Keeps running without a terminal (`run -d`, `detach_on_hangup`).
+    detachable: bool,
+    since_unix_ms: u64,
+    /// "running", "exited N" or "failed" (ended while detached).
+    state: String,
+}
+
+impl SessionRow {
+    fn of(s: &lazaret_protocol::session::SessionInfo) -> Self {
+        Self {
+            id: s.id.clone(),
+            command: s.argv.as_deref().map(display::argv),
+            attached: s.attached,
+            detachable: s.detachable,
+            since_unix_ms: s.since_unix_ms,
+            state: match (s.exit_status, s.failed) {
+                (_, true) => "failed".into(),
+                (Some(n), _) => format!("exited {n}"),
+                (None, _) => "running".into(),
+            },
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn now() -> u64 {
@@ -121,7 +184,7 @@ pub fn human_duration(s: u64) -> String {
 /// `lazaret ps [--json]`.
 pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let mut rows = Vec::new();
-    for d in state_cmd::all_domains(config)? {
+    for d in state_cmd::all_domains_despite_config(config)? {
         if !is_running(&d.layout.lock()) {
             continue;
         }
@@ -141,12 +204,26 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
             }
             .into(),
             generation: status.as_ref().map(|s| s.generation),
-            sessions: status.as_ref().map(|s| s.sessions),
+            session_count: status.as_ref().map(|s| s.sessions),
+            sessions: status
+                .as_ref()
+                .map(|s| s.session_list.iter().map(SessionRow::of).collect())
+                .unwrap_or_default(),
             uptime_s: status.as_ref().map(|s| now().saturating_sub(s.started)),
             memory_bytes: status
                 .as_ref()
                 .and_then(|s: &DomainStatus| s.holder_pid)
                 .and_then(memory_of),
+            ports: status.as_ref().map(|s| {
+                s.ports
+                    .iter()
+                    .map(|p| PsPort {
+                        host_addr: p.host_addr.to_string(),
+                        host_port: p.host_port,
+                        sandbox_port: p.sandbox_port,
+                    })
+                    .collect()
+            }),
         });
     }
     if json {
@@ -160,17 +237,19 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
         println!("no Domain is running");
         return Ok(0);
     }
+    let ports: Vec<String> = rows.iter().map(|r| ports_column(&r.ports)).collect();
+    let width = ports.iter().map(String::len).max().unwrap_or(0).max(5);
     println!(
-        "{:<12}  {:<12}  {:>8}  {:>7}  {:>10}  {:<9}  WORKSPACE",
-        "DOMAIN", "PROFILE", "SESSIONS", "UPTIME", "MEMORY", "STATE"
+        "{:<12}  {:<12}  {:>8}  {:>7}  {:>10}  {:<9}  {:<width$}  WORKSPACE",
+        "DOMAIN", "PROFILE", "SESSIONS", "UPTIME", "MEMORY", "STATE", "PORTS"
     );
     let o = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    for r in rows {
+    for (r, ports) in rows.into_iter().zip(ports) {
         println!(
-            "{:<12}  {:<12}  {:>8}  {:>7}  {:>10}  {:<9}  {}",
+            "{:<12}  {:<12}  {:>8}  {:>7}  {:>10}  {:<9}  {:<width$}  {}",
             &r.domain_id[..12],
             display::bounded(o(r.profile), 12),
-            o(r.sessions.map(|n| n.to_string())),
+            o(r.session_count.map(|n| n.to_string())),
             o(r.uptime_s.map(human_duration)),
             o(r.memory_bytes.map(crate::state_cmd::human_bytes)),
             if r.state == "running" {
@@ -178,8 +257,25 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
             } else {
                 "changing"
             },
+            ports,
             display::message(&o(r.workspace)),
         );
+        for s in &r.sessions {
+            let attached = match (s.attached, s.state.as_str()) {
+                (true, _) => "attached",
+                (false, "running") => "detached",
+                _ => "ended",
+            };
+            let since = now_ms().saturating_sub(s.since_unix_ms) / 1000;
+            println!(
+                "  session {}  {:<8}  {:<9}  {:>7}  {}",
+                &s.id[..s.id.len().min(12)],
+                attached,
+                display::bounded(s.state.clone(), 9),
+                human_duration(since),
+                s.command.as_deref().unwrap_or("(login shell)"),
+            );
+        }
     }
     Ok(0)
 }
@@ -188,7 +284,7 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
 /// sessions and tear down, and waits until it is down.
 pub fn stop(which: &Which, all: bool) -> Result<i32, CliError> {
     let domains = if all {
-        state_cmd::all_domains(which.config())?
+        state_cmd::all_domains_despite_config(which.config())?
             .into_iter()
             .filter(|d| is_running(&d.layout.lock()))
             .collect()
@@ -234,13 +330,16 @@ pub fn stop(which: &Which, all: bool) -> Result<i32, CliError> {
     })
 }
 
-/// `lazaret logs [-f] [--helpers]`: the Domain's timestamped coordinator
-/// events (or what its helpers said), escaped for the terminal: helpers
-/// such as runsc may repeat what the sandbox chose. Oldest first across
-/// the log's rotations (`NAME.4` .. `NAME.1`, then `NAME`); with `follow`,
-/// keeps printing the current file, and the rest of one rotated away
-/// meanwhile, until the Domain is no longer running.
-pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError> {
+/// `lazaret logs [-f] [--helpers] [--json]`: the Domain's timestamped
+/// coordinator events (or what its helpers said), escaped for the
+/// terminal: helpers such as runsc may repeat what the sandbox chose.
+/// Oldest first across the log's rotations (`NAME.4` .. `NAME.1`, then
+/// `NAME`); with `follow`, keeps printing the current file, and the rest
+/// of one rotated away meanwhile, until the Domain is no longer running.
+/// Every time is shown as `lazaret_protocol::logs::TIME_FORMAT` (lines
+/// of older versions too); `json` gives one array of [`LogRecord`]s, or
+/// with `follow` one record per line.
+pub fn logs(which: &Which, follow: bool, helpers: bool, json: bool) -> Result<i32, CliError> {
     use lazaret_protocol::logs;
     let d = state_cmd::resolve(which)?;
     let name = if helpers {
@@ -250,7 +349,11 @@ pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError>
     };
     let root = &d.layout.root;
     let mut out = std::io::stdout().lock();
-    let mut printer = Printer::default();
+    let mut printer = Printer::new(match (json, follow) {
+        (false, _) => Format::Text,
+        (true, false) => Format::JsonArray,
+        (true, true) => Format::JsonLines,
+    });
     let mut files = logs::files(root, name);
     let current = files.pop().unwrap_or_else(|| root.join(name));
     let mut any = false;
@@ -269,6 +372,7 @@ pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError>
             Ok(()) => any = true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !follow && !any => {
                 eprintln!("lazaret: Domain {} has no {name} yet", d.id);
+                printer.end(&mut out);
                 return Ok(0);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -288,19 +392,118 @@ pub fn logs(which: &Which, follow: bool, helpers: bool) -> Result<i32, CliError>
     }
 }
 
+/// How `lazaret logs` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Each line escaped, its time as `TIME_FORMAT`.
+    Text,
+    /// One JSON array of every record, at the end.
+    JsonArray,
+    /// One JSON record per line, as each line comes (`--follow`).
+    JsonLines,
+}
+
+/// One log line in `lazaret logs --json`.
+#[derive(Serialize, Debug, PartialEq)]
+struct LogRecord {
+    /// When the coordinator wrote it; `null` for a line without a time
+    /// (the helpers' lines, what else reached the coordinator's stderr).
+    time_unix_ms: Option<i64>,
+    /// The coordinator's PID.
+    pid: Option<u32>,
+    /// The text after the time and PID, in its escaped form
+    /// (`display::escape`: exact bytes back with `display::unescape`).
+    message: String,
+    /// What a Client Session ran, or why it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<lazaret_protocol::logs::SessionLog>,
+}
+
+/// The record of one line (without its newline).
+fn record_of(line: &[u8]) -> LogRecord {
+    use lazaret_protocol::logs::{split_line, SessionLog};
+    let parsed = std::str::from_utf8(line).ok().and_then(|l| {
+        let (time, pid, msg) = split_line(l)?;
+        let t: jiff::Timestamp = time.parse().ok()?;
+        Some((t.as_millisecond(), pid, msg))
+    });
+    match parsed {
+        Some((ms, pid, msg)) => LogRecord {
+            time_unix_ms: Some(ms),
+            pid: Some(pid),
+            message: display::escape(msg),
+            event: SessionLog::parse(msg),
+        },
+        None => LogRecord {
+            time_unix_ms: None,
+            pid: None,
+            message: display::escape(line),
+            event: None,
+        },
+    }
+}
+
+/// A line for the terminal: escaped, and a coordinator line's time in
+/// the one width (`TIME_FORMAT`), whatever precision wrote it. A session
+/// event is shown as it is written again from what was read (printable
+/// ASCII, its arguments escaped once, not twice).
+fn text_of(line: &[u8]) -> String {
+    use lazaret_protocol::logs::{split_line, SessionLog, TIME_FORMAT};
+    let parsed = std::str::from_utf8(line).ok().and_then(|l| {
+        let (time, pid, msg) = split_line(l)?;
+        Some((time.parse::<jiff::Timestamp>().ok()?, pid, msg))
+    });
+    match parsed {
+        Some((t, pid, msg)) => {
+            let msg = match SessionLog::parse(msg) {
+                Some(e) => e.to_string(),
+                None => display::escape(msg),
+            };
+            format!(
+                "{} lazaret-coordinator[{pid}]: {msg}",
+                t.strftime(TIME_FORMAT)
+            )
+        }
+        None => display::escape(line),
+    }
+}
+
 /// Prints a log's bytes line by line, escaped; an unfinished line waits
 /// for its end (or for [`Printer::end`]).
-#[derive(Default)]
 struct Printer {
     partial: Vec<u8>,
+    format: Format,
+    /// The records of a [`Format::JsonArray`], printed at the end.
+    records: Vec<LogRecord>,
 }
 
 impl Printer {
+    fn new(format: Format) -> Printer {
+        Printer {
+            partial: Vec::new(),
+            format,
+            records: Vec::new(),
+        }
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut impl Write) {
+        match self.format {
+            Format::Text => {
+                let _ = writeln!(out, "{}", text_of(line));
+            }
+            Format::JsonArray => self.records.push(record_of(line)),
+            Format::JsonLines => {
+                let text = serde_json::to_string(&record_of(line)).expect("json");
+                let _ = writeln!(out, "{}", display::ascii_json(&text));
+            }
+        }
+    }
+
     fn bytes(&mut self, buf: &[u8], out: &mut impl Write) {
         self.partial.extend_from_slice(buf);
         while let Some(i) = self.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=i).collect();
-            let _ = writeln!(out, "{}", display::escape(&line[..line.len() - 1]));
+            self.line(&line[..line.len() - 1], out);
         }
     }
 
@@ -320,8 +523,13 @@ impl Printer {
 
     fn end(&mut self, out: &mut impl Write) {
         if !self.partial.is_empty() {
-            let _ = writeln!(out, "{}", display::escape(&self.partial));
-            self.partial.clear();
+            let line = std::mem::take(&mut self.partial);
+            self.line(&line, out);
+        }
+        if self.format == Format::JsonArray {
+            let text = serde_json::to_string_pretty(&self.records).expect("json");
+            let _ = writeln!(out, "{}", display::ascii_json(&text));
+            self.records.clear();
         }
     }
 }
@@ -376,7 +584,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let log = d.path().join("coordinator.log");
         std::fs::write(&log, "one\ntw").unwrap();
-        let (mut tail, mut printer, mut out) = (Tail::default(), Printer::default(), Vec::new());
+        let (mut tail, mut printer, mut out) =
+            (Tail::default(), Printer::new(Format::Text), Vec::new());
         tail.read(&log, &mut printer, &mut out).unwrap();
         assert_eq!(out, b"one\n");
         // Written, then rotated away, then a new file begun.
@@ -392,6 +601,73 @@ mod tests {
         // Nothing new: nothing printed.
         tail.read(&log, &mut printer, &mut out).unwrap();
         assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 6);
+    }
+
+    #[test]
+    fn coordinator_times_are_shown_in_one_width() {
+        let l = b"2026-12-02T16:31:05.12Z lazaret-coordinator[7]: owner";
+        assert_eq!(
+            text_of(l),
+            "2026-12-02T16:31:05.120Z lazaret-coordinator[7]: owner"
+        );
+        let l = b"2026-12-02T16:31:05Z lazaret-coordinator[7]: x\x1b";
+        assert_eq!(
+            text_of(l),
+            "2026-12-02T16:31:05.000Z lazaret-coordinator[7]: x\\x1b"
+        );
+        let l = "2026-12-02T16:31:05.120Z lazaret-coordinator[7]: session 0123456789abcdef0123456789abcdef ran \"a\\x1b\" in \"/workspace\" with a terminal";
+        assert_eq!(text_of(l.as_bytes()), l);
+        // Not a coordinator line: only escaped.
+        assert_eq!(text_of(b"runsc: \x1b[2J"), "runsc: \\x1b[2J");
+    }
+
+    #[test]
+    fn json_records_carry_the_time_pid_message_and_session_event() {
+        use lazaret_protocol::logs::{SessionEnd, SessionLog};
+        let sid = "0123456789abcdef0123456789abcdef";
+        let line = format!(
+            "2026-12-02T16:31:05.120Z lazaret-coordinator[7]: session {sid} ended: status 3"
+        );
+        let r = record_of(line.as_bytes());
+        assert_eq!(r.time_unix_ms, Some(1_796_229_065_120));
+        assert_eq!(r.pid, Some(7));
+        assert_eq!(
+            r.event,
+            Some(SessionLog::Ended {
+                session: sid.into(),
+                end: SessionEnd::Exited { status: 3 }
+            })
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["event"]["kind"], "ended");
+        assert_eq!(v["event"]["why"], "exited");
+        assert_eq!(v["event"]["status"], 3);
+        let r = record_of(b"\xffpanic \x1b");
+        assert_eq!((r.time_unix_ms, r.pid), (None, None));
+        assert_eq!(r.message, "\\xffpanic \\x1b");
+        // The array comes at the end, one document.
+        let mut p = Printer::new(Format::JsonArray);
+        let mut out = Vec::new();
+        p.bytes(
+            format!("{line}\nhelper line\nunfinished").as_bytes(),
+            &mut out,
+        );
+        assert!(out.is_empty());
+        p.end(&mut out);
+        let all: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(all.as_array().unwrap().len(), 3);
+        assert_eq!(all[2]["message"], "unfinished");
+        // Following: one record per line, as it comes.
+        let mut p = Printer::new(Format::JsonLines);
+        let mut out = Vec::new();
+        p.bytes(b"a\nb\n", &mut out);
+        let lines: Vec<serde_json::Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1]["message"], "b");
     }
 
     #[test]

@@ -8,18 +8,24 @@
 //! invoked, 127 when it is not found, 128+N when signal N killed it.
 
 mod changes_cmd;
+mod colour;
 mod completions;
+mod confirm;
+mod df_cmd;
 mod doctor;
 mod error;
 mod global;
 mod host_ca;
 mod host_command;
+mod host_dir;
 mod human;
 mod ignore_check;
 mod image_cmd;
 mod leader;
 mod lifecycle_cmd;
+mod man;
 mod net_cmd;
+mod ports;
 mod prompt;
 mod run;
 mod session_env;
@@ -49,6 +55,14 @@ pub(crate) struct Cli {
 enum Cmd {
     /// Open a shell (or run CMD) in the Domain's sandbox, starting it if needed
     Run(run::RunArgs),
+    /// Reattach this terminal to a session started with `run -d` (detach
+    /// again with ctrl-p ctrl-q)
+    Attach {
+        /// A Session ID or a unique prefix, as `lazaret ps` shows it
+        /// (default: the Domain's only detached session)
+        #[arg(value_name = "SESSION")]
+        session: Option<String>,
+    },
     /// Prepare, list and remove images (prepared read-only lowers)
     Image(image_cmd::ImageArgs),
     /// List, inspect, verify and reset the Domains' persistent state
@@ -67,6 +81,13 @@ enum Cmd {
     /// The Domain's network policy, readiness fingerprint and probe evidence
     #[command(subcommand)]
     Net(net_cmd::NetCmd),
+    /// What Lazaret keeps on disk: images, each Domain's State Anchors and
+    /// Ignored Workspace State, shared paths (allocated blocks)
+    Df {
+        /// One JSON document instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Check this machine's prerequisites, one line each
     Doctor {
         /// One JSON document with every check, its status and its fix
@@ -108,6 +129,10 @@ enum Cmd {
         /// What the helpers said (supervisor, runsc, routers, slirp4netns)
         #[arg(long)]
         helpers: bool,
+        /// One JSON array of records (time_unix_ms, pid, message, event)
+        /// instead of text; with --follow, one record per line
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         which: state_cmd::Which,
     },
@@ -145,7 +170,7 @@ fn main() {
             });
         }
     };
-    if !matches!(cli.command, Cmd::Run(_)) {
+    if !matches!(cli.command, Cmd::Run(_) | Cmd::Attach { .. }) {
         // Printing commands end quietly when their reader goes away
         // (`lazaret state list | head`), as other Unix tools do. `run`
         // keeps SIGPIPE ignored: a closed session socket must not kill it
@@ -162,6 +187,7 @@ fn main() {
             lazaret_helpers::limits::raise_nofile();
             report(run::run(args, &g))
         }
+        Cmd::Attach { session } => report(run::attach(session, &g)),
         Cmd::Image(args) => image_cmd::run(args, &g),
         Cmd::State(cmd) => report(state_cmd::run(cmd, &g)),
         Cmd::Escalations { which, json } => report(state_cmd::escalations(which, &g, json)),
@@ -169,12 +195,19 @@ fn main() {
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
         Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
             let env = lazaret_config::EnvVars::from_process();
-            let loaded =
-                lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw()).ok();
-            let config = loaded.as_ref().map(|l| &l.config);
+            let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw());
+            let status = match &loaded {
+                Ok(l) => Ok(l.path.as_ref().map(|p| p.display().to_string())),
+                Err(e) => Err(e.to_string()),
+            };
+            let config = loaded.as_ref().ok().map(|l| &l.config);
             let runsc = config.and_then(|c| c.runtime.runsc.clone());
-            doctor::run(runsc.as_deref(), config, json)
+            doctor::run(runsc.as_deref(), config, status, json)
         })),
+        Cmd::Df { json } => report(
+            g.check("df", Uses::Config)
+                .and_then(|()| df_cmd::run(g.config.clone(), json)),
+        ),
         Cmd::Completions { shell } => report(
             g.check("completions", Uses::Nothing)
                 .and_then(|()| completions::print(shell)),
@@ -195,7 +228,7 @@ fn main() {
             // Each named Domain in turn; the worst outcome is the status.
             ids.into_iter().try_fold(0, |code, id| {
                 state_cmd::Which::new(Some(id), &g)
-                    .and_then(|which| lifecycle_cmd::stop(&which, false))
+                    .and_then(|which| lifecycle_cmd::stop(&which.despite_config(), false))
                     .map(|c| code.max(c))
             })
         } else {
@@ -207,13 +240,14 @@ fn main() {
             id,
             follow,
             helpers,
+            json,
             which,
         } => report(
             match id {
                 Some(id) => state_cmd::Which::new(Some(id), &g),
                 None => which.with(&g),
             }
-            .and_then(|which| lifecycle_cmd::logs(&which, follow, helpers)),
+            .and_then(|which| lifecycle_cmd::logs(&which, follow, helpers, json)),
         ),
     };
     terminal::restore();

@@ -44,16 +44,24 @@ pub fn run(cmd: NetCmd, g: &Global) -> Result<i32, CliError> {
     }
 }
 
-/// The Domain's ID and Domain Root, and the profile's `[network]`.
-fn domain(g: &Global) -> Result<(String, PathBuf, lazaret_config::Network, PathBuf), CliError> {
+/// The Domain's ID and Domain Root, the profile's `[network]`, the
+/// workspace and the profile's name.
+type Named = (String, PathBuf, lazaret_config::Network, PathBuf, String);
+
+fn domain(g: &Global) -> Result<Named, CliError> {
     let env = EnvVars::from_process();
     let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())?;
-    let profile = loaded.config.profile(g.profile())?;
     let root = lazaret_config::storage_root(&loaded.config, &env)?;
     let ws = crate::run::canonical_workspace(g.workspace())?;
-    let id = DomainIdV1::derive(g.profile(), ws.as_os_str().as_bytes()).to_string();
+    // Without --profile, the workspace's only Domain whatever its profile.
+    let name = match &g.profile {
+        Some(p) => p.clone(),
+        None => crate::state_cmd::obvious_profile(&root, &loaded.config, &ws)?,
+    };
+    let profile = loaded.config.profile(&name)?;
+    let id = DomainIdV1::derive(&name, ws.as_os_str().as_bytes()).to_string();
     let dir = root.join("domains").join(&id);
-    Ok((id, dir, profile.network.clone(), ws))
+    Ok((id, dir, profile.network.clone(), ws, name))
 }
 
 /// The text of a helper's log in the Domain Root, bounded (empty when
@@ -92,7 +100,7 @@ fn host_denials(domain_root: &Path) -> Result<Vec<hostlog::WatchDenial>, CliErro
 }
 
 fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
-    let (_, dir, _, _) = domain(g)?;
+    let (_, dir, _, _, _) = domain(g)?;
     let events = dns_events(&dir)?;
     if a.json {
         // One document, like every other `--json`.
@@ -184,7 +192,7 @@ fn ports_text(ports: &[u16]) -> String {
 }
 
 fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
-    let (id, dir, network, ws) = domain(g)?;
+    let (id, dir, network, ws, profile_name) = domain(g)?;
     let path = dir.join(record::FILE);
 
     let rec = match record::read(&path) {
@@ -240,7 +248,7 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
             lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
         );
     } else {
-        let mut out = render(&rec, &ws.display().to_string(), g.profile());
+        let mut out = render(&rec, &ws.display().to_string(), &profile_name);
         if rec.policy.is_some() {
             render_watched(&mut out, running, &watched);
         }
@@ -385,7 +393,7 @@ fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
         Some(e) => {
             out.push_str(&format!(
                 "readiness evidence (recorded {}): {}\n",
-                crate::human::time_secs(e.recorded_at),
+                crate::human::time_ms(e.recorded_at_ms),
                 if e.passed { "PASSED" } else { "FAILED" }
             ));
             if let Some(err) = &e.error {

@@ -147,13 +147,38 @@ pub const MAX_COMMAND_ROWS: usize = 20;
 
 /// Rows of the prompt other than the command's: the title, six fields,
 /// the question.
-const FIXED_ROWS: usize = 8;
+const FIXED_ROWS: usize = 9;
 
 const ASKING: &str = " on the host? [a]pprove [d]eny [e]dit: ";
+
+/// The prompt's first row: Lazaret's own words, the only ones it colours
+/// (never a field: those are the sandbox's).
+pub const HEADER: &str = "-- lazaret: Host Escalation request --";
 
 /// The whole of [`RESET`].
 pub fn reset_sequence() -> String {
     RESET.iter().map(|(s, _)| *s).collect()
+}
+
+/// What the prompt shows of the host side, as this CLI will run the
+/// command (see [`crate::host_dir`]): the directory, why it is not the
+/// sandbox's when it is not, and the names of the variables it is given.
+#[derive(Debug, Clone)]
+pub struct HostSide {
+    pub dir: String,
+    pub note: Option<String>,
+    pub env: String,
+}
+
+impl HostSide {
+    pub fn of(setting: &crate::host_dir::Setting, cwd: &str) -> Self {
+        let place = setting.place(cwd);
+        HostSide {
+            dir: place.shown.to_string_lossy().into_owned(),
+            note: place.note,
+            env: setting.shown_env(&|k| std::env::var_os(k)),
+        }
+    }
 }
 
 /// The prompt as laid out for a terminal: its rows, then the question.
@@ -168,13 +193,18 @@ pub struct Layout {
 /// host directory, then the command, and the question carrying it.
 /// Warnings about the request belong between the host directory and the
 /// command.
-pub fn render(p: &EscalationPrompt, size: (u16, u16), changed: &[Vec<u8>]) -> Layout {
+pub fn render(
+    p: &EscalationPrompt,
+    host: &HostSide,
+    size: (u16, u16),
+    changed: &[Vec<u8>],
+) -> Layout {
     let width = usize::from(size.1).max(MIN_WIDTH);
     let room = width - LABEL;
     let ascii = |s: &str| display::bounded_in(s, room, Charset::Ascii);
     let session: String = p.session_id.chars().take(12).collect();
     let mut rows = vec![
-        "-- lazaret: Host Escalation request --".to_string(),
+        HEADER.to_string(),
         format!("  profile:       {}", ascii(&p.profile)),
         format!(
             "  session:       {}",
@@ -189,12 +219,21 @@ pub fn render(p: &EscalationPrompt, size: (u16, u16), changed: &[Vec<u8>]) -> La
         format!("  sandbox cwd:   {}", ascii(&p.cwd)),
         format!(
             "  runs on host:  in {}",
-            display::bounded_in(&p.host_dir, room - 3, Charset::Ascii)
+            display::bounded_in(&host.dir, room - 3, Charset::Ascii)
         ),
+        format!("  host env:      {}", ascii(&host.env)),
     ];
+    let mut warned = 0;
+    if let Some(note) = &host.note {
+        rows.push(format!(
+            "{:<LABEL$}{}",
+            "  ! dir:",
+            display::bounded_in(note, room, Charset::Ascii)
+        ));
+        warned += 1;
+    }
     // What the command will read that the sandbox changed, right above
     // the command (the paths are the sandbox's bytes: escaped).
-    let mut warned = 0;
     if !changed.is_empty() {
         let list = changed.join(&b", "[..]);
         rows.push(format!(
@@ -211,7 +250,7 @@ pub fn render(p: &EscalationPrompt, size: (u16, u16), changed: &[Vec<u8>]) -> La
                 Charset::Ascii
             )
         ));
-        warned = 2;
+        warned += 2;
     }
     let screen = usize::from(size.0).saturating_sub(FIXED_ROWS + warned);
     rows.extend(command_rows(
@@ -260,8 +299,10 @@ pub fn question(argv: &[String], width: usize) -> String {
 }
 
 /// What is written to the terminal: [`RESET`], the clear screen, the
-/// rows (the question follows separately: [`question_line`]).
-pub fn drawing(layout: &Layout, screen_rows: u16) -> String {
+/// rows (the question follows separately: [`question_line`]); with
+/// `colour`, the [`HEADER`] in bold yellow (the default palette's: the
+/// reset restored it), every attribute off again after it.
+pub fn drawing(layout: &Layout, screen_rows: u16, colour: bool) -> String {
     let rows = screen_rows.max(1);
     let mut s = reset_sequence();
     // The whole screen as the scroll region, by number too: not every
@@ -272,8 +313,16 @@ pub fn drawing(layout: &Layout, screen_rows: u16) -> String {
     s.push_str(&format!("\x1b[{rows};1H"));
     s.push_str(&"\n".repeat(usize::from(rows)));
     s.push_str("\x1b[H\x1b[J");
-    for row in &layout.rows {
-        s.push_str(row);
+    for (i, row) in layout.rows.iter().enumerate() {
+        if i == 0 && row == HEADER {
+            s.push_str(&crate::colour::paint(
+                HEADER,
+                crate::colour::Colour::BoldYellow,
+                colour,
+            ));
+        } else {
+            s.push_str(row);
+        }
         s.push_str("\r\n");
     }
     s
@@ -490,6 +539,7 @@ impl Input<'_> {
 /// `Some(None)`: denied; `None`: the request was withdrawn meanwhile.
 pub fn ask(
     p: &EscalationPrompt,
+    host: &HostSide,
     changed: &[Vec<u8>],
     route: &KeyRoute,
     events: &Receiver<Event>,
@@ -506,11 +556,11 @@ pub fn ask(
         early: None,
     };
     let (rows, cols) = terminal::size();
-    let layout = render(p, (rows, cols), changed);
-    write_raw(&drawing(&layout, rows));
+    let layout = render(p, host, (rows, cols), changed);
+    write_raw(&drawing(&layout, rows, crate::colour::stdout()));
     let width = usize::from(cols).max(MIN_WIDTH);
     let decision = if input.settle(&question_line(&layout)) {
-        decide(p, &mut input, width)
+        decide(p, host, &mut input, width)
     } else {
         None
     };
@@ -522,7 +572,12 @@ pub fn ask(
 }
 
 /// The answer loop: approve, deny, or edit and ask again.
-fn decide(p: &EscalationPrompt, input: &mut Input, width: usize) -> Option<Option<Vec<String>>> {
+fn decide(
+    p: &EscalationPrompt,
+    host: &HostSide,
+    input: &mut Input,
+    width: usize,
+) -> Option<Option<Vec<String>>> {
     let mut argv = p.argv.clone();
     loop {
         match input.answer(&question(&argv, width))? {
@@ -553,7 +608,7 @@ fn decide(p: &EscalationPrompt, input: &mut Input, width: usize) -> Option<Optio
                 }
                 let mut again = format!(
                     "  runs on host:  in {}\r\n",
-                    display::bounded_in(&p.host_dir, width - LABEL - 3, Charset::Ascii)
+                    display::bounded_in(&host.dir, width - LABEL - 3, Charset::Ascii)
                 );
                 for row in command_rows(&argv, width, MAX_COMMAND_ROWS) {
                     again.push_str(&row);
@@ -586,13 +641,22 @@ mod tests {
         }
     }
 
-    const LABELS: [&str; 7] = [
+    fn host() -> HostSide {
+        HostSide {
+            dir: "/home/dev/src/proj".into(),
+            note: None,
+            env: "PATH (yours), SSH_AUTH_SOCK".into(),
+        }
+    }
+
+    const LABELS: [&str; 8] = [
         "  profile:       ",
         "  session:       ",
         "  asked by:      (claimed) pid 42 ",
         "  justification: ",
         "  sandbox cwd:   ",
         "  runs on host:  in ",
+        "  host env:      ",
         "  command:       ",
     ];
 
@@ -611,11 +675,11 @@ mod tests {
             );
             assert!(row.len() <= width, "{} > {width}: {row:?}", row.len());
         }
-        for cont in &l.rows[8..] {
+        for cont in &l.rows[9..] {
             assert!(cont.starts_with(&" ".repeat(LABEL)), "{cont:?}");
         }
         let shown = display::argv_in(argv, Charset::Ascii);
-        let command: String = l.rows[7..]
+        let command: String = l.rows[8..]
             .iter()
             .map(|r| &r[LABEL..])
             .collect::<Vec<_>>()
@@ -656,7 +720,7 @@ mod tests {
                 for cwd in [j, "/workspace"] {
                     let argv = ["/bin/rm", "-rf", j, "\x1b]0;title\x07", "a\nb"];
                     let p = prompt(cwd, &argv, j);
-                    let l = render(&p, size, &[]);
+                    let l = render(&p, &host(), size, &[]);
                     assert_layout(&l, &p.argv, width);
                     let most = FIXED_ROWS - 1
                         + usize::from(size.0)
@@ -669,13 +733,34 @@ mod tests {
     }
 
     #[test]
+    fn the_host_side_shows_the_directory_its_note_and_the_names_passed() {
+        let p = prompt("/workspace/out", &["git", "push"], "");
+        let mut h = host();
+        h.note = Some("the sandbox's directory is not used: it does not resolve".into());
+        let l = render(&p, &h, (24, 80), &[]);
+        assert_eq!(l.rows[6], "  runs on host:  in /home/dev/src/proj");
+        assert_eq!(l.rows[7], "  host env:      PATH (yours), SSH_AUTH_SOCK");
+        assert_eq!(
+            l.rows[8],
+            format!(
+                "{:<LABEL$}the sandbox's directory is not used: it does not resolve",
+                "  ! dir:"
+            )
+        );
+        assert_eq!(l.rows[9], "  command:       \"git\" \"push\"");
+        let huge = "z".repeat(60_000);
+        let p = prompt("/workspace", &["sh", "-c", &huge], "");
+        assert_eq!(render(&p, &h, (24, 80), &[]).rows.len(), 23);
+    }
+
+    #[test]
     fn invisible_and_non_ascii_characters_are_shown_escaped() {
         let p = prompt(
             "/workspace/a\u{ad}b\u{3164}",
             &["echo", "x\u{e0041}\u{e0042}", "c\u{301}", "p\u{430}ypal"],
             "why\u{115f}\u{fe0f}",
         );
-        let l = render(&p, (24, 80), &[]);
+        let l = render(&p, &host(), (24, 80), &[]);
         let all = l.rows.join("\n");
         for want in [
             "  justification: why\\u{115f}\\u{fe0f}",
@@ -695,7 +780,7 @@ mod tests {
     fn long_fields_are_cut_with_a_count_and_the_command_wraps() {
         let long_arg = "y".repeat(300);
         let p = prompt("/workspace", &["sh", "-c", &long_arg], &"why ".repeat(100));
-        let l = render(&p, (24, 80), &[]);
+        let l = render(&p, &host(), (24, 80), &[]);
         let j = l
             .rows
             .iter()
@@ -706,9 +791,9 @@ mod tests {
             .rows
             .contains(&"  runs on host:  in /home/dev/src/proj".to_string()));
         // The command wraps over rows of its own, whole.
-        let command: String = l.rows[7..].iter().map(|r| &r[LABEL..]).collect();
+        let command: String = l.rows[8..].iter().map(|r| &r[LABEL..]).collect();
         assert_eq!(command, format!(r#""sh" "-c" "{long_arg}""#));
-        assert!(l.rows.len() > 9);
+        assert!(l.rows.len() > 10);
         // The question carries it, cut with a count.
         assert!(
             l.question.starts_with(r#"Run "sh" "-c" "yyy"#) && l.question.contains("...[cut "),
@@ -719,8 +804,8 @@ mod tests {
         // Far longer than the screen: cut on the last row it may use.
         let huge = "z".repeat(60_000);
         let p = prompt("/workspace", &["sh", "-c", &huge], "");
-        let l = render(&p, (24, 80), &[]);
-        assert_eq!(l.rows.len(), 7 + 16);
+        let l = render(&p, &host(), (24, 80), &[]);
+        assert_eq!(l.rows.len(), 8 + 15);
         assert!(
             l.rows.last().unwrap().contains("...[cut "),
             "{:?}",
@@ -735,9 +820,20 @@ mod tests {
             &["git", "fetch", "origin"],
             "needs the network",
         );
-        let l = render(&p, (24, 80), &[]);
-        let d = drawing(&l, 24);
+        let l = render(&p, &host(), (24, 80), &[]);
+        let d = drawing(&l, 24, false);
         assert!(d.starts_with("\x18\x1b\\\x1b<"), "{d:?}");
+        // In colour, only the header changes, and every attribute is off
+        // again before the first field.
+        let coloured = drawing(&l, 24, true);
+        assert_eq!(
+            coloured,
+            d.replace(
+                &format!("{HEADER}\r\n"),
+                &format!("\x1b[1;33m{HEADER}\x1b[0m\r\n")
+            )
+        );
+        assert_ne!(coloured, d);
         let body = d.strip_prefix(&reset_sequence()).unwrap();
         assert!(body.starts_with(&format!(
             "\x1b[1;24r\x1b[24;1H{}\x1b[H\x1b[J",

@@ -7,7 +7,7 @@ use crate::{host_command, leader, prompt, terminal};
 use lazaret_config::EnvVars;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::session::{
-    ClientMsg, Hello, ServerMsg, SessionEnv, Signal, TtyInfo, PROTOCOL_VERSION,
+    ClientMsg, Hello, ServerMsg, SessionEnv, Signal, TtyInfo, WorkdirFrom, PROTOCOL_VERSION,
 };
 use lazaret_protocol::DomainIdV1;
 use std::collections::VecDeque;
@@ -30,14 +30,26 @@ pub struct RunArgs {
     /// (repeatable; never stored or shown, not even in `ps`)
     #[arg(short = 'e', long = "env", value_name = "KEY[=VALUE]")]
     env: Vec<String>,
-    /// Command to run instead of an interactive login shell (`--` before
-    /// it is optional: everything from the first argument that is not an
-    /// option of `run` on is the command, as with `podman run`)
+    /// Publish a sandbox port on the host (repeatable): host processes
+    /// connecting to HOST_ADDR:HOST_PORT (default 127.0.0.1) reach what
+    /// listens on SANDBOX_PORT inside, now or later. Set when the Domain
+    /// starts, with the profile's `ports`
     #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
+        short = 'p',
+        long = "publish",
+        value_name = "[HOST_ADDR:]HOST_PORT:SANDBOX_PORT"
     )]
+    publish: Vec<String>,
+    /// Start the session in the background on a PTY of its own, print its
+    /// Session ID and exit; `lazaret attach` reattaches a terminal to it
+    #[arg(short = 'd', long = "detach")]
+    detach: bool,
+    /// Command to run instead of an interactive login shell: everything
+    /// from its first word on is the command's (`run ls -la`). An option
+    /// `run` does not know before it is an error, never the command; put
+    /// `--` before a command that starts with `-`
+    // No `allow_hyphen_values`: with it, `run --rm true` ran `--rm`.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -49,6 +61,8 @@ pub struct Resolved {
     pub workspace: PathBuf,
     /// Where the session starts, relative to `/workspace`.
     pub subdir: Option<PathBuf>,
+    /// Where `subdir` came from.
+    pub workdir_from: WorkdirFrom,
     /// Whether the workspace is a Git work tree's top level.
     pub git: bool,
     /// The session's own variables (`-e`, `pass_env`).
@@ -56,6 +70,8 @@ pub struct Resolved {
     pub domain_id: DomainIdV1,
     pub storage_root: PathBuf,
     pub domain_root: PathBuf,
+    /// The ports to publish: the profile's `ports`, then `-p`.
+    pub ports: Vec<lazaret_protocol::plan::PublishedPort>,
 }
 
 fn mkdir_private(p: &Path) -> Result<(), CliError> {
@@ -186,6 +202,7 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
     let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw())?;
     let profile_name = g.profile().to_string();
     let profile = loaded.config.profile(&profile_name)?.clone();
+    let ports = crate::ports::published(&profile, &args.publish)?;
     let Discovered {
         top: workspace,
         subdir,
@@ -193,9 +210,22 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
     } = discover_workspace(g.workspace())?;
     // `-w` chooses where the session starts; otherwise it starts where
     // `lazaret` runs.
-    let subdir = match &args.workdir {
-        Some(w) => workdir_beneath_workspace(w)?,
-        None => subdir,
+    let (subdir, workdir_from) = match &args.workdir {
+        Some(w) => (workdir_beneath_workspace(w)?, WorkdirFrom::Option),
+        None => {
+            // Checked here, on the host, so that the note inside names the
+            // cause only when it is the cause.
+            let ignored = subdir.as_ref().is_some_and(|d| {
+                crate::ignore_check::HostRules::load(&workspace)
+                    .is_ignored_dir(d.as_os_str().as_bytes())
+            });
+            let from = if ignored {
+                WorkdirFrom::CwdIgnored
+            } else {
+                WorkdirFrom::Cwd
+            };
+            (subdir, from)
+        }
     };
     let storage_root = lazaret_config::storage_root(&loaded.config, &env)?;
     if storage_root.starts_with(&workspace) {
@@ -250,11 +280,13 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         profile,
         workspace,
         subdir,
+        workdir_from,
         git,
         env,
         domain_id,
         storage_root,
         domain_root,
+        ports,
     })
 }
 
@@ -335,22 +367,117 @@ pub fn connect(domain_root: &Path) -> Result<UnixStream, ConnectError> {
 
 pub fn run(args: RunArgs, g: &Global) -> Result<i32, CliError> {
     lazaret_helpers::timeline::mark("cli", "start");
+    if rustix::process::geteuid().is_root() {
+        // Root's Domain would be root's, its files root's, and its
+        // sandbox would need root's subordinate IDs: never what was meant.
+        return Err(CliError::Usage(format!(
+            "not started as root: {}",
+            crate::doctor::AS_ROOT
+        )));
+    }
     let r = resolve(&args, g)?;
     lazaret_helpers::timeline::mark("cli", "config-resolved");
+    let mut notes = Vec::new();
     if !r.git {
-        eprintln!(
+        notes.push(format!(
             "lazaret: note: {} is not a Git repository's top level: Git Sentry has no Git directory to protect there (`.gitignore` files still route ignored paths to Ignored Workspace State)",
             lazaret_protocol::display::escape(r.workspace.as_os_str().as_bytes())
-        );
+        ));
     }
-    if let Some(line) = crate::shared_paths::notice(&r.profile_name, &r.profile.shared_paths) {
-        eprintln!("{line}");
+    notes.extend(crate::shared_paths::notice(
+        &r.profile_name,
+        &r.profile.shared_paths,
+    ));
+    for line in notes {
+        note_once(&r.domain_root, &line);
     }
+    // A protection the profile turned off is said at every start.
     for line in direct_volume_notices(&r.profile.volumes) {
         eprintln!("{line}");
     }
+    for line in crate::ports::notices(&r.ports) {
+        eprintln!("{line}");
+    }
     let argv = (!args.command.is_empty()).then(|| args.command.clone());
-    join_or_start(&r, argv).map_err(|e| e.with_storage(&r.storage_root))
+    let mode = Mode::New {
+        argv,
+        detach: args.detach,
+    };
+    join_or_start(&r, mode).map_err(|e| e.with_storage(&r.storage_root))
+}
+
+/// What a connection to the coordinator is for.
+#[derive(Clone)]
+enum Mode {
+    /// A new Client Session (`lazaret run [-d]`).
+    New {
+        argv: Option<Vec<String>>,
+        detach: bool,
+    },
+    /// This terminal to a running session (`lazaret attach`).
+    Attach(Option<String>),
+}
+
+/// `lazaret attach [SESSION]`: this terminal to a session that runs
+/// detached in the workspace's Domain (the named one, or its only one).
+pub fn attach(which: Option<String>, g: &Global) -> Result<i32, CliError> {
+    if !terminal::is_tty() {
+        return Err(CliError::Usage(
+            "attach needs a terminal: stdin and stdout are not one".into(),
+        ));
+    }
+    let args = RunArgs {
+        workdir: None,
+        env: Vec::new(),
+        detach: false,
+        publish: Vec::new(),
+        command: Vec::new(),
+    };
+    let r = resolve(&args, g)?;
+    let stream = match connect(&r.domain_root) {
+        Ok(s) => s,
+        Err(ConnectError::NotListening | ConnectError::Stopping(_)) => {
+            return Err(CliError::Session(format!(
+                "no Domain is running for profile {} in {}: nothing to attach (`lazaret ps` lists the running Domains)",
+                r.profile_name,
+                lazaret_protocol::display::escape(r.workspace.as_os_str().as_bytes())
+            )))
+        }
+        Err(ConnectError::Untrusted(why)) => {
+            return Err(CliError::Session(format!(
+                "the Domain's coordinator could not be authenticated, nothing was sent to it: {why}"
+            )))
+        }
+    };
+    match session(stream, &r, Mode::Attach(which))? {
+        Some(code) => Ok(code),
+        None => Err(CliError::Session(
+            "the Domain is stopping: nothing to attach".into(),
+        )),
+    }
+}
+
+/// The file in the Domain Root that lists (by digest) the notes already
+/// shown for the Domain.
+const NOTES_SHOWN: &str = "notes-shown";
+
+/// Prints `line` on stderr unless this Domain showed it before: a note is
+/// news once, noise at every run. A changed note (another volume, another
+/// shared path) is a new one. The record is the host-private Domain
+/// Root's, which the sandbox cannot write; when it cannot be read or
+/// written, the note is shown.
+fn note_once(domain_root: &Path, line: &str) {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(line.as_bytes()));
+    let path = domain_root.join(NOTES_SHOWN);
+    let shown = std::fs::read_to_string(&path).unwrap_or_default();
+    if shown.lines().any(|l| l == digest) {
+        return;
+    }
+    eprintln!("{line}");
+    // Bounded: a few notes per Domain; past 64 KiB start again.
+    let keep = if shown.len() > 64 << 10 { "" } else { &shown };
+    let _ = std::fs::write(&path, format!("{keep}{digest}\n"));
 }
 
 /// One line per writable volume the profile binds directly
@@ -371,7 +498,7 @@ pub fn direct_volume_notices(volumes: &[lazaret_config::Volume]) -> Vec<String> 
 
 /// Joins the Domain's running sandbox, or leads its start-up first; the
 /// session's exit status.
-fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliError> {
+fn join_or_start(r: &Resolved, mode: Mode) -> Result<i32, CliError> {
     // A coordinator that is tearing down closes the connection before it
     // accepts the session; then we lead a new start-up.
     let mut said_protected = false;
@@ -400,7 +527,7 @@ fn join_or_start(r: &Resolved, argv: Option<Vec<String>>) -> Result<i32, CliErro
             say_protected(&r.domain_root);
             said_protected = true;
         }
-        match session(stream, r, argv.clone())? {
+        match session(stream, r, mode.clone())? {
             Some(code) => {
                 crate::changes_cmd::session_note(&r.domain_root, &r.workspace, started_ms);
                 return Ok(code);
@@ -471,20 +598,40 @@ fn say_protected(domain_root: &Path) {
 
 /// Runs one Client Session. `None`: the coordinator went away before it
 /// accepted us (it was stopping), so the caller tries again.
-fn session(
-    stream: UnixStream,
-    r: &Resolved,
-    argv: Option<Vec<String>>,
-) -> Result<Option<i32>, CliError> {
+fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, CliError> {
     let tty = terminal::is_tty();
-    let tty_info = tty.then(|| {
+    let term = || std::env::var("TERM").unwrap_or_else(|_| "xterm".into());
+    let (detach, attaching) = match &mode {
+        Mode::New { detach, .. } => (*detach, false),
+        Mode::Attach(_) => (false, true),
+    };
+    // A detached session gets a PTY whether or not this is a terminal: its
+    // size is this terminal's, or 24x80.
+    let tty_info = if tty {
         let (rows, cols) = terminal::size();
-        TtyInfo {
-            term: std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
+        Some(TtyInfo {
+            term: term(),
             rows,
             cols,
-        }
-    });
+        })
+    } else {
+        detach.then(|| TtyInfo {
+            term: term(),
+            rows: 24,
+            cols: 80,
+        })
+    };
+    let (argv, attach) = match mode {
+        Mode::New { argv, .. } => (argv, None),
+        Mode::Attach(session) => (
+            None,
+            Some(lazaret_protocol::session::Attach {
+                session,
+                rows: tty_info.as_ref().map_or(24, |t| t.rows),
+                cols: tty_info.as_ref().map_or(80, |t| t.cols),
+            }),
+        ),
+    };
     let mut w = stream
         .try_clone()
         .map_err(|e| CliError::Session(e.to_string()))?;
@@ -499,15 +646,20 @@ fn session(
             .as_ref()
             .and_then(|p| p.to_str())
             .map(str::to_string),
+        workdir_from: r.workdir_from,
         env: r.env.clone(),
         control: None,
+        ports: r.ports.clone(),
+        detach,
+        attach,
     };
     if write_frame(&mut w, &hello).is_err() {
         return Ok(None);
     }
-    match read_frame::<_, ServerMsg>(&mut rd) {
-        Ok(ServerMsg::Accepted { .. }) => {
-            lazaret_helpers::timeline::mark("cli", "session-accepted")
+    let session_id = match read_frame::<_, ServerMsg>(&mut rd) {
+        Ok(ServerMsg::Accepted { session_id }) => {
+            lazaret_helpers::timeline::mark("cli", "session-accepted");
+            session_id
         }
         Ok(ServerMsg::Refused { reason }) => return Err(CliError::Session(reason)),
         Ok(other) => {
@@ -520,6 +672,11 @@ fn session(
             return Ok(None)
         }
         Err(e) => return Err(CliError::Session(e.to_string())),
+    };
+    if detach {
+        // The session goes on without us; its ID is what `attach` takes.
+        println!("{session_id}");
+        return Ok(Some(0));
     }
     if tty {
         terminal::enter_raw()
@@ -528,11 +685,23 @@ fn session(
     let w = Arc::new(Mutex::new(w));
     // Approved host commands run here, in this session's CLI; they end
     // with the session, however this function returns.
-    let runner = host_command::Runner::new(w.clone(), r.workspace.clone());
+    let setting = crate::host_dir::Setting {
+        workspace: r.workspace.clone(),
+        pass_env: r.profile.escalation.pass_env.clone(),
+        isolate_ignored: r.profile.isolate_ignored,
+        writable: r
+            .profile
+            .volumes
+            .iter()
+            .filter(|v| !v.read_only)
+            .map(|v| v.host.clone())
+            .collect(),
+    };
+    let runner = host_command::Runner::new(w.clone(), setting.clone());
     let _end_commands = EndCommands(runner.clone());
     let route: prompt::KeyRoute = Arc::new(Mutex::new(None));
     spawn_signal_relay(&w, tty);
-    spawn_stdin_relay(w.clone(), route.clone());
+    spawn_stdin_relay(w.clone(), route.clone(), attaching);
     let (tx, events) = std::sync::mpsc::channel::<prompt::Event>();
     std::thread::spawn(move || loop {
         let m = read_frame::<_, ServerMsg>(&mut rd).map_err(|e| e.to_string());
@@ -592,7 +761,8 @@ fn session(
                 drop(out);
                 let changed =
                     crate::changes_cmd::read_by_command(&r.domain_root, &r.workspace, &p.argv);
-                let decision = prompt::ask(&p, &changed, &route, &events, &mut backlog);
+                let host = prompt::HostSide::of(&setting, &p.cwd);
+                let decision = prompt::ask(&p, &host, &changed, &route, &events, &mut backlog);
                 if let Some(argv) = decision {
                     let _ = write_frame(
                         &mut *w.lock().unwrap(),
@@ -606,6 +776,14 @@ fn session(
                 out = std::io::stdout().lock();
             }
             Ok(ServerMsg::PromptWithdrawn { .. }) => {}
+            Ok(ServerMsg::Detached) => {
+                terminal::restore();
+                eprintln!(
+                    "\r\nlazaret: detached from session {session_id}; it goes on (`lazaret attach {}` reattaches)",
+                    &session_id[..session_id.len().min(8)]
+                );
+                return Ok(Some(0));
+            }
             Ok(ServerMsg::Failed { reason }) => {
                 terminal::restore();
                 return Err(CliError::Session(reason));
@@ -667,10 +845,11 @@ impl Drop for EndCommands {
     }
 }
 
-fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute) {
+fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute, detach_keys: bool) {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = vec![0u8; 16 * 1024];
+        let mut keys = DetachKeys::default();
         loop {
             let n = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => {
@@ -684,17 +863,58 @@ fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute) {
                 let _ = tx.send(buf[..n].to_vec());
                 continue;
             }
-            if write_frame(
-                &mut *w.lock().unwrap(),
-                &ClientMsg::Stdin(buf[..n].to_vec()),
-            )
-            .is_err()
+            let (data, detach) = if detach_keys {
+                keys.feed(&buf[..n])
+            } else {
+                (buf[..n].to_vec(), false)
+            };
+            if !data.is_empty()
+                && write_frame(&mut *w.lock().unwrap(), &ClientMsg::Stdin(data)).is_err()
             {
+                return;
+            }
+            if detach {
+                let _ = write_frame(&mut *w.lock().unwrap(), &ClientMsg::Detach);
                 return;
             }
         }
     });
 }
+
+/// `lazaret attach`'s detach keys, ctrl-p ctrl-q (as docker): a ctrl-p
+/// is held back until the next byte shows whether it starts them; any
+/// other byte sends it on.
+#[derive(Default)]
+struct DetachKeys {
+    held: bool,
+}
+
+impl DetachKeys {
+    /// The bytes for the session, and whether the keys were typed (what
+    /// follows them is dropped: the terminal is leaving).
+    fn feed(&mut self, input: &[u8]) -> (Vec<u8>, bool) {
+        let [p, q] = DETACH_KEYS;
+        let mut out = Vec::with_capacity(input.len() + 1);
+        for &b in input {
+            if self.held {
+                self.held = false;
+                if b == q {
+                    return (out, true);
+                }
+                out.push(p);
+            }
+            if b == p {
+                self.held = true;
+            } else {
+                out.push(b);
+            }
+        }
+        (out, false)
+    }
+}
+
+/// ctrl-p ctrl-q.
+const DETACH_KEYS: [u8; 2] = [0x10, 0x11];
 
 /// Resizes follow the terminal; without a PTY, Ctrl-C and friends are
 /// forwarded as signals. SIGTERM and SIGHUP end the session cleanly, so the
@@ -736,6 +956,17 @@ fn spawn_signal_relay(w: &Arc<Mutex<UnixStream>>, tty: bool) {
 mod tests {
     use super::workdir_beneath_workspace as w;
     use std::path::PathBuf;
+
+    #[test]
+    fn ctrl_p_ctrl_q_detaches_and_a_lone_ctrl_p_is_passed_on() {
+        let mut k = super::DetachKeys::default();
+        assert_eq!(k.feed(b"ab\x10"), (b"ab".to_vec(), false));
+        assert_eq!(k.feed(b"\x10x"), (b"\x10\x10x".to_vec(), false));
+        assert_eq!(k.feed(b"y\x10\x11rest"), (b"y".to_vec(), true));
+        let mut k = super::DetachKeys::default();
+        assert_eq!(k.feed(b"\x10"), (vec![], false));
+        assert_eq!(k.feed(b"\x11"), (vec![], true));
+    }
 
     #[test]
     fn workdir_is_beneath_the_workspace() {

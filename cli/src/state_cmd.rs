@@ -16,7 +16,7 @@ use lazaret_state::scan::Summary;
 use lazaret_state::store::Store;
 use lazaret_state::DomainLayout;
 use serde::Serialize;
-use std::io::{BufRead, IsTerminal, Write};
+
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -26,11 +26,17 @@ pub const REFUSED: i32 = crate::error::REFUSED;
 
 #[derive(clap::Subcommand)]
 pub enum StateCmd {
-    /// Every Domain with its profile, workspace, image, State Anchors and sizes
+    /// Every Domain, one line each: ID, profile, whether active, the size
+    /// of its State Anchors against their bound, workspace (`--profile`
+    /// and `--workspace` keep the Domains that match)
     List {
-        /// One JSON array of Domains instead of text
+        /// One JSON array of Domains (every detail) instead of text
         #[arg(long)]
         json: bool,
+        /// Every Domain in detail: image, limits, Ignored Workspace State,
+        /// each State Anchor's generation and size
+        #[arg(short, long, conflicts_with = "json")]
+        long: bool,
     },
     /// One Domain's metadata and a summary of its overlay changes (never file contents)
     Inspect {
@@ -81,6 +87,12 @@ pub enum StateCmd {
         /// Do not ask for confirmation (the safety checks still apply)
         #[arg(long)]
         yes: bool,
+        /// Reset only the paths named, even when the package manager's
+        /// database in /var then disagrees with /usr and /etc (by default
+        /// /usr, /etc and /var are reset together once a package was
+        /// installed)
+        #[arg(long)]
+        only: bool,
         #[command(flatten)]
         which: Which,
     },
@@ -90,6 +102,9 @@ pub enum StateCmd {
 #[derive(Default)]
 pub struct Common {
     config: Option<PathBuf>,
+    /// Go on with a broken configuration (`ps`, `stop --all`): its Storage
+    /// Root as far as it can be read, with a warning.
+    lenient: bool,
 }
 
 /// How the Domain is named: by its ID (`--domain`), or by the shared
@@ -103,6 +118,10 @@ pub struct Which {
     // The shared options, filled in by `Which::with`.
     #[arg(skip)]
     profile: String,
+    /// Whether `--profile` was given: without it, the workspace's only
+    /// Domain is the one meant, whatever its profile.
+    #[arg(skip)]
+    profile_given: bool,
     #[arg(skip)]
     workspace: Option<PathBuf>,
     #[arg(skip)]
@@ -119,8 +138,12 @@ impl Which {
         Which {
             domain: Some(domain),
             profile: String::new(),
+            profile_given: false,
             workspace: None,
-            common: Common { config },
+            common: Common {
+                config,
+                lenient: false,
+            },
         }
     }
 
@@ -129,10 +152,18 @@ impl Which {
         Which {
             domain,
             profile: String::new(),
+            profile_given: false,
             workspace: None,
             common: Common::default(),
         }
         .with(g)
+    }
+
+    /// Goes on with a broken configuration, its Storage Root as far as it
+    /// can be read (for `stop`, which needs nothing else).
+    pub(crate) fn despite_config(mut self) -> Which {
+        self.common.lenient = true;
+        self
     }
 
     /// Completes the Domain's name with the shared options (`--profile`,
@@ -140,9 +171,11 @@ impl Which {
     pub(crate) fn with(mut self, g: &Global) -> Result<Which, CliError> {
         g.check_domain_id(self.domain.as_deref())?;
         self.profile = g.profile().to_string();
+        self.profile_given = g.profile.is_some();
         self.workspace = g.workspace.clone();
         self.common = Common {
             config: g.config.clone(),
+            lenient: false,
         };
         Ok(self)
     }
@@ -218,9 +251,21 @@ pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit
 
 /// Every Domain of the Storage Root, by ID.
 pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliError> {
-    let root = storage_root(&Common {
+    domains_of(config, false)
+}
+
+/// Every Domain, found even while the configuration is broken (for `ps`
+/// and `stop --all`, which need only the Storage Root).
+pub(crate) fn all_domains_despite_config(config: Option<PathBuf>) -> Result<Vec<Domain>, CliError> {
+    domains_of(config, true)
+}
+
+fn domains_of(config: Option<PathBuf>, lenient: bool) -> Result<Vec<Domain>, CliError> {
+    let common = Common {
         config: config.clone(),
-    })?;
+        lenient,
+    };
+    let root = storage_root(&common)?;
     let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
         .into_iter()
         .flatten()
@@ -231,7 +276,9 @@ pub(crate) fn all_domains(config: Option<PathBuf>) -> Result<Vec<Domain>, CliErr
     names.sort();
     let mut out = Vec::new();
     for name in names {
-        match resolve(&Which::id(name.clone(), config.clone())) {
+        let mut which = Which::id(name.clone(), config.clone());
+        which.common.lenient = lenient;
+        match resolve(&which) {
             Ok(d) => out.push(d),
             // Removed while we looked (`state rm` elsewhere): not listed.
             Err(_) if !root.join("domains").join(&name).exists() => {}
@@ -247,19 +294,32 @@ fn storage_root(common: &Common) -> Result<PathBuf, CliError> {
 
 fn storage_root_and_config(common: &Common) -> Result<(PathBuf, lazaret_config::Config), CliError> {
     let env = EnvVars::from_process();
-    let loaded = lazaret_config::load(
-        common.config.as_deref(),
-        &env,
-        rustix::process::getuid().as_raw(),
-    )?;
-    let root = lazaret_config::storage_root(&loaded.config, &env)?;
     let uid = rustix::process::getuid().as_raw();
+    let (root, config) = if common.lenient {
+        let (root, err) =
+            lazaret_config::storage_root_despite_errors(common.config.as_deref(), &env, uid)?;
+        if let Some(e) = err {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "lazaret: warning: {}; going on with the Storage Root {}",
+                    display::message(&e.to_string()),
+                    display::escape_os(root.as_os_str())
+                )
+            });
+        }
+        (root, lazaret_config::Config::builtin())
+    } else {
+        let loaded = lazaret_config::load(common.config.as_deref(), &env, uid)?;
+        let root = lazaret_config::storage_root(&loaded.config, &env)?;
+        (root, loaded.config)
+    };
     for p in [root.clone(), root.join("domains")] {
         if p.exists() {
             lazaret_helpers::hostpath::check_private_dir("Storage Root", &p, uid)?;
         }
     }
-    Ok((root, loaded.config))
+    Ok((root, config))
 }
 
 pub(crate) struct Domain {
@@ -278,7 +338,7 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
             "internal error: the Domain was named before the shared options were read".into(),
         ));
     }
-    let root = storage_root(&which.common)?;
+    let (root, config) = storage_root_and_config(&which.common)?;
     let id = match &which.domain {
         Some(d) => match DomainIdV1::parse(d) {
             Some(id) => id,
@@ -286,7 +346,26 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
         },
         None => {
             let ws = crate::run::canonical_workspace(which.workspace.as_deref())?;
-            DomainIdV1::derive(&which.profile, ws.as_os_str().as_bytes())
+            let profile = if which.profile_given {
+                which.profile.clone()
+            } else {
+                obvious_profile(&root, &config, &ws)?
+            };
+            let id = DomainIdV1::derive(&profile, ws.as_os_str().as_bytes());
+            if !root.join("domains").join(id.to_string()).exists() {
+                return Err(CliError::Session(format!(
+                    "the workspace {} has no Domain of profile {} in {}: `lazaret run{}` starts it; `lazaret state list` shows the Domains",
+                    display::escape_os(ws.as_os_str()),
+                    display::message(&profile),
+                    display::escape_os(root.as_os_str()),
+                    if profile == crate::global::DEFAULT_PROFILE {
+                        String::new()
+                    } else {
+                        format!(" --profile {}", display::message(&profile))
+                    }
+                )));
+            }
+            id
         }
     };
     let layout = DomainLayout::new(root.join("domains").join(id.to_string()));
@@ -295,9 +374,14 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
         lazaret_helpers::hostpath::check_private_dir("Domain Root", &layout.root, uid)?;
     }
     lazaret_state::beneath::Root::open(&layout.root).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::NotFound {
+            "no such Domain".to_string()
+        } else {
+            e.to_string()
+        };
         CliError::Session(format!(
-            "no Domain {id} in {} ({e}); `lazaret state list` shows the Domains",
-            root.display()
+            "Domain {id} in {}: {why}; `lazaret state list` shows the Domains",
+            display::escape_os(root.as_os_str())
         ))
     })?;
     let meta = lazaret_state::meta::read(&layout.meta()).ok();
@@ -306,6 +390,72 @@ pub(crate) fn resolve(which: &Which) -> Result<Domain, CliError> {
         layout,
         meta,
     })
+}
+
+/// The workspace's Domains (profile, ID), by profile: those of the
+/// configuration's profiles (and `default`) whose Domain Root exists, and
+/// those whose trusted metadata names this workspace (a profile since
+/// removed from the configuration).
+pub(crate) fn workspace_domains(
+    root: &Path,
+    config: &lazaret_config::Config,
+    ws: &Path,
+) -> Vec<(String, DomainIdV1)> {
+    let ws_bytes = ws.as_os_str().as_bytes();
+    let mut profiles: std::collections::BTreeSet<String> =
+        config.profiles.keys().cloned().collect();
+    profiles.insert(crate::global::DEFAULT_PROFILE.to_string());
+    let domains = root.join("domains");
+    for e in std::fs::read_dir(&domains).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(id) = name.to_str().and_then(DomainIdV1::parse) else {
+            continue;
+        };
+        let layout = DomainLayout::new(domains.join(id.to_string()));
+        if let Ok(m) = lazaret_state::meta::read(&layout.meta()) {
+            // Trusted only as far as the ID it derives: a meta naming
+            // this workspace counts when its profile gives this very ID.
+            if m.workspace.as_bytes() == ws_bytes && DomainIdV1::derive(&m.profile, ws_bytes) == id
+            {
+                profiles.insert(m.profile);
+            }
+        }
+    }
+    profiles
+        .into_iter()
+        .map(|p| {
+            let id = DomainIdV1::derive(&p, ws_bytes);
+            (p, id)
+        })
+        .filter(|(_, id)| domains.join(id.to_string()).exists())
+        .collect()
+}
+
+/// The profile meant when a command acts on one Domain and `--profile` is
+/// not given: the workspace's only Domain, whatever its profile; with none,
+/// `default` (whose absence the caller reports); with several, a refusal
+/// that lists them, never a guess.
+pub(crate) fn obvious_profile(
+    root: &Path,
+    config: &lazaret_config::Config,
+    ws: &Path,
+) -> Result<String, CliError> {
+    let mut found = workspace_domains(root, config, ws);
+    match found.len() {
+        0 => Ok(crate::global::DEFAULT_PROFILE.to_string()),
+        1 => Ok(found.remove(0).0),
+        n => {
+            let list: Vec<String> = found
+                .iter()
+                .map(|(p, id)| format!("  --profile {}  (Domain {})", display::message(p), id))
+                .collect();
+            Err(CliError::Usage(format!(
+                "the workspace {} has {n} Domains; name one:\n{}",
+                display::escape_os(ws.as_os_str()),
+                list.join("\n")
+            )))
+        }
+    }
 }
 
 /// The one Domain whose ID begins with `prefix` (at least 4 of its hex
@@ -686,16 +836,32 @@ fn ignored_bytes(domain: &Domain) -> Option<u64> {
     if !dir.is_dir() {
         return None;
     }
-    let out = Command::new(crate::leader::libexec().ok()?.join("lazaret-supervisor"))
+    allocated_bytes(&dir).ok()
+}
+
+/// The bytes the tree `dir` takes on disk (allocated blocks, each inode
+/// once), counted by the supervisor's confined scan, which reads the
+/// files the sandbox's subordinate IDs own as their owner does; never the
+/// apparent sizes the sandbox sets at will. `None` when `dir` is absent.
+pub(crate) fn allocated_bytes(dir: &Path) -> Result<u64, CliError> {
+    let out = Command::new(crate::leader::libexec()?.join("lazaret-supervisor"))
         .arg("--scan-anchor")
-        .arg("/workspace")
-        .arg(&dir)
-        .arg(domain.layout.root.join(".no-lower"))
+        .arg("/")
+        .arg(dir)
+        // No lower: a path that cannot exist (never one inside `dir`,
+        // where the sandbox could place a link).
+        .arg("/dev/null/no-lower")
         .stdin(Stdio::null())
         .output()
-        .ok()?;
-    let s: Summary = serde_json::from_slice(&out.stdout).ok()?;
-    Some(s.bytes)
+        .map_err(|e| CliError::Session(format!("cannot run lazaret-supervisor: {e}")))?;
+    let s: Summary = serde_json::from_slice(&out.stdout).map_err(|_| {
+        CliError::Session(format!(
+            "cannot count {}: {}",
+            display::escape_os(dir.as_os_str()),
+            display::escape(out.stderr.trim_ascii())
+        ))
+    })?;
+    Ok(s.bytes)
 }
 
 pub(crate) fn human_bytes(b: u64) -> String {
@@ -737,46 +903,159 @@ fn print_header(v: &DomainView) {
     }
 }
 
+/// `state list --long`: a Domain's header, then one line per State Anchor.
+fn print_long(v: &DomainView) {
+    print_header(v);
+    for a in &v.anchors {
+        let size = match &a.error {
+            None if a.over_bound => format!(
+                "{} of {}: OVER THE BOUND (the next start refuses the Domain: `lazaret state reset {}`, or raise limits.anchor_size)",
+                human_bytes(a.bytes),
+                v.limits.anchor_size,
+                a.path
+            ),
+            None => format!("{} of {}", human_bytes(a.bytes), v.limits.anchor_size),
+            Some(e) => format!("unreadable: {e}"),
+        };
+        println!("  {:<12} generation {:<4} {size}", a.path, a.generation);
+    }
+}
+
+/// What `state list` keeps: the Domains of `--profile` and of
+/// `--workspace` (canonicalised as every command does; a workspace that
+/// no longer exists is compared as its absolute path).
+#[derive(Debug, Default)]
+struct ListFilter {
+    profile: Option<String>,
+    workspace: Option<PathBuf>,
+}
+
+impl ListFilter {
+    fn of(g: &Global) -> Result<ListFilter, CliError> {
+        let workspace = match g.workspace() {
+            None => None,
+            Some(w) => Some(match crate::run::canonical_workspace(Some(w)) {
+                Ok(c) => c,
+                Err(CliError::Workspace { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    std::path::absolute(w).map_err(|source| CliError::Workspace {
+                        path: w.display().to_string(),
+                        source,
+                    })?
+                }
+                Err(e) => return Err(e),
+            }),
+        };
+        Ok(ListFilter {
+            profile: g.profile.clone(),
+            workspace,
+        })
+    }
+
+    /// A Domain that never started (no metadata) matches no filter.
+    fn keeps(&self, meta: Option<&DomainMeta>) -> bool {
+        if self.profile.is_none() && self.workspace.is_none() {
+            return true;
+        }
+        let Some(m) = meta else {
+            return false;
+        };
+        self.profile.as_ref().is_none_or(|p| *p == m.profile)
+            && self
+                .workspace
+                .as_ref()
+                .is_none_or(|w| w.as_os_str().as_bytes() == m.workspace.as_bytes())
+    }
+
+    fn described(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.profile {
+            parts.push(format!("--profile {}", display::message(p)));
+        }
+        if let Some(w) = &self.workspace {
+            parts.push(format!("--workspace {}", display::escape_os(w.as_os_str())));
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+}
+
+/// `state list`: a header and one line per Domain (ID prefix, profile,
+/// whether active, the total of its State Anchors against each one's
+/// bound, workspace), then a line for each State Anchor over its bound or
+/// unreadable.
+fn compact(views: &[DomainView]) -> Vec<String> {
+    let o = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+    // As wide as the longest profile name (names of the configuration,
+    // escaped): never cut, so every row's columns line up.
+    let profiles: Vec<String> = views
+        .iter()
+        .map(|v| display::message(&o(&v.profile)))
+        .collect();
+    let pw = profiles
+        .iter()
+        .map(|p| p.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    let mut out = vec![format!(
+        "{:<12}  {:<pw$}  {:<8}  {:>10}  {:<14}  WORKSPACE",
+        "DOMAIN", "PROFILE", "STATE", "ANCHORS", "LIMIT"
+    )];
+    let mut notes = Vec::new();
+    for (v, profile) in views.iter().zip(&profiles) {
+        let total: u64 = v.anchors.iter().map(|a| a.bytes).sum();
+        let mut flag = "";
+        for a in &v.anchors {
+            if let Some(e) = &a.error {
+                flag = "?";
+                notes.push(format!(
+                    "Domain {}: State Anchor {} is unreadable: {}",
+                    &v.domain_id[..12],
+                    a.path,
+                    display::message(e)
+                ));
+            } else if a.over_bound {
+                flag = "!";
+                notes.push(format!(
+                    "Domain {}: State Anchor {} holds {}, over limits.anchor_size {}: the next start refuses the Domain (`lazaret state reset --domain {} {}`, or raise the limit)",
+                    &v.domain_id[..12],
+                    a.path,
+                    human_bytes(a.bytes),
+                    v.limits.anchor_size,
+                    v.domain_id,
+                    a.path
+                ));
+            }
+        }
+        out.push(format!(
+            "{:<12}  {profile:<pw$}  {:<8}  {:>10}  {:<14}  {}",
+            &v.domain_id[..12.min(v.domain_id.len())],
+            if v.active { "active" } else { "inactive" },
+            format!("{}{flag}", human_bytes(total)),
+            format!("{} each", v.limits.anchor_size),
+            display::message(&o(&v.workspace)),
+        ));
+    }
+    out.extend(notes);
+    out
+}
+
 pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
-        StateCmd::List { json } => {
-            g.check("state list", Uses::Config)?;
+        StateCmd::List { json, long } => {
+            g.check("state list", Uses::Filter)?;
             let common = Common {
                 config: g.config.clone(),
+                lenient: false,
             };
             let (root, config) = storage_root_and_config(&common)?;
+            let filter = ListFilter::of(g)?;
             let mut views = Vec::new();
-            let mut names: Vec<String> = std::fs::read_dir(root.join("domains"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| DomainIdV1::parse(n).is_some())
-                .collect();
-            names.sort();
-            for name in names {
-                let which = Which {
-                    profile: String::new(),
-                    workspace: None,
-                    domain: Some(name),
-                    common: Common {
-                        config: common.config.clone(),
-                    },
-                };
-                let domain = match resolve(&which) {
-                    Ok(d) => d,
-                    // Removed while we looked (`state rm` elsewhere).
-                    Err(_)
-                        if !root
-                            .join("domains")
-                            .join(which.domain.as_deref().unwrap_or(""))
-                            .exists() =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Err(e),
-                };
-                views.push(view(&domain, false, &config)?);
+            for domain in all_domains(common.config.clone())? {
+                if filter.keeps(domain.meta.as_ref()) {
+                    views.push(view(&domain, false, &config)?);
+                }
             }
             if json {
                 println!(
@@ -786,23 +1065,17 @@ pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
                     )
                 );
             } else if views.is_empty() {
-                println!("no Domains in {}", root.display());
-            } else {
+                match filter.described() {
+                    Some(f) => println!("no Domain in {} matches {f}", root.display()),
+                    None => println!("no Domains in {}", root.display()),
+                }
+            } else if long {
                 for v in &views {
-                    print_header(v);
-                    for a in &v.anchors {
-                        let size = match &a.error {
-                            None if a.over_bound => format!(
-                                "{} of {}: OVER THE BOUND (the next start refuses the Domain: `lazaret state reset {}`, or raise limits.anchor_size)",
-                                human_bytes(a.bytes),
-                                v.limits.anchor_size,
-                                a.path
-                            ),
-                            None => format!("{} of {}", human_bytes(a.bytes), v.limits.anchor_size),
-                            Some(e) => format!("unreadable: {e}"),
-                        };
-                        println!("  {:<12} generation {:<4} {size}", a.path, a.generation);
-                    }
+                    print_long(v);
+                }
+            } else {
+                for line in compact(&views) {
+                    println!("{line}");
                 }
             }
             Ok(0)
@@ -890,8 +1163,9 @@ pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
             all,
             ignored,
             yes,
+            only,
             which,
-        } => reset(&which.with(g)?, paths, all, ignored, yes),
+        } => reset(&which.with(g)?, paths, all, ignored, Confirm { yes, only }),
         StateCmd::Rm {
             domains,
             yes,
@@ -916,6 +1190,7 @@ pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
             g.check("state prune", Uses::Config)?;
             let common = Common {
                 config: g.config.clone(),
+                lenient: false,
             };
             let gone: Vec<Domain> = all_domains(common.config.clone())?
                 .into_iter()
@@ -948,19 +1223,18 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
             display::message(m.map(|m| m.workspace.as_str()).unwrap_or("?"))
         );
     }
-    if !yes {
-        if !std::io::stdin().is_terminal() {
+    use crate::confirm::{ask, Answer};
+    let question = format!(
+        "Remove {} Domain(s) with their State Anchors and Ignored Workspace State?",
+        domains.len()
+    );
+    match ask(&question, yes) {
+        Answer::Yes => {}
+        Answer::NoTerminal => {
             eprintln!("lazaret: not removed: pass --yes to remove without a terminal to ask at");
             return Ok(REFUSED);
         }
-        print!(
-            "Remove {} Domain(s) with their State Anchors and Ignored Workspace State? [y/N] ",
-            domains.len()
-        );
-        let _ = std::io::stdout().flush();
-        let mut line = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut line);
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
+        Answer::No => {
             println!("nothing was removed");
             return Ok(REFUSED);
         }
@@ -1008,12 +1282,74 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
     Ok(code)
 }
 
+/// `state reset`'s `--yes` and `--only`.
+#[derive(Clone, Copy)]
+pub(crate) struct Confirm {
+    pub yes: bool,
+    pub only: bool,
+}
+
+/// The State Anchors one package installation spreads over: its files in
+/// /usr and /etc, its database in /var.
+const PACKAGE_SET: [&str; 3] = ["/usr", "/etc", "/var"];
+
+/// Package managers' databases, relative to /var.
+const PACKAGE_DBS: [&str; 3] = ["lib/dpkg", "lib/rpm", "lib/pacman"];
+
+/// Whether the Domain's /var State Anchor holds a package database the
+/// sandbox changed (a package was installed or removed). Looked up
+/// beneath the upper without following any link the sandbox made.
+fn package_db_changed(domain: &Domain, recorded: &[(String, u64)]) -> bool {
+    let Some((_, generation)) = recorded.iter().find(|(p, _)| p == "/var") else {
+        return false;
+    };
+    let upper = domain
+        .layout
+        .anchors()
+        .join(lazaret_state::layout::anchor_dir_name("/var"))
+        .join(lazaret_state::layout::generation_dir_name(*generation))
+        .join("upper");
+    let Ok(root) = lazaret_state::beneath::Root::open(&upper) else {
+        return false;
+    };
+    PACKAGE_DBS
+        .iter()
+        .any(|db| matches!(root.kind(Path::new(db)), Ok(Some(_))))
+}
+
+/// The package set's anchors missing from `targets` when `targets` holds
+/// part of it and a package database changed: resetting /usr alone leaves
+/// dpkg sure that what it installed there is still installed (and apt
+/// refusing to install it again).
+fn package_set_missing(
+    domain: &Domain,
+    recorded: &[(String, u64)],
+    targets: &[String],
+) -> Vec<String> {
+    let set: Vec<&str> = PACKAGE_SET
+        .into_iter()
+        .filter(|p| recorded.iter().any(|(r, _)| r == p))
+        .collect();
+    if !targets.iter().any(|t| set.contains(&t.as_str())) {
+        return Vec::new();
+    }
+    let missing: Vec<String> = set
+        .into_iter()
+        .filter(|p| !targets.iter().any(|t| t == p))
+        .map(str::to_string)
+        .collect();
+    if missing.is_empty() || !package_db_changed(domain, recorded) {
+        return Vec::new();
+    }
+    missing
+}
+
 fn reset(
     which: &Which,
     paths: Vec<String>,
     all: bool,
     ignored: bool,
-    yes: bool,
+    confirm: Confirm,
 ) -> Result<i32, CliError> {
     if paths.is_empty() && !all && !ignored {
         return Err(CliError::Session(
@@ -1029,7 +1365,7 @@ fn reset(
         .and_then(Path::parent)
         .unwrap_or(&domain.layout.root)
         .to_path_buf();
-    reset_domain(&domain, paths, all, ignored, yes).map_err(|e| e.with_storage(&storage_root))
+    reset_domain(&domain, paths, all, ignored, confirm).map_err(|e| e.with_storage(&storage_root))
 }
 
 fn reset_domain(
@@ -1037,8 +1373,9 @@ fn reset_domain(
     paths: Vec<String>,
     all: bool,
     ignored: bool,
-    yes: bool,
+    confirm: Confirm,
 ) -> Result<i32, CliError> {
+    let yes = confirm.yes;
     let _lock = match lock_inactive(domain) {
         Ok(l) => l,
         Err((REFUSED, msg)) => {
@@ -1055,7 +1392,7 @@ fn reset_domain(
     let recorded = anchors
         .list()
         .map_err(|e| CliError::Session(e.to_string()))?;
-    let targets: Vec<String> = if all {
+    let mut targets: Vec<String> = if all {
         recorded.iter().map(|(p, _)| p.clone()).collect()
     } else if paths.is_empty() {
         Vec::new()
@@ -1091,6 +1428,27 @@ fn reset_domain(
             }
         }
     }
+    let missing = package_set_missing(domain, &recorded, &targets);
+    if !missing.is_empty() {
+        let named = targets.join(" ");
+        if confirm.only {
+            println!(
+                "  warning: a package was installed in this Domain: its database in the /var State Anchor will still list what resetting {named} removes, and the package manager may refuse to install it again (without --only, {} are reset with it)",
+                missing.join(" ")
+            );
+        } else {
+            println!(
+                "  also reset {}: a package was installed in this Domain and its database in /var must agree with /usr and /etc (--only resets just {named})",
+                missing.join(" ")
+            );
+            for t in &missing {
+                if let Some((_, g)) = recorded.iter().find(|(p, _)| p == t) {
+                    println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again");
+                }
+            }
+            targets.extend(missing);
+        }
+    }
     if ignored {
         println!("  discard the Ignored Workspace State: what the sandbox wrote at Git-ignored workspace paths");
     }
@@ -1102,16 +1460,13 @@ fn reset_domain(
             ", Ignored Workspace State"
         }
     );
-    if !yes {
-        if !std::io::stdin().is_terminal() {
+    match crate::confirm::ask("Reset?", yes) {
+        crate::confirm::Answer::Yes => {}
+        crate::confirm::Answer::NoTerminal => {
             eprintln!("lazaret: not confirmed: pass --yes to reset without a terminal");
             return Ok(REFUSED);
         }
-        print!("Reset? [y/N] ");
-        let _ = std::io::stdout().flush();
-        let mut line = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut line);
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
+        crate::confirm::Answer::No => {
             println!("nothing was reset");
             return Ok(REFUSED);
         }
@@ -1262,4 +1617,105 @@ pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain_view(id: &str, profile: &str, anchors: &[(&str, u64, bool)]) -> DomainView {
+        DomainView {
+            domain_id: id.into(),
+            profile: Some(profile.into()),
+            workspace: Some("/home/dev/proj\x1b[2J".into()),
+            image: Some("lazaret:default".into()),
+            generation: Some(3),
+            active: false,
+            anchors: anchors
+                .iter()
+                .map(|(path, bytes, over)| AnchorView {
+                    path: (*path).into(),
+                    generation: 1,
+                    bytes: *bytes,
+                    over_bound: *over,
+                    changes: None,
+                    error: None,
+                })
+                .collect(),
+            ignored_bytes: None,
+            limits: LimitsView {
+                memory: "4GiB".into(),
+                processes: 1024,
+                ignored_state_size: "10GiB".into(),
+                anchor_size: "10GiB".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_list_has_one_line_per_domain_and_a_note_per_anchor_over_its_bound() {
+        let views = [
+            domain_view(
+                "0123456789abcdef0123456789abcdef",
+                "default",
+                &[("/usr", 1024, false), ("/etc", 1024, false)],
+            ),
+            domain_view(
+                "fedcba9876543210fedcba9876543210",
+                "a-very-long-profile-name",
+                &[("/usr", 11 << 30, true)],
+            ),
+        ];
+        let lines = compact(&views);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[0].starts_with("DOMAIN "), "{}", lines[0]);
+        assert!(
+            lines[1].starts_with("0123456789ab  default   "),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].starts_with("fedcba987654  a-very-long-profile-name  inactive"));
+        assert!(lines[1].contains("2.0 KiB"), "{}", lines[1]);
+        assert!(lines[1].contains("10GiB each"), "{}", lines[1]);
+        // The workspace is escaped, never raw bytes for the terminal.
+        assert!(lines[1].ends_with("/home/dev/proj\\x1b[2J"), "{}", lines[1]);
+        assert!(lines[2].contains("11.0 GiB!"), "{}", lines[2]);
+        assert!(
+            lines[3].contains("State Anchor /usr holds 11.0 GiB, over limits.anchor_size 10GiB")
+        );
+        // Columns line up: the workspace starts at the same column.
+        let col = |l: &str| l.find("/home").unwrap();
+        assert_eq!(col(&lines[1]), col(&lines[2]));
+        assert_eq!(lines[0].find("WORKSPACE").unwrap(), col(&lines[1]));
+    }
+
+    #[test]
+    fn the_filters_keep_the_domains_of_the_profile_and_workspace() {
+        let meta = |profile: &str, ws: &str| DomainMeta {
+            domain_id: String::new(),
+            profile: profile.into(),
+            workspace: ws.into(),
+            image: String::new(),
+            image_rootfs: String::new(),
+            generation: 1,
+            anchors: Vec::new(),
+        };
+        let f = |profile: Option<&str>, ws: Option<&str>| ListFilter {
+            profile: profile.map(Into::into),
+            workspace: ws.map(PathBuf::from),
+        };
+        let m = meta("agent", "/w/a");
+        assert!(f(None, None).keeps(Some(&m)));
+        assert!(f(None, None).keeps(None));
+        assert!(f(Some("agent"), None).keeps(Some(&m)));
+        assert!(!f(Some("default"), None).keeps(Some(&m)));
+        assert!(f(None, Some("/w/a")).keeps(Some(&m)));
+        assert!(!f(None, Some("/w")).keeps(Some(&m)));
+        assert!(!f(Some("agent"), Some("/w/b")).keeps(Some(&m)));
+        assert!(!f(Some("agent"), None).keeps(None));
+        assert_eq!(
+            f(Some("agent"), Some("/w/a")).described().unwrap(),
+            "--profile agent --workspace /w/a"
+        );
+    }
 }

@@ -172,6 +172,8 @@ pub enum Invalid {
     EmptyOption,
     #[error("environment variable name is empty")]
     EmptyEnvName,
+    #[error("`{0}`: LAZARET_ variables are Lazaret's own")]
+    LazaretEnvName(String),
     #[error("environment variable name `{0}` contains `=`")]
     EnvNameEquals(String),
     #[error("environment variable name `{0}` starts with a digit")]
@@ -190,6 +192,24 @@ pub enum Invalid {
     SizeTooSmall { value: String, min: String },
     #[error("process count {value} is outside {min}..={max}")]
     ProcessCount { value: u64, min: u64, max: u64 },
+    #[error("published port `{spec}`: {why}")]
+    Port { spec: String, why: String },
+    #[error("published port `{spec}` binds a host port already bound by ports[{first}]")]
+    PortTwice { spec: String, first: usize },
+    #[error("more than {0} published ports")]
+    TooManyPorts(usize),
+    #[error("ports are published through the network, and network.mode = \"none\" has none: drop `ports` or the mode")]
+    PortsWithoutNetwork,
+    #[error(
+        "duration `{0}` is not a number with a unit (s, m, h; for example \"10m\"), at most 7 days"
+    )]
+    Duration(String),
+    #[error("user `{0}` is not a POSIX user name (1 to 32 of a-z, 0-9, `_`, `-`, not starting with a digit or `-`)")]
+    UserName(String),
+    #[error(
+        "user \"root\" is what sessions run as without the key: drop `user` or name another user"
+    )]
+    UserRoot,
 }
 
 /// `FILE` or `FILE:LINE`, the usual compiler-style location.

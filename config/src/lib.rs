@@ -20,6 +20,7 @@ mod load;
 mod overlap;
 mod parse;
 mod placement;
+mod ports;
 mod schema;
 mod spans;
 mod validate;
@@ -29,9 +30,10 @@ pub use env::{config_path, storage_root, EnvVars};
 pub use error::{ConfigError, Invalid};
 pub use file::MAX_CONFIG_BYTES;
 pub use limits::{format_size, parse_size, Limits};
-pub use load::{load, Loaded, BUILTIN_FINGERPRINT_MARKER};
+pub use load::{load, storage_root_despite_errors, Loaded, BUILTIN_FINGERPRINT_MARKER};
 pub use overlap::{check_host_overlap, HostPlaces};
 pub use placement::check_not_mounted;
+pub use ports::{clashes, parse_port, parse_ports, PortSpec, MAX_PORTS};
 pub use schema::{
     AutoApprove, Config, Escalation, GitIdentity, Network, NetworkDefault, NetworkMode, Profile,
     Runtime, Storage, Volume, DEFAULT_IMAGE, DEFAULT_PERSISTENT_PATHS, DEFAULT_PROFILE,

@@ -129,6 +129,27 @@ pub fn parse_size(value: &str) -> Result<Option<u64>, Invalid> {
     number.checked_mul(1u64 << shift).map(Some).ok_or_else(bad)
 }
 
+/// `"30s"`, `"10m"`, `"2h"`, in milliseconds; at most 7 days.
+pub fn parse_duration_ms(value: &str) -> Result<u64, Invalid> {
+    let bad = || Invalid::Duration(value.to_owned());
+    let digits = value.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return Err(bad());
+    }
+    let (number, unit) = value.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => number,
+        "m" => number.checked_mul(60).ok_or_else(bad)?,
+        "h" => number.checked_mul(3600).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if secs > 7 * 24 * 3600 {
+        return Err(bad());
+    }
+    Ok(secs * 1000)
+}
+
 /// The shortest exact spelling of `bytes` in the units [`parse_size`]
 /// reads (`4GiB`, `1536MiB`, `100B`).
 pub fn format_size(bytes: u64) -> String {

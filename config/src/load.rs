@@ -97,3 +97,36 @@ pub fn load(explicit: Option<&Path>, env: &EnvVars, uid: u32) -> Result<Loaded, 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
+
+/// The Storage Root for commands that must work while the configuration
+/// is broken (`lazaret ps`, `stop --all`, `doctor`): the configured one
+/// when the file loads; otherwise `storage.data_root` read from the file
+/// as plain TOML when that much of it parses and is absolute, else the
+/// default. The load error comes back beside it, for a warning.
+pub fn storage_root_despite_errors(
+    explicit: Option<&Path>,
+    env: &crate::EnvVars,
+    uid: u32,
+) -> Result<(PathBuf, Option<ConfigError>), ConfigError> {
+    let err = match load(explicit, env, uid) {
+        Ok(l) => return Ok((crate::storage_root(&l.config, env)?, None)),
+        Err(e) => e,
+    };
+    let configured = config_path(explicit, env)
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| read_trusted(&p, uid).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| {
+            t.get("storage")?
+                .get("data_root")?
+                .as_str()
+                .map(PathBuf::from)
+        })
+        .filter(|p| p.is_absolute());
+    let root = match configured {
+        Some(p) => p,
+        None => crate::storage_root(&Config::builtin(), env)?,
+    };
+    Ok((root, Some(err)))
+}

@@ -82,11 +82,34 @@ pub struct Profile {
     /// read: Domain isolation does not hold for these paths, by design.
     pub shared_paths: Vec<String>,
     pub network: Network,
+    /// Published ports, `[HOST_ADDR:]HOST_PORT:SANDBOX_PORT` each
+    /// (`crate::parse_port`): host processes reach a sandbox listener
+    /// there; the host side binds 127.0.0.1 unless an address is given.
+    pub ports: Vec<String>,
     pub escalation: Escalation,
     /// Who Git inside commits as.
     pub git_identity: GitIdentity,
+    /// The user every session runs as inside (a POSIX user name, not
+    /// `root`), made at the Domain's start with passwordless `sudo` and a
+    /// home under `/home`; `None`: root.
+    pub user: Option<String>,
     /// `[profiles.NAME.limits]`: the Domain's share of the host.
     pub limits: Limits,
+    /// How long the Domain stays up after its last Client Session ended
+    /// (`"10m"`); `None`: it stops then.
+    pub keep_alive: Option<String>,
+    /// A session on a PTY whose terminal hangs up keeps running detached,
+    /// for `lazaret attach`, instead of ending.
+    pub detach_on_hangup: bool,
+}
+
+impl Profile {
+    /// `keep_alive` in milliseconds (validated at load).
+    pub fn keep_alive_ms(&self) -> Option<u64> {
+        self.keep_alive
+            .as_deref()
+            .and_then(|v| crate::limits::parse_duration_ms(v).ok())
+    }
 }
 
 impl Default for Profile {
@@ -106,9 +129,13 @@ impl Default for Profile {
             volumes: Vec::new(),
             shared_paths: Vec::new(),
             network: Network::default(),
+            ports: Vec::new(),
             escalation: Escalation::default(),
             git_identity: GitIdentity::default(),
+            user: None,
             limits: Limits::default(),
+            keep_alive: None,
+            detach_on_hangup: false,
         }
     }
 }
@@ -201,6 +228,11 @@ pub enum NetworkMode {
 #[serde(deny_unknown_fields, default)]
 pub struct Escalation {
     pub auto_approve: Vec<AutoApprove>,
+    /// Names of variables an approved host command takes from the
+    /// requesting `lazaret` CLI's environment (`SSH_AUTH_SOCK`,
+    /// `GPG_AGENT_INFO`), read when it runs, never stored. The sandbox
+    /// never sets one.
+    pub pass_env: Vec<String>,
 }
 
 /// One `[[profiles.NAME.escalation.auto_approve]]` rule.

@@ -1290,3 +1290,116 @@ fn trailing_options_need_trailing_args_and_a_name() {
         .auto_approve[0];
     assert_eq!(rule.trailing_options, ["--prune"]);
 }
+
+#[test]
+fn escalation_pass_env_takes_names_only_and_errors_name_the_entry() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "c.toml",
+        "[profiles.p.escalation]\npass_env = [\"SSH_AUTH_SOCK\", \"GPG_AGENT_INFO\"]\n",
+    );
+    let p = &fx.load(&file).unwrap().config.profiles["p"];
+    assert_eq!(p.escalation.pass_env, ["SSH_AUTH_SOCK", "GPG_AGENT_INFO"]);
+    assert!(
+        p.pass_env.is_empty(),
+        "the session's pass_env is another key"
+    );
+    for (list, want) in [
+        (
+            "[\"SSH_AUTH_SOCK\", \"A=b\"]",
+            Invalid::EnvNameEquals("A=b".into()),
+        ),
+        ("[\"SSH_AUTH_SOCK\", \"\"]", Invalid::EmptyEnvName),
+        (
+            "[\"SSH_AUTH_SOCK\", \"LAZARET_ESCALATION\"]",
+            Invalid::LazaretEnvName("LAZARET_ESCALATION".into()),
+        ),
+    ] {
+        let file = fx.write(
+            "c.toml",
+            format!("[profiles.p]\n\n[profiles.p.escalation]\npass_env = {list}\n"),
+        );
+        let err = fx.load_err(&file);
+        let reason = assert_invalid(&err, &file, 4, "profiles.p.escalation.pass_env[1]");
+        assert_eq!(reason, want, "{err}");
+    }
+    // A value is not a name: a table is refused by the schema.
+    let file = fx.write(
+        "c.toml",
+        "[profiles.p.escalation]\npass_env = { SSH_AUTH_SOCK = \"/tmp/x\" }\n",
+    );
+    assert!(fx.load(&file).is_err());
+}
+
+#[test]
+fn ports_are_loaded_and_refused_by_file_line_and_key() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "ok.toml",
+        "[profiles.web]\nports = [\"8080:3000\", \"0.0.0.0:1455:1455\"]\n",
+    );
+    let loaded = fx.load(&file).unwrap();
+    let web = loaded.config.profile("web").unwrap();
+    let parsed = crate::parse_ports(&web.ports).unwrap();
+    assert_eq!(parsed[0].to_string(), "127.0.0.1:8080:3000");
+    assert_eq!(parsed[1].to_string(), "0.0.0.0:1455:1455");
+
+    for (text, line, key, says) in [
+        (
+            "[profiles.p]\nports = [\n  \"8080:80\",\n  \"0:80\",\n]\n",
+            4,
+            "profiles.p.ports[1]",
+            "host port",
+        ),
+        (
+            "[profiles.p]\nports = [\"70000:80\"]\n",
+            2,
+            "profiles.p.ports[0]",
+            "1 to 65535",
+        ),
+        (
+            "[profiles.p]\nports = [\"web\"]\n",
+            2,
+            "profiles.p.ports[0]",
+            "HOST_PORT:SANDBOX_PORT",
+        ),
+        (
+            "[profiles.p]\nports = [\"8080:80\", \"8080:81\"]\n",
+            2,
+            "profiles.p.ports[1]",
+            "ports[0]",
+        ),
+        (
+            "[profiles.p]\nports = [\"8080:80\"]\n[profiles.p.network]\nmode = \"none\"\n",
+            2,
+            "profiles.p.ports",
+            "network.mode",
+        ),
+    ] {
+        let file = fx.write("bad.toml", text);
+        let err = fx.load_err(&file);
+        assert_invalid(&err, &fx.canonical(&file), line, key);
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
+fn keep_alive_and_detach_on_hangup_are_read_and_a_bad_duration_names_file_line_and_key() {
+    let fx = Fixture::new();
+    let file = fx.write(
+        "c.toml",
+        "[profiles.default]\nkeep_alive = \"10m\"\ndetach_on_hangup = true\n",
+    );
+    let loaded = fx.load(&file).unwrap();
+    let p = loaded.config.profile("default").unwrap();
+    assert_eq!(p.keep_alive_ms(), Some(600_000));
+    assert!(p.detach_on_hangup);
+    for bad in ["10", "10 m", "1.5h", "8d", "169h", "m"] {
+        let file = fx.write(
+            "c.toml",
+            format!("[profiles.default]\n\nkeep_alive = \"{bad}\"\n"),
+        );
+        let err = fx.load_err(&file);
+        assert_invalid(&err, &fx.canonical(&file), 3, "profiles.default.keep_alive");
+    }
+}

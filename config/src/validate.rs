@@ -49,6 +49,10 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
     }
     no_nul(&profile.image).map_err(|e| (at.key("image"), e))?;
 
+    if let Some(k) = &profile.keep_alive {
+        crate::limits::parse_duration_ms(k).map_err(|e| (at.key("keep_alive"), e))?;
+    }
+
     for (i, persistent) in profile.persistent_paths.iter().enumerate() {
         sandbox_path(persistent, &PERSISTENT_RESERVED)
             .map_err(|e| (at.key("persistent_paths").index(i), e))?;
@@ -97,12 +101,26 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         seen.insert(&volume.sandbox, i);
     }
     shared_paths(profile, at)?;
+    if let Some(u) = &profile.user {
+        user_name(u).map_err(|e| (at.key("user"), e))?;
+    }
+    crate::ports::parse_ports(&profile.ports).map_err(|(i, e)| (at.key("ports").index(i), e))?;
+    if !profile.ports.is_empty() && profile.network.mode == Some(crate::schema::NetworkMode::None) {
+        return Err((at.key("ports"), Invalid::PortsWithoutNetwork));
+    }
 
     profile
         .limits
         .check()
         .map_err(|(key, e)| (at.key("limits").key(key), e))?;
 
+    for (i, name) in profile.escalation.pass_env.iter().enumerate() {
+        let name_at = at.key("escalation").key("pass_env").index(i);
+        env_name(name).map_err(|e| (name_at.clone(), e))?;
+        if name.starts_with("LAZARET_") {
+            return Err((name_at, Invalid::LazaretEnvName(name.clone())));
+        }
+    }
     for (i, rule) in profile.escalation.auto_approve.iter().enumerate() {
         let argv_at = at
             .key("escalation")
@@ -287,6 +305,24 @@ fn no_nul(value: &str) -> Result<(), Invalid> {
     } else {
         Ok(())
     }
+}
+
+/// A profile's `user`: a portable POSIX user name (lower case, as
+/// `useradd` takes by default), at most 32 bytes, not `root`.
+fn user_name(u: &str) -> Result<(), Invalid> {
+    let b = u.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 32
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-');
+    if !ok {
+        return Err(Invalid::UserName(u.to_owned()));
+    }
+    if u == "root" {
+        return Err(Invalid::UserRoot);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,9 +19,9 @@ const BINARY: &str = "lazaret-coordinator";
 
 fn handle(p: &Path) -> Result<OwnedFd, ConfineError> {
     rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
-        ConfineError::Landlock {
-            abi: binaries::COORDINATOR_ABI as i32,
-            detail: format!("cannot open {}: {e}", p.display()),
+        ConfineError::Sys {
+            what: "open a landlock place",
+            source: std::io::Error::other(format!("{}: {e}", p.display())),
         }
     })
 }
@@ -29,7 +29,10 @@ fn handle(p: &Path) -> Result<OwnedFd, ConfineError> {
 /// Confines this process: `domain_root` read-write, the Storage Catalog
 /// of `catalog_root` (when the image is a catalogued one), the PTY
 /// devices; no execute, no network, the coordinator's seccomp allow-list.
-pub fn confine(domain_root: &Path, catalog_root: Option<&Path>) -> Result<(), ConfineError> {
+/// Returns what of its landlock rules this kernel enforces (for the log).
+pub fn confine(domain_root: &Path, catalog_root: Option<&Path>) -> Result<String, ConfineError> {
+    // Asked before confining: the allow-list has no landlock calls.
+    let avail = lazaret_seccomp::abi::Available::detect()?;
     // Decoded before confining: the allow-list need not allow decoding.
     let filters = lazaret_seccomp::filters(BINARY)?;
     let root = handle(domain_root)?;
@@ -61,5 +64,7 @@ pub fn confine(domain_root: &Path, catalog_root: Option<&Path>) -> Result<(), Co
         place: PLACE_CATALOG,
         fd: fd.as_fd(),
     }));
-    binaries::coordinator().apply(&places, &filters)
+    let conf = binaries::coordinator();
+    conf.apply(&places, &filters)?;
+    Ok(conf.on_kernel(&avail).unwrap_or_default())
 }

@@ -38,8 +38,10 @@
 //! approves one the sandbox added an option to that the rule does not list
 //! ([`judge`]): such a request goes to the prompt. It is not run here: the coordinator tells
 //! the requesting session's `lazaret` CLI to run the exact vector
-//! ([`ServerMsg::RunHostCommand`]), which runs it by execve, without a
-//! shell, in the host workspace, with a minimal environment, in its own
+//! ([`ServerMsg::RunHostCommand`]) with the request's directory inside,
+//! which runs it by execve, without a shell, in the corresponding host
+//! directory beneath the workspace, with its own environment and
+//! variables the profile names (never the sandbox's), in its own
 //! process group, and answers with the outcome. Cancellation, timeout and
 //! the session's end send [`ServerMsg::CancelHostCommand`]; the CLI's own
 //! end kills its commands too.
@@ -107,7 +109,9 @@ pub struct SessionEntry {
 
 #[derive(Clone)]
 pub struct Client {
-    pub writer: Arc<Mutex<UnixStream>>,
+    /// The session's terminal end: a detached session has none attached
+    /// (see [`crate::attach`]).
+    pub writer: crate::attach::Writer,
     pub replies: Replies,
 }
 
@@ -211,6 +215,19 @@ pub enum ReaderError {
 /// The one reason a request naming a session that is not registered gets:
 /// that session ended, or never was one of this generation's.
 pub const NO_SESSION: &str = "no such Client Session: it has ended or was never one of this Domain, and another session's terminal is never asked";
+
+/// The reason a request of a detached session gets when no terminal
+/// attached before its timeout.
+pub const NOT_ATTACHED: &str = "the requesting Client Session runs detached and no terminal attached to it (`lazaret attach`) before the request's timeout; another session's terminal is never asked";
+
+/// Why a prompt was never answered.
+#[derive(Debug)]
+pub enum Unasked {
+    /// The request ended (cancelled, timed out on the prompt, session gone).
+    Ended,
+    /// The session stayed detached until the timeout.
+    Detached,
+}
 
 /// The reason a request gets when its session has no terminal.
 pub const NO_TERMINAL: &str = "no auto-approval rule matches, and the requesting Client Session has no terminal to ask the developer at (another session's terminal is never asked)";
@@ -456,6 +473,10 @@ impl Escalations {
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null());
+        // Test-only: the Landlock cap the CLI passed (it only lowers).
+        if let Some(v) = std::env::var_os(lazaret_seccomp::abi::TEST_CAP_ENV) {
+            cmd.env(lazaret_seccomp::abi::TEST_CAP_ENV, v);
+        }
         fds::pass_fds(
             &mut cmd,
             vec![
@@ -842,9 +863,20 @@ impl Escalations {
         t: &Terminal,
         stop: &dyn Fn() -> bool,
         timeout: Option<Instant>,
-    ) -> Result<Option<Vec<String>>, ()> {
+    ) -> Result<Option<Vec<String>>, Unasked> {
         let id = body.request_hex();
         let _one = lock(&t.prompt_lock);
+        // A detached session's request waits for `lazaret attach`: the
+        // prompt appears on the terminal that attaches, never elsewhere.
+        while !lock(&client.writer).is_attached() {
+            if stop() {
+                return Err(Unasked::Ended);
+            }
+            if timeout.is_some_and(|d| Instant::now() > d) {
+                return Err(Unasked::Detached);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let (tx, rx) = mpsc::channel();
         lock(&client.replies).insert(id.clone(), tx);
         t.gate.close();
@@ -863,7 +895,7 @@ impl Escalations {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Reply::Decision(d)) => break Ok(d),
                 Ok(Reply::Outcome(_)) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Unasked::Ended),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if stop() || timeout.is_some_and(|d| Instant::now() > d) {
                         let _ = write_frame(
@@ -872,7 +904,7 @@ impl Escalations {
                                 request_id: id.clone(),
                             },
                         );
-                        break Err(());
+                        break Err(Unasked::Ended);
                     }
                 }
             }
@@ -882,12 +914,14 @@ impl Escalations {
         decision
     }
 
-    /// Has the requesting session's client run `argv`, and waits for the
-    /// outcome; cancellation, the session's end and the timeout stop it.
+    /// Has the requesting session's client run `argv` (from the request's
+    /// directory `cwd`, which the client maps to the host's), and waits
+    /// for the outcome; cancellation, the session's end and the timeout
+    /// stop it.
     fn run_in_client(
         &self,
         id: &str,
-        argv: Vec<String>,
+        (argv, cwd): (Vec<String>, &str),
         decided_by: &str,
         client: &Client,
         stop: &dyn Fn() -> bool,
@@ -898,6 +932,7 @@ impl Escalations {
         let run = ServerMsg::RunHostCommand(HostCommand {
             request_id: id.to_string(),
             argv,
+            cwd: cwd.to_string(),
             decided_by: decided_by.to_string(),
             timeout_ms: timeout
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
@@ -1005,13 +1040,27 @@ impl Escalations {
         let rule = self.matching_rule(&id, &req.argv);
         let (decided_by, argv, outcome) = if let Some(i) = rule {
             let by = format!("auto-approval rule {}", i + 1);
-            let o = self.run_in_client(&id, req.argv.clone(), &by, &client, &stop, timeout);
+            let o = self.run_in_client(
+                &id,
+                (req.argv.clone(), &req.cwd),
+                &by,
+                &client,
+                &stop,
+                timeout,
+            );
             (by, Some(req.argv.clone()), o)
         } else if let Some(t) = terminal {
             match self.ask(&body, req, &client, &t, &stop, timeout) {
                 Ok(Some(argv)) => {
                     let by = "the developer".to_string();
-                    let o = self.run_in_client(&id, argv.clone(), &by, &client, &stop, timeout);
+                    let o = self.run_in_client(
+                        &id,
+                        (argv.clone(), &req.cwd),
+                        &by,
+                        &client,
+                        &stop,
+                        timeout,
+                    );
                     (by, Some(argv), o)
                 }
                 Ok(None) => (
@@ -1021,8 +1070,15 @@ impl Escalations {
                         reason: "the developer denied it".into(),
                     },
                 ),
-                Err(()) if stop() => ("nobody".into(), None, Outcome::Cancelled),
-                Err(()) => ("nobody".into(), None, Outcome::TimedOut),
+                Err(Unasked::Detached) => (
+                    "nobody".into(),
+                    None,
+                    Outcome::Denied {
+                        reason: NOT_ATTACHED.into(),
+                    },
+                ),
+                Err(Unasked::Ended) if stop() => ("nobody".into(), None, Outcome::Cancelled),
+                Err(Unasked::Ended) => ("nobody".into(), None, Outcome::TimedOut),
             }
         } else {
             (
@@ -1216,7 +1272,7 @@ mod tests {
             SessionEntry {
                 anchor: ANCHOR,
                 client: Client {
-                    writer: Arc::new(Mutex::new(ours)),
+                    writer: Arc::new(Mutex::new(crate::attach::Sink::attached(ours))),
                     replies: replies.clone(),
                 },
                 terminal: None,
@@ -1268,7 +1324,7 @@ mod tests {
             SessionEntry {
                 anchor: ANCHOR,
                 client: Client {
-                    writer: Arc::new(Mutex::new(ours)),
+                    writer: Arc::new(Mutex::new(crate::attach::Sink::attached(ours))),
                     replies: Replies::default(),
                 },
                 terminal: None,

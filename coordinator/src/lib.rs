@@ -5,6 +5,7 @@
 //! last session leaves (FR-6). It holds no mount or network authority of its
 //! own: those belong to the supervisor.
 
+pub mod attach;
 pub mod confine;
 pub mod escalation;
 pub mod fdno;

@@ -345,10 +345,13 @@ fn run(
     // has one thread, so landlock and seccomp bind all it will do.
     let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
     helpers.drain();
-    if let Err(e) = crate::confine::confine(&layout.root, catalog) {
-        escalations.stop_reader();
-        teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-        return Err(format!("the coordinator cannot confine itself: {e}"));
+    match crate::confine::confine(&layout.root, catalog) {
+        Ok(report) => log(report.trim_end().replace('\n', "; ")),
+        Err(e) => {
+            escalations.stop_reader();
+            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
+            return Err(format!("the coordinator cannot confine itself: {e}"));
+        }
     }
 
     helpers.clone().spawn();
@@ -382,6 +385,8 @@ fn run(
             .unwrap_or(0),
         sessions: 0,
         holder_pid,
+        ports: input.network.ports.clone(),
+        session_list: Vec::new(),
     };
     let trust = match crate::trust::ControlTrust::new(anchor, &layout.run()) {
         Ok(t) => t,
@@ -435,6 +440,8 @@ fn serve(
     leader: Option<&OwnedFd>,
 ) {
     let since = Instant::now();
+    // Since when no connection was served, for `keep_alive`.
+    let mut idle: Option<Instant> = None;
     loop {
         if stop.load(Ordering::Relaxed) {
             log("asked to stop");
@@ -446,9 +453,28 @@ fn serve(
             ));
             return;
         }
+        // A session ends the wait; `lazaret ps` does not prolong it.
+        if ctx.sessions_now() != 0 {
+            idle = None;
+        }
         if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
-            log("no Client Session left");
-            return;
+            let kept = ctx.served().then(|| ctx.keep_alive()).flatten();
+            match kept {
+                // The profile keeps the Domain up a while (`keep_alive`);
+                // a new session ends the wait.
+                Some(k) if idle.get_or_insert_with(Instant::now).elapsed() < k => {}
+                Some(k) => {
+                    log(format!(
+                        "no Client Session left for {}s (keep_alive)",
+                        k.as_secs()
+                    ));
+                    return;
+                }
+                None => {
+                    log("no Client Session left");
+                    return;
+                }
+            }
         }
         if ctx.active() == 0 && !ctx.served() && leader.is_some_and(lazaret_helpers::pidfd::exited)
         {
@@ -501,6 +527,16 @@ fn prepare_control(
     let control = control_dir(layout);
     for d in ["bin", "mailbox/requests", "mailbox/results"] {
         mkdir_private(&control.join(d))?;
+    }
+    if input.user.is_some() {
+        // The profile's user reads the Git identity, the host CA and the
+        // escalation client as root does. Modes matter inside only: the
+        // sandbox's root has them all anyway. The request key and the
+        // mailbox stay root's (Host Escalation from the user: not yet).
+        for d in [control.clone(), control.join("bin")] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("cannot open {} to the sandbox's user: {e}", d.display()))?;
+        }
     }
     // The sandbox's root writes requests through the gofer, which runs as
     // the developer: the request directory stays private to the developer.
@@ -574,6 +610,7 @@ fn prepare_control(
         link_dir.join("lazaret-escalate"),
     )
     .map_err(|e| format!("cannot create the lazaret-escalate link: {e}"))?;
+    write_agents_text(&layout.run().join("control-lower"))?;
     Ok(vec![
         PlannedMount {
             destination: esc_paths::CONTROL.into(),
@@ -592,6 +629,35 @@ fn prepare_control(
             purpose: MountPurpose::Control,
         },
     ])
+}
+
+/// What an agent inside should know about Host Escalation, for its
+/// `AGENTS.md` or `CLAUDE.md` to point at.
+pub const AGENTS_TEXT: &str = include_str!("../../escalate/AGENTS.md");
+
+/// Writes [`AGENTS_TEXT`] at [`esc_paths::AGENTS_TEXT`] in the layer of
+/// ours above the image (`lower`), so it is there whatever the image.
+fn write_agents_text(lower: &Path) -> Result<(), String> {
+    let rel = esc_paths::AGENTS_TEXT.trim_start_matches('/');
+    let file = lower.join(rel);
+    let mut dir = lower.to_path_buf();
+    if let Some(parent) = Path::new(rel).parent() {
+        for c in parent.components() {
+            dir.push(c);
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&dir)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+    std::fs::write(&file, AGENTS_TEXT)
+        .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
 
 /// A started Runtime Supervisor: our child, its channel, and the sandbox
@@ -895,6 +961,7 @@ fn route_workspace(
         rules_baseline: Some(rules_baseline),
         state_max_bytes: input.limits.ignored_state,
         git_dir: None,
+        inside_owner: crate::session::inside_owner(input),
     })
 }
 

@@ -19,7 +19,7 @@
 
 use lazaret_helpers::logfile::{Coalescer, Held, LineSplitter, LogFile};
 use lazaret_protocol::lifecycle::{checkpoint_of_log, Event, LOG_PREFIX};
-use lazaret_protocol::logs::{COORDINATOR_LOG, HELPERS_LOG, MAX_BYTES, ROTATIONS};
+use lazaret_protocol::logs::{COORDINATOR_LOG, HELPERS_LOG, MAX_BYTES, ROTATIONS, TIME_FORMAT};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -39,15 +39,19 @@ pub const REFUSED_ENTRY: &str = "Escalation Mailbox: refused";
 /// Escalation Results that could not be written (a full Storage Root).
 pub const UNPUBLISHED_RESULT: &str = "cannot publish an Escalation Result";
 
-/// The line prefix of every coordinator line: time and PID.
+/// The line prefix of every coordinator line: time (always
+/// milliseconds, so that every line's time has the same width) and PID.
 fn stamp() -> String {
     format!(
         "{} lazaret-coordinator[{}]: ",
-        jiff::Timestamp::now()
-            .round(jiff::Unit::Millisecond)
-            .unwrap_or_else(|_| jiff::Timestamp::now()),
+        time_text(jiff::Timestamp::now()),
         std::process::id()
     )
+}
+
+/// `t` as [`TIME_FORMAT`] writes it.
+fn time_text(t: jiff::Timestamp) -> String {
+    t.strftime(TIME_FORMAT).to_string()
 }
 
 /// From here on, `coordinator.log` in `domain_root` is written through
@@ -341,6 +345,22 @@ mod tests {
                 .contains("lifecycle: checkpoint owner"),
             "{first}"
         );
+    }
+
+    #[test]
+    fn every_time_has_milliseconds_and_the_same_width() {
+        for (ms, text) in [
+            (1_796_229_065_120, "2026-12-02T16:31:05.120Z"),
+            (1_796_229_065_000, "2026-12-02T16:31:05.000Z"),
+            (1_796_229_065_001, "2026-12-02T16:31:05.001Z"),
+        ] {
+            let t = jiff::Timestamp::from_millisecond(ms).unwrap();
+            assert_eq!(time_text(t), text);
+        }
+        // Below a millisecond: cut, never rounded into another width.
+        let t = jiff::Timestamp::from_nanosecond(1_796_229_065_999_999_999).unwrap();
+        assert_eq!(time_text(t), "2026-12-02T16:31:05.999Z");
+        assert!(stamp().starts_with(&time_text(jiff::Timestamp::now())[..10]));
     }
 
     #[test]

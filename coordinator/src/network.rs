@@ -169,6 +169,8 @@ pub fn prepare(
         helper: input.libexec.join("lazaret-netpolicy"),
         slirp4netns,
         resolv_conf: resolv.clone(),
+        api_socket_dir: dir.clone(),
+        ports: input.network.ports.clone(),
         evidence_dir: dir,
         hide_proc_sys_net: input.network.hide_proc_sys_net,
         domain_id: input.domain_id.clone(),
@@ -277,7 +279,8 @@ pub fn record_evidence(
     rec.evidence = Some(Evidence {
         passed,
         error,
-        recorded_at,
+        recorded_at_ms: recorded_at.saturating_mul(1000),
+        legacy_recorded_at_secs: None,
         install,
         probe,
     });

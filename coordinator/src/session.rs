@@ -13,9 +13,10 @@ use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::lifecycle::Event;
+use lazaret_protocol::logs::{SessionEnd, SessionLog};
 use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{
-    ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, PROTOCOL_VERSION,
+    ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, WorkdirFrom, PROTOCOL_VERSION,
 };
 use lazaret_protocol::supervisor::{ExitStatus, SessionProcess};
 use std::collections::HashMap;
@@ -49,6 +50,33 @@ pub struct SessionCtx {
     status: lazaret_protocol::session::DomainStatus,
     /// A pidfd of the sandbox holder: readable once the sandbox is gone.
     holder: Arc<OwnedFd>,
+    /// Live Client Sessions, for `lazaret ps` and `lazaret attach`.
+    live: Mutex<HashMap<String, Live>>,
+    /// Detached sessions that ended, oldest first, until `lazaret attach`
+    /// collects them (at most [`crate::attach::MAX_ENDED`]).
+    ended: Mutex<std::collections::VecDeque<(String, Live)>>,
+}
+
+/// A live Client Session as `lazaret ps` and `lazaret attach` see it.
+#[derive(Clone)]
+pub struct Live {
+    /// The command as the client gave it.
+    argv: Option<Vec<String>>,
+    since_unix_ms: u64,
+    writer: Writer,
+    /// `Some` for a session on a PTY: where an attached terminal's input
+    /// goes, and its replies.
+    pty: Option<PtyEnd>,
+}
+
+#[derive(Clone)]
+struct PtyEnd {
+    master: Arc<std::fs::File>,
+    replies: Replies,
+    bridge: Arc<OwnedFd>,
+    /// Set when the session is hung up because its client went away (for
+    /// the `session ID ended` log line).
+    hung_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SessionCtx {
@@ -76,7 +104,41 @@ impl SessionCtx {
             stop,
             status,
             holder,
+            live: Mutex::new(HashMap::new()),
+            ended: Mutex::new(std::collections::VecDeque::new()),
         }
+    }
+
+    /// One [`SessionInfo`] per live session and per ended detached one.
+    ///
+    /// [`SessionInfo`]: lazaret_protocol::session::SessionInfo
+    fn session_list(&self) -> Vec<lazaret_protocol::session::SessionInfo> {
+        use lazaret_protocol::session::SessionInfo;
+        let info = |id: &str, l: &Live| {
+            let w = l.writer.lock().unwrap();
+            SessionInfo {
+                id: id.to_string(),
+                argv: l.argv.clone(),
+                attached: w.is_attached(),
+                detachable: w.is_detachable(),
+                since_unix_ms: l.since_unix_ms,
+                exit_status: match w.ended() {
+                    Some(ServerMsg::Exit { status }) => Some(*status),
+                    _ => None,
+                },
+                failed: matches!(w.ended(), Some(ServerMsg::Failed { .. })),
+            }
+        };
+        let mut v: Vec<SessionInfo> = self
+            .live
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, l)| info(id, l))
+            .collect();
+        v.extend(self.ended.lock().unwrap().iter().map(|(id, l)| info(id, l)));
+        v.sort_by_key(|i| i.since_unix_ms);
+        v
     }
 
     /// Whether the sandbox holder has exited (the sandbox is gone), waiting
@@ -93,6 +155,17 @@ impl SessionCtx {
     /// Whether any Client Session was ever served (a control request,
     /// such as `lazaret ps`, is none: it never makes a Domain in its first
     /// session's grace period stop).
+    /// The profile's `keep_alive`: how long the Domain waits after its last
+    /// session ended.
+    pub fn keep_alive(&self) -> Option<Duration> {
+        self.input.keep_alive_ms.map(Duration::from_millis)
+    }
+
+    /// Client Sessions now served (control requests and attaches are not).
+    pub fn sessions_now(&self) -> usize {
+        self.sessions.load(Ordering::SeqCst)
+    }
+
     pub fn served(&self) -> bool {
         self.served.load(Ordering::SeqCst)
     }
@@ -149,43 +222,164 @@ pub fn base_env(input: &CoordinatorInput, term: Option<&str>) -> Vec<String> {
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
+/// The sandbox user's uid and gid for the mount routers, when the profile
+/// has a `user`.
+pub fn inside_owner(input: &CoordinatorInput) -> Option<(u32, u32)> {
+    use lazaret_protocol::plan::SANDBOX_USER_ID;
+    input
+        .user
+        .as_ref()
+        .map(|_| (SANDBOX_USER_ID, SANDBOX_USER_ID))
+}
+
+/// Makes the profile's `user` (its name in `$1`, checked by the
+/// configuration to be a plain POSIX name) if the image or an earlier
+/// session has not: first in `/etc/passwd` and `/etc/group`, so that
+/// uid 1000 is its name even where the image has a uid-1000 user of its
+/// own (they then share the uid); no `/etc/shadow` entry (no password:
+/// `sudo` asks none). Its home is beneath the `/home` State Anchor, so it
+/// persists; `sudo` for it asks nothing. Then the command runs as it
+/// (`setpriv`, util-linux), with the sandbox's capabilities left only in
+/// the bounding set, from where `sudo` takes them back.
+const AS_USER: &str = r#"u=$1; shift; id=1000
+if ! grep -q "^$u:" /etc/passwd; then
+  sh=/bin/sh; [ -x /bin/bash ] && sh=/bin/bash
+  { echo "$u:x:$id:$id::/home/$u:$sh"; cat /etc/passwd; } > /etc/passwd.lazaret && cat /etc/passwd.lazaret > /etc/passwd && rm -f /etc/passwd.lazaret || exit 125
+fi
+if ! grep -q "^$u:" /etc/group; then
+  { echo "$u:x:$id:"; cat /etc/group; } > /etc/group.lazaret && cat /etc/group.lazaret > /etc/group && rm -f /etc/group.lazaret || exit 125
+fi
+if [ ! -d "/home/$u" ]; then mkdir -p "/home/$u" && chown "$id:$id" "/home/$u" && chmod 0755 "/home/$u" || exit 125; fi
+if [ -d /etc/sudoers.d ] && [ ! -f /etc/sudoers.d/lazaret-agent ]; then
+  echo "$u ALL=(ALL) NOPASSWD:ALL" > /etc/sudoers.d/lazaret-agent && chmod 0440 /etc/sudoers.d/lazaret-agent
+fi
+command -v setpriv >/dev/null 2>&1 || { echo "lazaret: the image has no setpriv (util-linux): the profile's user cannot be taken" >&2; exit 125; }
+exec setpriv --reuid="$id" --regid="$id" --init-groups -- "$@""#;
+
+/// `argv` run as the profile's `user` (see [`AS_USER`]).
+fn as_user(user: &str, argv: Vec<String>) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        AS_USER.into(),
+        "lazaret".into(),
+        user.into(),
+    ];
+    v.extend(argv);
+    v
+}
+
+/// The session's environment for the profile's `user`: its `HOME`,
+/// `USER` and `LOGNAME`, unless the profile or the session set them.
+fn user_env(user: &str, mut env: Vec<String>) -> Vec<String> {
+    for (k, v) in [
+        ("HOME", format!("/home/{user}")),
+        ("USER", user.to_owned()),
+        ("LOGNAME", user.to_owned()),
+    ] {
+        let prefix = format!("{k}=");
+        if k == "HOME" {
+            // The base `HOME` is root's; replace it unless the profile's.
+            env.retain(|e| e != "HOME=/root");
+        }
+        if !env.iter().any(|e| e.starts_with(&prefix)) {
+            env.push(format!("{k}={v}"));
+        }
+    }
+    env
+}
+
 /// The argv run in the sandbox. No command means an interactive login
 /// shell. Both start in `workdir` (an absolute path beneath `/workspace`,
-/// from [`lazaret_protocol::session::sandbox_workdir`]) when it exists
-/// inside, else in `/workspace` with a note: a Git-ignored directory on
-/// the host is not there inside (the sandbox has its own). A command in
+/// from [`lazaret_protocol::session::sandbox_workdir`]). When it is not a
+/// directory inside, `from` decides: a directory named with `-w` fails the
+/// session with 125 before anything runs; the directory `lazaret` runs in
+/// starts the session in `/workspace` with a note, which names Ignored
+/// Workspace State only when the host's rules ignore the directory (the
+/// CLI checked). A command in
 /// `/workspace` (the process's `cwd`) is run as it is: one exec less
 /// inside gVisor, about 10 ms of a 50 ms session; when runsc cannot invoke
 /// it, [`not_invokable`] gives the 127 or 126 a shell would. In another
 /// directory it goes through `sh -c 'cd ...; exec "$@"'`.
-pub fn sandbox_argv(argv: Option<&[String]>, workdir: &str) -> Vec<String> {
-    if let (Some(argv), "/workspace") = (argv, workdir) {
+///
+/// `term` is the session's terminal type, when it has a terminal: unless
+/// every Debian image knows it ([`COMMON_TERMS`]), the script checks that
+/// the image has its terminfo (`tput`), and else sets
+/// `TERM=xterm-256color` with a one-line note, so `tput`, `less` and
+/// editors work under kitty, alacritty or ghostty too. An image without
+/// `tput` is left as it is.
+pub fn sandbox_argv(
+    argv: Option<&[String]>,
+    workdir: &str,
+    from: WorkdirFrom,
+    term: Option<&str>,
+) -> Vec<String> {
+    let check_term = term.is_some_and(|t| !COMMON_TERMS.contains(&t));
+    if let (Some(argv), "/workspace", false) = (argv, workdir, check_term) {
         if !argv.is_empty() {
             return argv.to_vec();
         }
     }
     let mut v: Vec<String> = vec!["/bin/sh".into(), "-c".into()];
     // The directory comes in `WORKDIR_ENV` (see `workdir_env`), never
-    // inside the script, so no byte of it is interpreted by the shell.
-    let cd = if workdir == "/workspace" {
-        String::new()
-    } else {
+    // inside the script, so no byte of it is interpreted by the shell;
+    // the terminal type is in `TERM`, likewise.
+    let mut pre = if check_term {
         format!(
-            "cd -- \"${WORKDIR_ENV}\" 2>/dev/null || echo \"lazaret: note: ${WORKDIR_ENV} is not in the sandbox (Git-ignored paths are the sandbox's own): starting in /workspace\" >&2; unset {WORKDIR_ENV}; "
+            "if command -v tput >/dev/null 2>&1 && ! tput -T \"$TERM\" longname >/dev/null 2>&1; then echo \"lazaret: note: the image has no terminfo for TERM=$TERM: using TERM={FALLBACK_TERM}\" >&2; TERM={FALLBACK_TERM}; export TERM; fi; "
         )
+    } else {
+        String::new()
     };
+    let w = WORKDIR_ENV;
+    let missing = match from {
+        WorkdirFrom::Option => format!(
+            "{{ echo \"lazaret: -w ${w}: no such directory in the sandbox\" >&2; exit 125; }}"
+        ),
+        WorkdirFrom::CwdIgnored => format!(
+            "echo \"lazaret: note: ${w} is Git-ignored on the host and not in the sandbox (Git-ignored paths are the sandbox's own Ignored Workspace State): starting in /workspace\" >&2"
+        ),
+        WorkdirFrom::Cwd => format!(
+            "echo \"lazaret: note: ${w} is not in the sandbox: starting in /workspace\" >&2"
+        ),
+    };
+    if workdir != "/workspace" {
+        pre.push_str(&format!(
+            "cd -- \"${w}\" 2>/dev/null || {missing}; unset {w}; "
+        ));
+    }
     match argv {
         Some(argv) => {
-            v.push(format!("{cd}exec \"$@\""));
+            v.push(format!("{pre}exec \"$@\""));
             v.push("lazaret".into());
             v.extend(argv.iter().cloned());
         }
         None => v.push(format!(
-            "{cd}if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"
+            "{pre}if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"
         )),
     }
     v
 }
+
+/// The terminal type a session gets when the image has no terminfo for
+/// the host's.
+pub const FALLBACK_TERM: &str = "xterm-256color";
+
+/// Terminal types whose terminfo every Debian image has (`ncurses-base`):
+/// a session with one of these is not checked.
+pub const COMMON_TERMS: &[&str] = &[
+    "dumb",
+    "linux",
+    "vt100",
+    "vt102",
+    "vt220",
+    "ansi",
+    "xterm",
+    "xterm-color",
+    "xterm-256color",
+    "screen",
+    "screen-256color",
+];
 
 /// A client's session variables, checked again here (the CLI checks them
 /// first): names the kernel accepts, none of Lazaret's own, no NUL, within
@@ -274,13 +468,22 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
 fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let mut reader = stream.try_clone().map_err(|e| e.to_string())?;
-    let writer = Arc::new(Mutex::new(stream));
     reader
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
     lazaret_helpers::timeline::mark("coordinator", "session-hello");
     reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    // A session on a PTY outlives its terminal when it was started
+    // detached, or when the profile says a hang-up detaches it.
+    let detachable = hello.tty.is_some()
+        && (hello.detach || ctx.input.detach_on_hangup)
+        && hello.attach.is_none();
+    let writer: Writer = Arc::new(Mutex::new(if detachable {
+        Sink::detachable(stream)
+    } else {
+        Sink::attached(stream)
+    }));
     let refuse = |reason: String| {
         let _ = write_frame(
             &mut *writer.lock().unwrap(),
@@ -300,6 +503,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         let answer = match c {
             Control::Status => ServerMsg::Status(DomainStatus {
                 sessions: u32::try_from(ctx.sessions.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
+                session_list: ctx.session_list(),
                 ..ctx.status.clone()
             }),
             Control::Stop => {
@@ -310,10 +514,19 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         };
         return write_frame(&mut *writer.lock().unwrap(), &answer).map_err(|e| e.to_string());
     }
+    if let Some(a) = hello.attach {
+        return attach(ctx, sid, a, reader, writer);
+    }
+    if hello.detach && hello.tty.is_none() {
+        return refuse("a detached session needs a terminal size (the CLI sends one)".into());
+    }
     if hello.config_fingerprint != ctx.input.config_fingerprint {
         return refuse(
             "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
         );
+    }
+    if let Some(why) = unpublished(&hello.ports, &ctx.input.network.ports) {
+        return refuse(why);
     }
 
     if ctx.stop.load(Ordering::SeqCst)
@@ -370,17 +583,44 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
     );
-    let process = SessionProcess {
-        argv: sandbox_argv(hello.argv.as_deref(), &workdir),
-        env,
-        cwd: "/workspace".into(),
+    let argv = sandbox_argv(
+        hello.argv.as_deref(),
+        &workdir,
+        hello.workdir_from,
+        tty.as_ref().map(|t| t.term.as_str()),
+    );
+    let process = match &ctx.input.user {
+        Some(user) => SessionProcess {
+            argv: as_user(user, argv),
+            env: user_env(user, env),
+            cwd: "/workspace".into(),
+            setuid: true,
+        },
+        None => SessionProcess {
+            argv,
+            env,
+            cwd: "/workspace".into(),
+            setuid: false,
+        },
     };
     // The supervisor has runsc write the pid file once the command's
     // process exists: until then, whatever comes out is runsc's own (see
     // `StartLatch`).
     let pid_file = ctx.run_dir.join("sessions").join(format!("{sid}.pid"));
     let latch = Arc::new(StartLatch::new(pid_file));
-    let bridge = Bridge { sid, process };
+    log(SessionLog::Ran {
+        session: sid.to_string(),
+        argv: hello.argv.clone(),
+        workdir: workdir.clone(),
+        terminal: tty.is_some(),
+    });
+    let bridge = Bridge {
+        sid,
+        process,
+        ending: Ending::new(sid),
+        shown: hello.argv.clone(),
+        detach: hello.detach,
+    };
 
     // The first record is Accepted; a notice (no Host Escalation in this
     // Domain any more) follows it.
@@ -631,29 +871,41 @@ fn sandbox_end(ctx: &SessionCtx, status: Option<ExitStatus>) -> Option<String> {
 /// never started the command or the sandbox ended under it.
 fn finish_session(
     ctx: &SessionCtx,
-    sid: &str,
+    bridge: &Bridge<'_>,
     writer: &Writer,
     latch: &StartLatch,
     exit: Option<ExitStatus>,
 ) {
     lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
+    let (sid, ending) = (bridge.sid, &bridge.ending);
     let status = exit.map(ExitStatus::shell_code);
     match latch.finish(writer) {
         Ok(true) => match sandbox_end(ctx, exit) {
             None => {
+                let status = status.unwrap_or(125);
                 if ctx.stop.load(Ordering::SeqCst) {
                     let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
                     send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
+                    ending.set(SessionEnd::DomainStopped { status });
+                } else if ending.hung_up.load(Ordering::SeqCst) {
+                    ending.set(SessionEnd::HungUp { status });
+                } else {
+                    ending.set(SessionEnd::Exited { status });
                 }
-                let status = status.unwrap_or(125);
                 send(writer, &ServerMsg::Exit { status });
             }
             Some(reason) => {
                 log(format!("session {sid}: {reason} (status {status:?})"));
+                ending.set(if ctx.holder_gone_within(Duration::ZERO) {
+                    SessionEnd::SandboxStopped
+                } else {
+                    SessionEnd::Unknown
+                });
                 send(writer, &ServerMsg::Failed { reason });
             }
         },
         Ok(false) => {
+            ending.set(SessionEnd::Unknown);
             log(format!(
                 "session {sid}: runsc exec ({status:?}) could not write the command's PID file: its status is unknown"
             ));
@@ -670,11 +922,21 @@ fn finish_session(
         }
         Err(diag) => match not_invokable(&diag) {
             Some((code, line)) => {
+                ending.set(SessionEnd::NotRun { status: code });
                 let line = format!("lazaret: {line}\n");
                 send(writer, &ServerMsg::Stderr(line.into_bytes()));
                 send(writer, &ServerMsg::Exit { status: code });
             }
             None => {
+                // A client that went away before the command started
+                // had its `runsc exec` hung up: that is why it ended.
+                ending.set(if ending.hung_up.load(Ordering::SeqCst) {
+                    SessionEnd::HungUp {
+                        status: status.unwrap_or(125),
+                    }
+                } else {
+                    SessionEnd::NotRun { status: 125 }
+                });
                 log(format!(
                     "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
                     String::from_utf8_lossy(&diag)
@@ -691,12 +953,52 @@ fn finish_session(
     }
 }
 
-type Writer = Arc<Mutex<UnixStream>>;
+use crate::attach::{Sink, Writer};
 
-/// What the supervisor needs to start a session's exec bridge.
+/// What the supervisor needs to start a session's exec bridge, and the
+/// record of how the session ends.
 struct Bridge<'a> {
     sid: &'a str,
     process: SessionProcess,
+    ending: Ending,
+    /// The command as the client gave it, for `lazaret ps`.
+    shown: Option<Vec<String>>,
+    /// Started detached (`lazaret run -d`): no client after `Accepted`.
+    detach: bool,
+}
+
+/// How a session ended, logged once when it is dropped (`session ID
+/// ended: ...`, see [`SessionLog`]): what [`finish_session`] found, or,
+/// when the command never started, that it did not run.
+struct Ending {
+    sid: String,
+    end: Mutex<SessionEnd>,
+    /// Set when the client went away and the session was hung up.
+    hung_up: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Ending {
+    fn new(sid: &str) -> Ending {
+        Ending {
+            sid: sid.to_string(),
+            end: Mutex::new(SessionEnd::NotRun { status: 125 }),
+            hung_up: Arc::default(),
+        }
+    }
+
+    fn set(&self, end: SessionEnd) {
+        *self.end.lock().unwrap_or_else(|e| e.into_inner()) = end;
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let end = *self.end.lock().unwrap_or_else(|e| e.into_inner());
+        log(SessionLog::Ended {
+            session: self.sid.clone(),
+            end,
+        });
+    }
 }
 
 impl Bridge<'_> {
@@ -814,7 +1116,7 @@ fn pump_gated(
 }
 
 fn send(w: &Writer, msg: &ServerMsg) -> bool {
-    write_frame(&mut *w.lock().unwrap(), msg).is_ok()
+    w.lock().unwrap().send(msg)
 }
 
 fn pump<R: Read + Send + 'static>(
@@ -843,7 +1145,7 @@ fn run_pty(
     ctx: &SessionCtx,
     bridge: Bridge<'_>,
     (rows, cols): (u16, u16),
-    mut reader: UnixStream,
+    reader: UnixStream,
     writer: Writer,
     accepted: Vec<ServerMsg>,
     (gate, replies): (Arc<Gate>, Replies),
@@ -879,59 +1181,290 @@ fn run_pty(
     // the session's processes have closed it.
     drop(slave);
     let sid = bridge.sid;
+    let master = std::fs::File::from(pty.master);
+    let end = PtyEnd {
+        master: Arc::new(master.try_clone().map_err(|e| e.to_string())?),
+        replies,
+        bridge: bridge_fd.clone(),
+        hung_up: bridge.ending.hung_up.clone(),
+    };
+    let listed = Listed::new(ctx, sid, &bridge, &writer, Some(end.clone()));
+    if bridge.detach {
+        // `lazaret run -d` has its Session ID: the session goes on without
+        // it, before any of its output is sent, so all of it is kept.
+        let mut w = writer.lock().unwrap();
+        let epoch = w.epoch();
+        w.detach(epoch);
+    } else {
+        let (end, w) = (end.clone(), writer.clone());
+        std::thread::spawn(move || relay_input(reader, end, w, 0));
+    }
     let watching = latch.watch(&writer);
 
-    let master = std::fs::File::from(pty.master);
     let out = pump_gated(
         master.try_clone().map_err(|e| e.to_string())?,
         writer.clone(),
         gate,
         latch.clone(),
     );
-    let input_master = master.try_clone().map_err(|e| e.to_string())?;
-    let hangup = bridge_fd.clone();
-    std::thread::spawn(move || {
-        let mut m = input_master;
-        loop {
-            match read_frame::<_, ClientMsg>(&mut reader) {
-                Ok(ClientMsg::Stdin(data)) => {
-                    if m.write_all(&data).is_err() {
-                        return;
-                    }
-                }
-                Ok(ClientMsg::Resize { rows, cols }) => {
-                    let ws = rustix::termios::Winsize {
-                        ws_row: rows,
-                        ws_col: cols,
-                        ws_xpixel: 0,
-                        ws_ypixel: 0,
-                    };
-                    let _ = rustix::termios::tcsetwinsize(&m, ws);
-                }
-                Ok(ClientMsg::StdinEof) => {
-                    // EOF on a terminal is the line discipline's ^D.
-                    let _ = m.write_all(&[4]);
-                }
-                Ok(ClientMsg::Signal(_)) => {}
-                Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
-                    escalation::deliver(&replies, m)
-                }
-                Err(FrameError::Closed) | Err(_) => {
-                    // The client is gone: hang up the session.
-                    signal_bridge(&hangup, rustix::process::Signal::HUP);
-                    return;
-                }
-            }
-        }
-    });
     let status = bridge_status(sid, &events);
     // Output written just before exit is still in the PTY; the reader ends
     // with EIO once every slave is closed.
     watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(2));
     drop(master);
-    finish_session(ctx, sid, &writer, &latch, status);
+    finish_session(ctx, &bridge, &writer, &latch, status);
+    listed.end();
     Ok(())
+}
+
+/// Relays one terminal's records into a session's PTY until it goes: a
+/// session that outlives its terminal is detached then (`epoch` is that
+/// terminal's attach, see [`Sink::detach`]), any other is hung up.
+fn relay_input(mut reader: UnixStream, end: PtyEnd, writer: Writer, epoch: u64) {
+    let mut m: &std::fs::File = &end.master;
+    loop {
+        match read_frame::<_, ClientMsg>(&mut reader) {
+            Ok(ClientMsg::Stdin(data)) => {
+                if m.write_all(&data).is_err() {
+                    return;
+                }
+            }
+            Ok(ClientMsg::Resize { rows, cols }) => resize(m, rows, cols),
+            Ok(ClientMsg::StdinEof) => {
+                // EOF on a terminal is the line discipline's ^D.
+                let _ = m.write_all(&[4]);
+            }
+            Ok(ClientMsg::Signal(_)) => {}
+            Ok(ClientMsg::Detach) => {
+                let mut w = writer.lock().unwrap();
+                if w.is_detachable() && w.epoch() == epoch && w.is_attached() {
+                    w.send(&ServerMsg::Detached);
+                    w.detach(epoch);
+                    return;
+                }
+            }
+            Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
+                escalation::deliver(&end.replies, m)
+            }
+            Err(FrameError::Closed) | Err(_) => {
+                let mut w = writer.lock().unwrap();
+                if w.is_detachable() {
+                    // The terminal hung up: the session goes on.
+                    w.detach(epoch);
+                } else {
+                    drop(w);
+                    // The client is gone: hang up the session.
+                    end.hung_up.store(true, Ordering::SeqCst);
+                    signal_bridge(&end.bridge, rustix::process::Signal::HUP);
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn resize(m: &std::fs::File, rows: u16, cols: u16) {
+    let ws = rustix::termios::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let _ = rustix::termios::tcsetwinsize(m, ws);
+}
+
+/// A session in [`SessionCtx::live`] while it runs.
+struct Listed<'a> {
+    ctx: &'a SessionCtx,
+    sid: String,
+}
+
+impl<'a> Listed<'a> {
+    fn new(
+        ctx: &'a SessionCtx,
+        sid: &str,
+        bridge: &Bridge<'_>,
+        writer: &Writer,
+        pty: Option<PtyEnd>,
+    ) -> Self {
+        let live = Live {
+            argv: bridge.shown.clone(),
+            since_unix_ms: now_unix_ms(),
+            writer: writer.clone(),
+            pty,
+        };
+        ctx.live.lock().unwrap().insert(sid.to_string(), live);
+        Self {
+            ctx,
+            sid: sid.to_string(),
+        }
+    }
+
+    /// The session ended: a detached one's status is kept for `lazaret ps`
+    /// and `lazaret attach`; an attached terminal is let go.
+    fn end(self) {
+        let Some(live) = self.ctx.live.lock().unwrap().remove(&self.sid) else {
+            return;
+        };
+        let mut w = live.writer.lock().unwrap();
+        w.close();
+        if w.ended().is_some() {
+            drop(w);
+            log(format!(
+                "session {}: ended while detached; its status is kept for lazaret ps and attach",
+                &self.sid[..8]
+            ));
+            let mut ended = self.ctx.ended.lock().unwrap();
+            if ended.len() >= crate::attach::MAX_ENDED {
+                ended.pop_front();
+            }
+            ended.push_back((self.sid.clone(), live));
+        }
+    }
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        self.ctx.live.lock().unwrap().remove(&self.sid);
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `lazaret attach`: hands this connection to a detached session's
+/// terminal end (see [`crate::attach`]), then relays its input.
+fn attach(
+    ctx: &SessionCtx,
+    conn: &str,
+    a: lazaret_protocol::session::Attach,
+    reader: UnixStream,
+    writer: Writer,
+) -> Result<(), String> {
+    let refuse = |reason: String| {
+        writer.lock().unwrap().send(&ServerMsg::Refused {
+            reason: reason.clone(),
+        });
+        Err(reason)
+    };
+    let (id, target) = match choose(ctx, a.session.as_deref()) {
+        Ok(t) => t,
+        Err(why) => return refuse(why),
+    };
+    let short = &id[..id.len().min(8)];
+    let Some(mut stream) = writer.lock().unwrap().take_stream() else {
+        return Err("the attaching terminal went away".into());
+    };
+    let mut w = target.writer.lock().unwrap();
+    if w.is_attached() {
+        drop(w);
+        let reason = format!(
+            "session {short} is attached to another terminal (one at a time): detach it there first (ctrl-p ctrl-q) or close that terminal"
+        );
+        let _ = write_frame(
+            &mut stream,
+            &ServerMsg::Refused {
+                reason: reason.clone(),
+            },
+        );
+        return Err(reason);
+    }
+    // Its size first, so that the program redraws for this terminal.
+    if let Some(p) = &target.pty {
+        resize(&p.master, a.rows, a.cols);
+    }
+    let first = ServerMsg::Accepted {
+        session_id: id.clone(),
+    };
+    let epoch = w
+        .attach(stream, &first)
+        .ok_or("the attaching terminal went away")?;
+    let ended = w.ended().is_some();
+    drop(w);
+    if ended {
+        // Its status is told once.
+        ctx.ended.lock().unwrap().retain(|(i, _)| *i != id);
+        log(format!(
+            "session {short}: its end was collected by lazaret attach"
+        ));
+        return Ok(());
+    }
+    log(format!(
+        "session {short}: attached (connection {})",
+        &conn[..8]
+    ));
+    let Some(end) = target.pty else {
+        return Ok(());
+    };
+    relay_input(reader, end, target.writer.clone(), epoch);
+    log(format!("session {short}: the terminal left"));
+    Ok(())
+}
+
+/// The session `lazaret attach` named (a Session ID or a unique prefix),
+/// or the Domain's only detached one; else why not.
+fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String> {
+    let live = ctx.live.lock().unwrap();
+    let ended = ctx.ended.lock().unwrap();
+    let attachable = |l: &Live| l.pty.is_some() && l.writer.lock().unwrap().is_detachable();
+    let mut all: Vec<(String, Live)> = live
+        .iter()
+        .filter(|(_, l)| attachable(l))
+        .map(|(i, l)| (i.clone(), l.clone()))
+        .collect();
+    all.extend(ended.iter().cloned());
+    let show = |(i, l): &(String, Live)| {
+        let cmd = match &l.argv {
+            Some(a) => lazaret_protocol::display::escape(a.join(" ").as_bytes()),
+            None => "login shell".into(),
+        };
+        format!("{} ({cmd})", &i[..i.len().min(8)])
+    };
+    match want {
+        Some(w) => {
+            let hits: Vec<_> = all
+                .iter()
+                .filter(|(i, _)| !w.is_empty() && i.starts_with(w))
+                .collect();
+            let named = lazaret_protocol::display::escape(w.as_bytes());
+            match hits.as_slice() {
+                [one] => Ok((*one).clone()),
+                [] if live.keys().any(|i| !w.is_empty() && i.starts_with(w)) => Err(format!(
+                    "session {named} cannot be attached: it ends with its own terminal (it was not started with `lazaret run -d`, and the profile does not set detach_on_hangup)"
+                )),
+                [] => Err(format!(
+                    "no session {named} in this workspace's Domain (`lazaret ps` lists its sessions)"
+                )),
+                more => Err(format!(
+                    "{named} names {} sessions: give more of the ID ({})",
+                    more.len(),
+                    more.iter().map(|s| show(s)).collect::<Vec<_>>().join(", ")
+                )),
+            }
+        }
+        None => {
+            let detached: Vec<_> = all
+                .iter()
+                .filter(|(_, l)| !l.writer.lock().unwrap().is_attached())
+                .collect();
+            match detached.as_slice() {
+                [one] => Ok((*one).clone()),
+                [] => Err(
+                    "no detached session in this workspace's Domain (`lazaret run -d` starts one; `lazaret ps` lists its sessions)".into(),
+                ),
+                more => Err(format!(
+                    "{} detached sessions: name one (`lazaret attach ID`): {}",
+                    more.len(),
+                    more.iter().map(|s| show(s)).collect::<Vec<_>>().join(", ")
+                )),
+            }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -966,6 +1499,7 @@ fn run_pipes(
     // Only the bridge holds them now: the readers see EOF when it ends.
     drop(far_ends);
     let sid = bridge.sid;
+    let listed = Listed::new(ctx, sid, &bridge, &writer, None);
     let watching = latch.watch(&writer);
     let out = pump(
         std::fs::File::from(out_r),
@@ -981,6 +1515,7 @@ fn run_pipes(
     );
     let mut stdin = Some(std::fs::File::from(in_w));
     let signals = bridge_fd.clone();
+    let hung_up = bridge.ending.hung_up.clone();
     std::thread::spawn(move || loop {
         use rustix::process::Signal as S;
         let forward = |s: S| signal_bridge(&signals, s);
@@ -993,7 +1528,7 @@ fn run_pipes(
                 }
             }
             Ok(ClientMsg::StdinEof) => stdin = None,
-            Ok(ClientMsg::Resize { .. }) => {}
+            Ok(ClientMsg::Resize { .. } | ClientMsg::Detach) => {}
             // No terminal: no prompt, but auto-approved commands run in
             // this session's client.
             Ok(m @ (ClientMsg::Decision { .. } | ClientMsg::HostCommandOutcome { .. })) => {
@@ -1006,6 +1541,7 @@ fn run_pipes(
                 Signal::Hangup => S::HUP,
             }),
             Err(_) => {
+                hung_up.store(true, Ordering::SeqCst);
                 forward(S::HUP);
                 return;
             }
@@ -1015,7 +1551,8 @@ fn run_pipes(
     watching.store(true, Ordering::SeqCst);
     join_with_timeout(out, Duration::from_secs(5));
     join_with_timeout(err, Duration::from_secs(5));
-    finish_session(ctx, sid, &writer, &latch, status);
+    finish_session(ctx, &bridge, &writer, &latch, status);
+    listed.end();
     Ok(())
 }
 
@@ -1035,15 +1572,50 @@ mod tests {
 
     #[test]
     fn a_command_in_the_workspace_runs_as_it_is_elsewhere_through_cd() {
-        let argv = sandbox_argv(Some(&["echo".into(), "a b".into()]), "/workspace");
+        let cwd = WorkdirFrom::Cwd;
+        let argv = sandbox_argv(
+            Some(&["echo".into(), "a b".into()]),
+            "/workspace",
+            cwd,
+            None,
+        );
         assert_eq!(argv, ["echo", "a b"]);
-        assert!(sandbox_argv(None, "/workspace")[2].contains("bash -l"));
-        let sub = sandbox_argv(Some(&["true".into()]), "/workspace/a b");
+        let argv = sandbox_argv(Some(&["echo".into()]), "/workspace", cwd, Some("xterm"));
+        assert_eq!(argv, ["echo"]);
+        assert!(sandbox_argv(None, "/workspace", cwd, None)[2].contains("bash -l"));
+        let sub = sandbox_argv(Some(&["true".into()]), "/workspace/a b", cwd, None);
         assert!(sub[2].starts_with("cd -- \"$LAZARET_WORKDIR\""), "{sub:?}");
         assert!(
             !sub[2].contains("a b"),
             "the directory is never in the script"
         );
+        let named = sandbox_argv(
+            Some(&["true".into()]),
+            "/workspace/x",
+            WorkdirFrom::Option,
+            None,
+        );
+        assert!(named[2].contains("exit 125"), "{named:?}");
+        for from in [WorkdirFrom::Cwd, WorkdirFrom::CwdIgnored] {
+            let here = sandbox_argv(Some(&["true".into()]), "/workspace/x", from, None);
+            assert!(!here[2].contains("exit 125"), "{here:?}");
+            assert_eq!(
+                here[2].contains("Git-ignored"),
+                from == WorkdirFrom::CwdIgnored,
+                "the note names the cause only when the host checked it"
+            );
+        }
+        // A terminal type not every image knows is checked, by name in
+        // TERM, never in the script.
+        let kitty = sandbox_argv(
+            Some(&["tput".into(), "cols".into()]),
+            "/workspace",
+            cwd,
+            Some("xterm-kitty"),
+        );
+        assert!(kitty[2].starts_with("if command -v tput"), "{kitty:?}");
+        assert!(!kitty[2].contains("kitty"));
+        assert_eq!(&kitty[3..], ["lazaret", "tput", "cols"]);
         assert_eq!(workdir_env("/workspace"), None);
         assert_eq!(
             workdir_env("/workspace/a b").as_deref(),
@@ -1114,7 +1686,7 @@ mod tests {
 
     fn pair() -> (Writer, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
-        (Arc::new(Mutex::new(a)), b)
+        (Arc::new(Mutex::new(Sink::attached(a))), b)
     }
 
     fn drain(mut r: UnixStream) -> Vec<ServerMsg> {
@@ -1177,5 +1749,68 @@ mod tests {
         let got = read_frame::<_, ServerMsg>(&mut r).unwrap();
         assert!(matches!(got, ServerMsg::Stdout(d) if d == b"prompt$ "));
         done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Ports are set when the Domain starts (slirp4netns B's forwards and the
+/// host sockets are made before the sandbox runs, and no API socket is
+/// kept to add more): a session that asks for one the running Domain does
+/// not publish is refused, never joined without it.
+fn unpublished(
+    asked: &[lazaret_protocol::plan::PublishedPort],
+    published: &[lazaret_protocol::plan::PublishedPort],
+) -> Option<String> {
+    let missing: Vec<String> = asked
+        .iter()
+        .filter(|p| !published.contains(p))
+        .map(|p| p.to_string())
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let now = if published.is_empty() {
+        "none".to_string()
+    } else {
+        published
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(format!(
+        "the Domain is already running and publishes {now}, not {}: ports are set when the Domain starts; run `lazaret stop` (it ends the Domain's sessions), then `lazaret run` with the ports",
+        missing.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::unpublished;
+    use lazaret_protocol::plan::PublishedPort;
+
+    fn p(host_port: u16, sandbox_port: u16) -> PublishedPort {
+        PublishedPort {
+            host_addr: std::net::Ipv4Addr::LOCALHOST,
+            host_port,
+            sandbox_port,
+        }
+    }
+
+    #[test]
+    fn a_session_joins_only_with_ports_the_domain_publishes() {
+        assert_eq!(unpublished(&[], &[]), None);
+        assert_eq!(unpublished(&[], &[p(8080, 80)]), None);
+        assert_eq!(
+            unpublished(&[p(8080, 80)], &[p(8080, 80), p(9090, 90)]),
+            None
+        );
+        let e = unpublished(&[p(8080, 81)], &[p(8080, 80)]).unwrap();
+        assert!(
+            e.contains("publishes 127.0.0.1:8080->80, not 127.0.0.1:8080->81"),
+            "{e}"
+        );
+        assert!(e.contains("lazaret stop"), "{e}");
+        let e = unpublished(&[p(8080, 80)], &[]).unwrap();
+        assert!(e.contains("publishes none"), "{e}");
     }
 }

@@ -95,6 +95,7 @@ pub(crate) fn sentry_only(
         rules_baseline: None,
         state_max_bytes: input.limits.ignored_state,
         git_dir,
+        inside_owner: crate::session::inside_owner(input),
     }
 }
 

@@ -43,6 +43,11 @@ struct Args {
     /// (for debugging and tests of the mailbox's defences)
     #[arg(long, hide = true)]
     write_request_to: Option<PathBuf>,
+    /// Claim DIR as the directory the request is made from, instead of
+    /// this process's (for tests of the host's defences: any process
+    /// inside can sign a request claiming any directory)
+    #[arg(long, hide = true)]
+    claim_cwd: Option<String>,
     /// The host command and its arguments, passed as one vector (no shell)
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -163,9 +168,11 @@ fn main() {
     let session = Session::load();
     let mut request_id = [0u8; 16];
     getrandom::getrandom(&mut request_id).unwrap_or_else(|e| fail(&e.to_string()));
-    let cwd = std::env::current_dir()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let cwd = args.claim_cwd.clone().unwrap_or_else(|| {
+        std::env::current_dir()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    });
     let record = session.record(
         request_id,
         Kind::Request(Request {

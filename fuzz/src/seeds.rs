@@ -30,6 +30,7 @@ fn router() -> RouterPlan {
         rules_baseline: Some("/d/rules-baseline".into()),
         state_max_bytes: Some(1 << 34),
         git_dir: None,
+        inside_owner: None,
     }
 }
 
@@ -96,6 +97,7 @@ fn coordinator_input() -> CoordinatorInput {
         persistent_paths: vec!["/usr".into(), "/root".into()],
         isolate_ignored: true,
         protected_paths: vec![],
+        user: None,
         git_identity: (Some("Dev".into()), Some("dev@example.org".into())),
         host_ca: None,
         volumes: vec![VolumeSpec {
@@ -121,8 +123,11 @@ fn coordinator_input() -> CoordinatorInput {
             probe: None,
             slirp4netns: Some("/usr/bin/slirp4netns".into()),
             hide_proc_sys_net: true,
+            ports: vec![],
         },
         limits: SandboxLimits::default(),
+        keep_alive_ms: Some(600_000),
+        detach_on_hangup: false,
     }
 }
 
@@ -284,8 +289,16 @@ trailing_options = ["--prune"]
                 cols: 80,
             }),
             workdir: Some("src".into()),
+            workdir_from: session::WorkdirFrom::Option,
             env: session::SessionEnv(vec![("K".into(), "v".into())]),
             control: None,
+            ports: vec![lazaret_protocol::plan::PublishedPort {
+                host_addr: std::net::Ipv4Addr::LOCALHOST,
+                host_port: 8080,
+                sandbox_port: 3000,
+            }],
+            detach: false,
+            attach: None,
         },
     );
     frame(&mut s, &session::ClientMsg::Stdin(b"ls\n".to_vec()));

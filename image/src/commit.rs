@@ -97,7 +97,7 @@ pub fn check_name(name: &str) -> Result<(), ImageError> {
 
 impl Store {
     /// The image last committed as `local:NAME`.
-    pub(crate) fn committed(&self, name: &str) -> Result<PreparedImage, ImageError> {
+    pub fn committed(&self, name: &str) -> Result<PreparedImage, ImageError> {
         check_name(name)?;
         let reference = format!("{LOCAL_PREFIX}{name}");
         let found = if self.storage_root().join(crate::CATALOG_FILE).exists() {

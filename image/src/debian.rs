@@ -24,6 +24,16 @@ pub(crate) const PACKAGES: &[&str] = &[
     "procps",
     "less",
     "python3",
+    // What agents and developers reach for first.
+    "make",
+    "openssh-client",
+    "ripgrep",
+    "jq",
+    "vim-tiny",
+    // The profile's `user` takes root with it (passwordless).
+    "sudo",
+    // Terminfo for kitty, alacritty, foot, wezterm and others.
+    "ncurses-term",
 ];
 
 /// Directories the sandbox mounts over, which must exist in the read-only
@@ -129,7 +139,7 @@ fn build_into(
 
     make_mount_points(store, &rootfs)?;
     if opts.statx_shim {
-        progress("installing the statx shim");
+        progress("installing the statx shim and apt's settings for this runsc");
         install_statx_shim(store, staging, &rootfs)?;
     }
     Ok(())
@@ -252,7 +262,7 @@ fn make_mount_points(store: &Store, rootfs: &Path) -> Result<(), ImageError> {
 /// Installs the statx shim and lists it in `etc/ld.so.preload`, owned by
 /// ID 0 of the namespace. The sources are first written into `staging`.
 fn install_statx_shim(store: &Store, staging: &Path, rootfs: &Path) -> Result<(), ImageError> {
-    for name in ["usr/lib", "etc"] {
+    for name in ["usr/lib", "etc", "etc/apt/apt.conf.d"] {
         match std::fs::symlink_metadata(rootfs.join(name)) {
             Ok(m) if m.is_dir() => {}
             _ => {
@@ -266,6 +276,11 @@ fn install_statx_shim(store: &Store, staging: &Path, rootfs: &Path) -> Result<()
     for (src, content, dst) in [
         ("statx-shim.so", STATX_SHIM, SHIM_PATH),
         ("ld.so.preload", preload.as_bytes(), "etc/ld.so.preload"),
+        (
+            "apt-no-pty",
+            crate::APT_NO_PTY.as_bytes(),
+            "etc/apt/apt.conf.d/90lazaret-no-pty",
+        ),
     ] {
         let src = staging.join(src);
         write_new(&src, content)?;

@@ -163,7 +163,8 @@ pub struct PreparedImage {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrepareOptions {
     /// Install the statx LD_PRELOAD shim (needed only for old runsc, which
-    /// rejects `statx(..., AT_NO_AUTOMOUNT)`).
+    /// rejects `statx(..., AT_NO_AUTOMOUNT)`), and apt's [`APT_NO_PTY`]
+    /// (the same releases refuse `TIOCSCTTY`).
     pub statx_shim: bool,
 }
 
@@ -188,6 +189,14 @@ const BUILDER_VERSION: &str = "lazaret-image/debian/1";
 /// The source of the statx shim; part of the recipe when the shim is used.
 const STATX_SHIM_SOURCE: &str = include_str!("../shim/statx-shim.c");
 
+/// apt's configuration for the same old runsc releases: they refuse the
+/// `TIOCSCTTY` apt's child issues on the pseudo-terminal it opens for
+/// dpkg, and apt then prints `E: Setting TIOCSCTTY for slave fd N failed!`
+/// on an install that succeeded. Without the pseudo-terminal apt runs dpkg
+/// on its own standard streams; only the terminal progress bar is lost.
+pub(crate) const APT_NO_PTY: &str =
+    "// Written by Lazaret for runsc releases that refuse TIOCSCTTY.\nDpkg::Use-Pty \"0\";\n";
+
 /// The recipe of the default image: every input that determines the
 /// result, one `key=value` per line.
 fn default_recipe(opts: &PrepareOptions) -> String {
@@ -203,8 +212,9 @@ fn default_recipe(opts: &PrepareOptions) -> String {
     );
     if opts.statx_shim {
         recipe.push_str(&format!(
-            "statx_shim_source={}\n",
-            hex::encode(Sha256::digest(STATX_SHIM_SOURCE.as_bytes()))
+            "statx_shim_source={}\napt_no_pty={}\n",
+            hex::encode(Sha256::digest(STATX_SHIM_SOURCE.as_bytes())),
+            hex::encode(Sha256::digest(APT_NO_PTY.as_bytes()))
         ));
     }
     recipe
@@ -280,8 +290,10 @@ mod tests {
         assert!(recipe.contains("suite=bookworm\n"), "{recipe}");
         assert!(recipe.contains("variant=apt\n"), "{recipe}");
         assert!(
-            recipe
-                .contains("packages=bash,ca-certificates,coreutils,curl,git,less,procps,python3\n"),
+            recipe.contains(
+                "packages=bash,ca-certificates,coreutils,curl,git,jq,less,make,ncurses-term,\
+                 openssh-client,procps,python3,ripgrep,sudo,vim-tiny\n"
+            ),
             "{recipe}"
         );
         assert!(recipe.contains("statx_shim=false\n"), "{recipe}");

@@ -14,12 +14,61 @@ use crate::ImageError;
 use serde::Serialize;
 use std::path::PathBuf;
 
-/// One artifact with its leases, for `image list`.
-#[derive(Clone, Debug, Serialize)]
+/// One artifact with its leases, for `image list`. Its JSON (`image list
+/// --json`) gives times as `*_unix_ms`, milliseconds since the epoch, as
+/// every JSON output of Lazaret does (the catalog keeps seconds).
+#[derive(Clone, Debug)]
 pub struct Listed {
-    #[serde(flatten)]
     pub record: ArtifactRecord,
     pub leases: Vec<Lease>,
+}
+
+#[derive(Serialize)]
+struct ListedJson<'a> {
+    id: &'a str,
+    reference: &'a str,
+    source: &'a str,
+    manifest_digest: &'a str,
+    platform: &'a str,
+    preparer: &'a str,
+    size: u64,
+    created_unix_ms: u64,
+    leases: Vec<LeaseJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct LeaseJson<'a> {
+    artifact_id: &'a str,
+    domain_id: &'a str,
+    generation: u64,
+    since_unix_ms: u64,
+}
+
+impl Serialize for Listed {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = &self.record;
+        ListedJson {
+            id: &r.id,
+            reference: &r.reference,
+            source: &r.source,
+            manifest_digest: &r.manifest_digest,
+            platform: &r.platform,
+            preparer: &r.preparer,
+            size: r.size,
+            created_unix_ms: r.created.saturating_mul(1000),
+            leases: self
+                .leases
+                .iter()
+                .map(|l| LeaseJson {
+                    artifact_id: &l.artifact_id,
+                    domain_id: &l.domain_id,
+                    generation: l.generation,
+                    since_unix_ms: l.since.saturating_mul(1000),
+                })
+                .collect(),
+        }
+        .serialize(s)
+    }
 }
 
 /// What `image gc` did.
@@ -111,6 +160,34 @@ impl Store {
         }
     }
 
+    /// Every artifact `given` names, in each form a developer may write:
+    /// a full ID or a unique prefix of one, `local:NAME` (the image last
+    /// committed so), or an image reference as a profile gives it
+    /// (`lazaret:default`, `oci:DIR:TAG`): every artifact recorded with
+    /// that reference, or that source.
+    pub fn resolve_named(&self, given: &str) -> Result<Vec<String>, ImageError> {
+        match self.resolve_id(given) {
+            Ok(id) => Ok(vec![id]),
+            Err(ImageError::UnknownArtifact { .. }) if !given.is_empty() => {
+                let mut ids: Vec<String> = self
+                    .catalog()
+                    .artifacts()?
+                    .into_iter()
+                    .filter(|a| a.reference == given || a.source == given)
+                    .map(|a| a.id)
+                    .collect();
+                ids.sort();
+                if ids.is_empty() {
+                    return Err(ImageError::UnknownArtifact {
+                        id: given.to_string(),
+                    });
+                }
+                Ok(ids)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Renames `lowers/<id>` to a fresh `lowers/.trash-*` name; returns it
     /// (`None` when there was no directory).
     fn detach(&self, id: &str) -> Result<Option<PathBuf>, CatalogError> {
@@ -181,7 +258,14 @@ impl Store {
     /// on disk), and leftovers of interrupted preparations and removals.
     /// Leases of Domains whose Domain Root no longer exists are dropped
     /// first.
-    pub fn gc(&self, progress: &mut dyn FnMut(&str)) -> Result<GcReport, ImageError> {
+    ///
+    /// Only artifacts for which `only` holds are considered (`image gc`
+    /// removes what it listed and the developer confirmed, nothing else).
+    pub fn gc(
+        &self,
+        only: &dyn Fn(&str) -> bool,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<GcReport, ImageError> {
         let mut report = GcReport::default();
         if !self.lowers_dir().is_dir() && !self.catalog().path().exists() {
             return Ok(report);
@@ -200,6 +284,7 @@ impl Store {
             .collect();
         ids.sort();
         ids.dedup();
+        ids.retain(|id| only(id));
         let domains = self.storage_root().join("domains");
         let mut trash = Vec::new();
         let removal =
@@ -243,6 +328,33 @@ mod tests {
     }
 
     #[test]
+    fn listed_json_gives_times_in_unix_ms() {
+        let l = Listed {
+            record: ArtifactRecord {
+                id: "a".into(),
+                reference: "r".into(),
+                source: "s".into(),
+                manifest_digest: "sha256:0".into(),
+                platform: "linux/amd64".into(),
+                preparer: "t".into(),
+                size: 1,
+                created: 1_700_000_000,
+            },
+            leases: vec![Lease {
+                artifact_id: "a".into(),
+                domain_id: "d".into(),
+                generation: 2,
+                since: 1_700_000_001,
+            }],
+        };
+        let v = serde_json::to_value(&l).unwrap();
+        assert_eq!(v["created_unix_ms"], 1_700_000_000_000u64);
+        assert_eq!(v["leases"][0]["since_unix_ms"], 1_700_000_001_000u64);
+        assert!(v.get("created").is_none() && v["leases"][0].get("since").is_none());
+        assert_eq!(v["reference"], "r");
+    }
+
+    #[test]
     fn rm_and_gc_respect_leases() {
         let _serial = crate::store::tests::USERNS
             .lock()
@@ -281,7 +393,7 @@ mod tests {
         assert_eq!(store.remove_artifact("ccc", &mut |_| {}).unwrap(), c);
         assert!(!store.artifact_dir(&c).exists());
 
-        let report = store.gc(&mut |_| {}).unwrap();
+        let report = store.gc(&|_| true, &mut |_| {}).unwrap();
         assert_eq!(report.removed, vec![b.clone(), d.clone()]);
         assert_eq!(report.kept, vec![a.clone()]);
         assert_eq!(report.leftovers, 1);
@@ -297,7 +409,10 @@ mod tests {
         // A lease on a removed artifact is refused.
         assert!(catalog.lease(&b, "live", 2).is_err());
         catalog.release("live", 1).unwrap();
-        assert_eq!(store.gc(&mut |_| {}).unwrap().removed, vec![a.clone()]);
+        assert_eq!(
+            store.gc(&|_| true, &mut |_| {}).unwrap().removed,
+            vec![a.clone()]
+        );
         assert!(store.list().unwrap().is_empty());
     }
 }

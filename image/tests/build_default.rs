@@ -60,6 +60,14 @@ fn builds_the_default_image() {
     let r = &img.rootfs;
     assert!(r.join("usr/bin/git").is_file());
     assert!(r.join("usr/bin/python3").exists());
+    // `vi` is an absolute link into /etc/alternatives: not followed here.
+    for tool in ["make", "rg", "jq", "ssh", "vi"] {
+        assert!(
+            r.join("usr/bin").join(tool).symlink_metadata().is_ok(),
+            "{tool}"
+        );
+    }
+    assert!(r.join("usr/share/terminfo/a/alacritty").exists());
     assert_eq!(
         std::fs::read_to_string(r.join("etc/ld.so.preload")).unwrap(),
         "/usr/lib/lazaret-statx-shim.so\n"

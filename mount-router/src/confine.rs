@@ -18,7 +18,7 @@
 //!      inheritable, ambient and bounding sets, so `CAP_SYS_ADMIN` (mount),
 //!      `CAP_NET_*`, `CAP_MKNOD` and `CAP_SETUID` are gone;
 //!    - `no_new_privs`;
-//!    - landlock, ABI 4 at least (a hard requirement): read-write (without
+//!    - landlock, with what the kernel's ABI offers (all of it from ABI 6): read-write (without
 //!      execute and device creation) beneath the workspace and the state
 //!      directory, through descriptors opened before the mount; read-only
 //!      the files `core.excludesFile` and a linked worktree's
@@ -177,7 +177,7 @@ pub fn seccomp_filters() -> Result<Vec<(&'static str, BpfProgram)>, ConfineError
 /// a plan, where each place is on this machine.
 pub fn describe(plan: Option<&Plan>) -> String {
     use std::fmt::Write;
-    let mut s = binaries::mount_router().print();
+    let mut s = binaries::mount_router().print_on_this_kernel();
     if let Some(p) = plan {
         let _ = writeln!(s, "\n[places on this machine]");
         let _ = writeln!(s, "{PLACE_WORKSPACE}: {}", p.workspace.display());

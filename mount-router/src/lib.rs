@@ -126,6 +126,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// `UID:GID`, for `--inside-owner`.
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--inside-owner {s}: expected UID:GID (numbers)");
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
+}
+
 #[derive(Debug, FromArgs)]
 /// FUSE router: Git-ignored workspace paths go to Ignored Workspace State.
 pub struct Args {
@@ -164,6 +171,11 @@ pub struct Args {
     /// by the ignore rules (Ignored Workspace State off)
     #[argh(switch)]
     pub sentry_only: bool,
+    /// UID:GID of the sandbox's user (the profile's `user`): the
+    /// developer's entries are reported as its own, and what it creates
+    /// stays the developer's on the host
+    #[argh(option, from_str_fn(parse_owner))]
+    pub inside_owner: Option<(u32, u32)>,
     /// present only this host Git directory (a linked worktree's common
     /// directory or a submodule's Git directory) as the `.git` of
     /// --workspace, which must hold only an empty `.git` directory;
@@ -605,6 +617,7 @@ pub fn run(args: Args) -> Result<(), Error> {
             protected: protected.iter().map(|(p, _)| p.clone()).collect(),
             state_max_bytes: args.state_max_bytes,
             journal,
+            inside_owner: args.inside_owner,
         },
     );
     let filters = confine::seccomp_filters()?;

@@ -153,6 +153,14 @@ pub struct Options {
     pub state_max_bytes: Option<u64>,
     /// Where every change to the host store is recorded first.
     pub journal: crate::journal::Journal,
+    /// The sandbox's user (`--inside-owner UID:GID`, the profile's
+    /// `user`): entries the router's own uid and gid own (the developer's,
+    /// on the host) are reported as this user's, so that it may write
+    /// them, and an entry it creates or is given stays the router's own,
+    /// so that on the host it belongs to the developer, never to a
+    /// subordinate uid. Read-only names stay read-only for it: Git Sentry
+    /// refuses the change whatever the caller.
+    pub inside_owner: Option<(u32, u32)>,
 }
 
 /// The most entries a directory rename looks at for protected entries
@@ -220,6 +228,7 @@ pub struct Router {
     keep_cache: bool,
     uid: u32,
     gid: u32,
+    inside_owner: Option<(u32, u32)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -332,6 +341,39 @@ impl Router {
             keep_cache: false,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
+            inside_owner: opts.inside_owner,
+        }
+    }
+
+    /// The attributes the sandbox sees: the router's own ownership shown
+    /// as the inside owner's (see [`Options::inside_owner`]).
+    fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
+        let mut a = attr(ino, st);
+        if let Some((u, g)) = self.inside_owner {
+            if a.uid == self.uid {
+                a.uid = u;
+            }
+            if a.gid == self.gid {
+                a.gid = g;
+            }
+        }
+        a
+    }
+
+    /// A uid the sandbox gives (a caller's, a `chown`'s) as the host
+    /// sees it: the inside owner's is the router's own.
+    fn host_uid(&self, uid: u32) -> u32 {
+        match self.inside_owner {
+            Some((u, _)) if u == uid => self.uid,
+            _ => uid,
+        }
+    }
+
+    /// As [`Self::host_uid`], for a gid.
+    fn host_gid(&self, gid: u32) -> u32 {
+        match self.inside_owner {
+            Some((_, g)) if g == gid => self.gid,
+            _ => gid,
         }
     }
 
@@ -672,9 +714,9 @@ impl Router {
 
     /// Gives a new entry the caller's ownership.
     fn own(&self, req: &Request, dir: BorrowedFd<'_>, name: &[u8], pdir_setgid: bool) {
-        let uid = (req.uid() != self.uid).then(|| rustix::fs::Uid::from_raw(req.uid()));
-        let gid =
-            (req.gid() != self.gid && !pdir_setgid).then(|| rustix::fs::Gid::from_raw(req.gid()));
+        let (ru, rg) = (self.host_uid(req.uid()), self.host_gid(req.gid()));
+        let uid = (ru != self.uid).then(|| rustix::fs::Uid::from_raw(ru));
+        let gid = (rg != self.gid && !pdir_setgid).then(|| rustix::fs::Gid::from_raw(rg));
         if uid.is_some() || gid.is_some() {
             let _ = rustix::fs::chownat(
                 dir,
@@ -688,7 +730,7 @@ impl Router {
 
     fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
         let ino = lock(&self.table).intern(s, path, st);
-        reply.entry(&self.ttl_for(path), &attr(ino, st), Generation(0));
+        reply.entry(&self.ttl_for(path), &self.attr(ino, st), Generation(0));
     }
 
     /// How long the kernel may cache the name or attributes of `path`:
@@ -920,6 +962,8 @@ impl Router {
             atime,
             mtime,
         } = a;
+        let uid = uid.map(|u| self.host_uid(u));
+        let gid = gid.map(|g| self.host_gid(g));
         let (mut s, path) = self.node(ino)?;
         if s == Store::Host && self.copies_up(&path) {
             // A handle is the copy made when it was opened for writing.
@@ -1051,7 +1095,7 @@ impl Router {
             Some(f) => rustix::fs::fstat(f.as_fd()).map_err(fe)?,
             None => self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?,
         };
-        Ok(attr(ino.0, &st))
+        Ok(self.attr(ino.0, &st))
     }
 
     fn do_rename(
@@ -1282,7 +1326,7 @@ impl Filesystem for Router {
             Ok((st, path))
         })();
         match r {
-            Ok((st, path)) => reply.attr(&self.ttl_for(&path), &attr(ino.0, &st)),
+            Ok((st, path)) => reply.attr(&self.ttl_for(&path), &self.attr(ino.0, &st)),
             Err(e) => reply.error(e),
         }
     }
@@ -1877,7 +1921,7 @@ impl Filesystem for Router {
                         off,
                         OsStr::from_bytes(&e.name),
                         &self.ttl_for(&child),
-                        &attr(ino, st),
+                        &self.attr(ino, st),
                         Generation(0),
                     );
                     if full {
@@ -1989,7 +2033,7 @@ impl Filesystem for Router {
         match r {
             Ok((ino, st, fh, ttl)) => reply.created(
                 &ttl,
-                &attr(ino, &st),
+                &self.attr(ino, &st),
                 Generation(0),
                 FileHandle(fh),
                 FopenFlags::empty(),

@@ -8,7 +8,7 @@
 //!    root of the Domain user namespace, so this is what keeps it from
 //!    mounting, joining other namespaces or changing ownership);
 //! 2. `no_new_privs`, not dumpable;
-//! 3. landlock layer 1 (hard requirement: ABI 6, Linux 6.12): file system
+//! 3. landlock layer 1 (what the kernel's ABI offers, all of it from ABI 6): file system
 //!    access only to read and write files beneath the two
 //!    `/proc/sys/net/ipv6/conf` handles; no TCP bind; no abstract unix
 //!    sockets or signals outside the helper (runsc's control socket is
@@ -74,7 +74,10 @@ pub fn landlock_connect(ports: &[u16]) -> Result<(), ConfineError> {
 pub fn stage(e: &ConfineError) -> &'static str {
     match e {
         ConfineError::Caps(_) => "capabilities",
-        ConfineError::Landlock { .. } | ConfineError::MissingPlace(_) => "landlock",
+        ConfineError::Landlock { .. }
+        | ConfineError::MissingPlace(_)
+        | ConfineError::NoLandlock(_)
+        | ConfineError::BadCap(_) => "landlock",
         ConfineError::Seccomp(_) | ConfineError::NoPolicy { .. } => "seccomp",
         ConfineError::Sys { .. } => "confine",
     }

@@ -253,7 +253,7 @@ fn print_confinement() -> Result<(), String> {
     let s = String::from_utf8_lossy(&out.stdout);
     for want in [
         "CAP_NET_ADMIN only",
-        "landlock: (hard requirement ABI 6)",
+        "landlock: (ABI 1 or later; all of it from ABI 6)",
         "any other call kill_process",
     ] {
         if !s.contains(want) {

@@ -38,8 +38,14 @@ pub struct Evidence {
     pub passed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Seconds since the epoch.
-    pub recorded_at: u64,
+    /// Milliseconds since the epoch (as every `*_unix_ms` of Lazaret's
+    /// JSON output).
+    #[serde(rename = "recorded_at_unix_ms", default)]
+    pub recorded_at_ms: u64,
+    /// A record written before times were milliseconds: its seconds,
+    /// turned into `recorded_at_ms` by [`read`] and never written.
+    #[serde(rename = "recorded_at", default, skip_serializing)]
+    pub legacy_recorded_at_secs: Option<u64>,
     pub install: serde_json::Value,
     pub probe: serde_json::Value,
 }
@@ -96,7 +102,13 @@ pub fn read(path: &Path) -> std::io::Result<NetworkRecord> {
             path.display()
         )));
     }
-    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    let mut rec: NetworkRecord = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+    if let Some(e) = rec.evidence.as_mut() {
+        if let Some(secs) = e.legacy_recorded_at_secs.take() {
+            e.recorded_at_ms = secs.saturating_mul(1000);
+        }
+    }
+    Ok(rec)
 }
 
 #[cfg(all(test, feature = "derive"))]
@@ -120,7 +132,8 @@ mod tests {
         rec.evidence = Some(Evidence {
             passed: true,
             error: None,
-            recorded_at: 1,
+            recorded_at_ms: 1,
+            legacy_recorded_at_secs: None,
             install: serde_json::json!({"ok": true}),
             probe: serde_json::json!({"ok": true}),
         });
@@ -129,5 +142,15 @@ mod tests {
         assert_eq!(back.policy, Some(p));
         assert!(back.routes.iter().any(|r| r == "unreachable 10.0.0.0/8"));
         assert!(back.evidence.unwrap().passed);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"recorded_at_unix_ms\": 1"), "{text}");
+        assert!(!text.contains("\"recorded_at\":"), "{text}");
+        // A record of an older version: seconds, read as milliseconds.
+        std::fs::write(
+            &path,
+            text.replace("\"recorded_at_unix_ms\"", "\"recorded_at\""),
+        )
+        .unwrap();
+        assert_eq!(read(&path).unwrap().evidence.unwrap().recorded_at_ms, 1000);
     }
 }

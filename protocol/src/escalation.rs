@@ -134,6 +134,9 @@ pub mod paths {
     pub const REQUESTS: &str = "/.lazaret/mailbox/requests";
     pub const RESULTS: &str = "/.lazaret/mailbox/results";
     pub const BIN: &str = "/.lazaret/bin";
+    /// A short text for agents about `lazaret-escalate` (for their
+    /// `AGENTS.md` or `CLAUDE.md`), in a layer of Lazaret's above the image.
+    pub const AGENTS_TEXT: &str = "/usr/share/lazaret/AGENTS.md";
     pub const SESSION_ID_ENV: &str = "LAZARET_SESSION_ID";
     pub const SESSION_ANCHOR_ENV: &str = "LAZARET_SESSION_ANCHOR";
 }

@@ -95,6 +95,9 @@ pub struct RouterPlan {
     /// `workspace` (`--git-dir`): a linked worktree's common directory or
     /// a submodule checkout's Git directory.
     pub git_dir: Option<PathBuf>,
+    /// The sandbox user's UID:GID (`--inside-owner`), when the profile
+    /// has a `user`.
+    pub inside_owner: Option<(u32, u32)>,
 }
 
 /// A writable volume presented through `lazaret-mount-router` with
@@ -145,6 +148,35 @@ pub struct SandboxNetwork {
     /// The log of `lazaret-netpolicy watch` (`host-addresses.log` in the
     /// Domain Root), opened by the holder for appending.
     pub host_watch_log: PathBuf,
+    /// Published ports: the supervisor binds their host sides in the
+    /// host's network namespace before the holder exists; the holder
+    /// relays each connection to slirp4netns B's forward in N1.
+    pub ports: Vec<PublishedPort>,
+    /// The directory (in the Domain's run directory, never mounted into
+    /// the sandbox) where slirp4netns B's API socket is made while its
+    /// forwards are added, and removed after; used only with `ports`.
+    pub api_socket_dir: PathBuf,
+}
+
+/// A published port (`lazaret run -p`, the profile's `ports`): host
+/// processes connecting to `host_addr:host_port` reach whatever listens
+/// on `sandbox_port` inside, on the sandbox's address. TCP only.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PublishedPort {
+    pub host_addr: std::net::Ipv4Addr,
+    pub host_port: u16,
+    pub sandbox_port: u16,
+}
+
+impl std::fmt::Display for PublishedPort {
+    /// `127.0.0.1:8080->3000`, as `lazaret ps` shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}->{}",
+            self.host_addr, self.host_port, self.sandbox_port
+        )
+    }
 }
 
 /// How the holder starts `lazaret-dns-filter`.
@@ -274,6 +306,9 @@ pub struct CoordinatorInput {
     pub isolate_ignored: bool,
     /// Workspace-relative paths the profile makes read-only inside.
     pub protected_paths: Vec<String>,
+    /// The profile's `user`: every session runs as this user inside
+    /// (made at its start, uid and gid [`SANDBOX_USER_ID`]); `None`: root.
+    pub user: Option<String>,
     /// `user.name` and `user.email` for Git inside (the host's, or the
     /// profile's `git_identity`), each already checked to be one line.
     pub git_identity: (Option<String>, Option<String>),
@@ -290,7 +325,16 @@ pub struct CoordinatorInput {
     pub libexec: PathBuf,
     pub network: NetworkInput,
     pub limits: SandboxLimits,
+    /// `keep_alive`: how long the Domain stays up after its last Client
+    /// Session ended (`None`: it stops then).
+    pub keep_alive_ms: Option<u64>,
+    /// `detach_on_hangup`: a session on a PTY whose terminal hangs up
+    /// keeps running detached, for `lazaret attach`.
+    pub detach_on_hangup: bool,
 }
+
+/// The uid and gid of the profile's `user` inside.
+pub const SANDBOX_USER_ID: u32 = 1000;
 
 /// The profile's `[network]` as written (the coordinator derives the
 /// policy from it), and what the host offers for it.
@@ -311,6 +355,8 @@ pub struct NetworkInput {
     pub slirp4netns: Option<PathBuf>,
     /// See [`SandboxNetwork::hide_proc_sys_net`].
     pub hide_proc_sys_net: bool,
+    /// The profile's `ports` and the startup leader's `-p`, checked.
+    pub ports: Vec<PublishedPort>,
 }
 
 /// One `[[escalation.auto_approve]]` rule of the profile.

@@ -3,7 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 5: [`HostCommand`] carries the request's directory inside,
+/// [`Hello::workdir_from`] where the session's directory came from,
+/// [`Hello::ports`] the ports to publish, [`Hello::detach`] and
+/// [`Hello::attach`] sessions that outlive their terminal.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The first record on a control connection, before TLS: the Client
 /// CLI's public key, for the certificate it then presents. It crosses the
@@ -55,12 +59,36 @@ pub struct Hello {
     /// Where the command starts, relative to `/workspace` (the
     /// subdirectory of the repository `lazaret run` was started in).
     pub workdir: Option<String>,
+    /// Why the session starts in `workdir`: what a directory missing inside
+    /// means.
+    pub workdir_from: WorkdirFrom,
     /// Variables for this session's processes only.
     pub env: SessionEnv,
     /// `Some`: no session, one control request (`lazaret ps`, `lazaret
     /// stop`); answered with one record, then the connection closes. The
     /// configuration need not match the running Domain's.
     pub control: Option<Control>,
+    /// The ports this client asks to be published (its profile's and its
+    /// `-p`): a session is refused when one of them is not published by
+    /// the running Domain, since ports are set when the Domain starts.
+    pub ports: Vec<crate::plan::PublishedPort>,
+    /// `lazaret run -d`: the session runs on a coordinator-owned PTY
+    /// (`tty` gives its size) with no client once it is accepted; its
+    /// output goes to a bounded ring buffer until `lazaret attach`.
+    pub detach: bool,
+    /// `Some`: no new session; attach this terminal to a running one
+    /// (`lazaret attach`). Its configuration need not match.
+    pub attach: Option<Attach>,
+}
+
+/// What `lazaret attach` asks for.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Attach {
+    /// A Session ID or a unique prefix of one; `None`: the Domain's only
+    /// detached session.
+    pub session: Option<String>,
+    pub rows: u16,
+    pub cols: u16,
 }
 
 impl Hello {
@@ -72,10 +100,31 @@ impl Hello {
             argv: None,
             tty: None,
             workdir: None,
+            workdir_from: WorkdirFrom::Cwd,
             env: SessionEnv::default(),
             control: Some(c),
+            ports: Vec::new(),
+            detach: false,
+            attach: None,
         }
     }
+}
+
+/// Where [`Hello::workdir`] came from, so that a directory that is not
+/// there inside gets the right answer: an error for one the developer
+/// named, a note naming the cause (checked on the host) for the directory
+/// `lazaret` happened to run in.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum WorkdirFrom {
+    /// The directory `lazaret run` runs in: missing inside, the session
+    /// starts in `/workspace` with a note.
+    Cwd,
+    /// As `Cwd`, and the host's ignore rules ignore it: the sandbox has
+    /// its own Ignored Workspace State there, which the note says.
+    CwdIgnored,
+    /// `-w/--workdir`: missing inside, the session fails (125) and runs
+    /// nothing.
+    Option,
 }
 
 /// A control request ([`Hello::control`]).
@@ -100,6 +149,29 @@ pub struct DomainStatus {
     /// The sandbox holder's PID (PID 1 of the Domain's PID namespace),
     /// for the memory of the Domain's processes.
     pub holder_pid: Option<i32>,
+    /// The ports the Domain publishes (set when it started).
+    pub ports: Vec<crate::plan::PublishedPort>,
+    /// One per Client Session, and per detached session that ended and
+    /// whose status nobody has collected yet.
+    pub session_list: Vec<SessionInfo>,
+}
+
+/// One Client Session, for `lazaret ps`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: String,
+    /// The command as the developer gave it (`None`: a login shell).
+    pub argv: Option<Vec<String>>,
+    /// Whether a terminal or client is attached.
+    pub attached: bool,
+    /// Whether it keeps running when its terminal goes (`run -d`,
+    /// `detach_on_hangup`).
+    pub detachable: bool,
+    pub since_unix_ms: u64,
+    /// How it ended while detached: its exit status, or `None` while it runs
+    /// (and for a session that failed to start: see `failed`).
+    pub exit_status: Option<i32>,
+    pub failed: bool,
 }
 
 /// Environment variables the developer gives one session's processes
@@ -171,6 +243,10 @@ pub enum ClientMsg {
         request_id: String,
         argv: Option<Vec<String>>,
     },
+    /// Detach this terminal from the session (`lazaret attach`'s
+    /// ctrl-p ctrl-q); the session goes on. Answered with
+    /// [`ServerMsg::Detached`].
+    Detach,
     /// How a host command this CLI ran for [`ServerMsg::RunHostCommand`]
     /// ended.
     HostCommandOutcome {
@@ -180,11 +256,14 @@ pub enum ClientMsg {
 }
 
 /// An approved host command, for the requesting session's CLI to run: the
-/// exact vector, by execve without a shell, in the host workspace.
+/// exact vector, by execve without a shell, in the host directory that
+/// corresponds to `cwd` (the CLI resolves it beneath the workspace).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HostCommand {
     pub request_id: String,
     pub argv: Vec<String>,
+    /// The request's directory inside the sandbox: the sandbox's words.
+    pub cwd: String,
     /// Who approved it: "the developer" or "auto-approval rule N".
     pub decided_by: String,
     /// Milliseconds the command may run; `None`: no timeout.
@@ -203,7 +282,8 @@ pub struct EscalationPrompt {
     pub session_id: String,
     /// The directory inside the sandbox the request was made from.
     pub cwd: String,
-    /// The host directory the command runs in (the host workspace).
+    /// The host workspace. The CLI shows the directory the command runs
+    /// in, which it derives from `cwd` beneath this.
     pub host_dir: String,
     pub argv: Vec<String>,
     pub justification: String,
@@ -251,4 +331,7 @@ pub enum ServerMsg {
     Status(DomainStatus),
     /// The answer to [`Control::Stop`].
     Stopping,
+    /// The answer to [`ClientMsg::Detach`]: the session goes on without
+    /// this terminal.
+    Detached,
 }

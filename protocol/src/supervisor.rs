@@ -70,6 +70,11 @@ pub struct SessionProcess {
     pub argv: Vec<String>,
     pub env: Vec<String>,
     pub cwd: String,
+    /// Whether set-user-ID programs take effect (no `no_new_privs`): the
+    /// profile's `user` reaches root with `sudo`. Within gVisor and the
+    /// sandbox's capability bound, so root inside has no more than it
+    /// has in a root session.
+    pub setuid: bool,
 }
 
 /// How a process ended.

@@ -1,9 +1,10 @@
 //! The suite's binaries and each one's [`Confinement`]: the data the
 //! binaries apply and print, and the confinement tests apply too.
 
+use crate::abi::{Available, Feature};
 use crate::caps;
 use crate::describe::{Capabilities, Confinement, Status};
-use crate::ruleset::{Landlock, Rule, Scoping};
+use crate::ruleset::{Landlock, Rule};
 use landlock::{Access, AccessFs, AccessNet, BitFlags, ABI};
 
 /// Every binary of the suite, in the order of the README's authority
@@ -39,24 +40,32 @@ pub fn get(binary: &str) -> Option<Confinement> {
     })
 }
 
-/// The Landlock ABI the whole suite needs: the highest any binary's
-/// ruleset requires (each applies its own as a hard requirement, so a
-/// kernel below it cannot start a Domain). `lazaret doctor` checks it.
-pub fn required_landlock_abi() -> i32 {
+/// Every confinement with a landlock layer: the suite's binaries and the
+/// two described by name only (`lazaret-supervisor-scan`,
+/// `lazaret-netpolicy-watch`). `lazaret doctor` reports them all.
+pub fn landlocked() -> Vec<Confinement> {
     SUITE
         .iter()
         .chain(&["lazaret-supervisor-scan", "lazaret-netpolicy-watch"])
-        .filter_map(|b| get(b)?.landlock.map(|l| l.abi as i32))
-        .max()
-        .unwrap_or(1)
+        .filter_map(|b| get(b))
+        .filter(|c| c.landlock.is_some())
+        .collect()
 }
 
-/// For `--print-confinement`: prints `binary`'s confinement on stdout and
-/// exits 0 (1 if this build does not describe it).
+/// For `--print-confinement`: prints `binary`'s confinement on stdout,
+/// then what of it this kernel enforces, and exits 0 (1 if this build does
+/// not describe it, 125 for a bad [`crate::abi::TEST_CAP_ENV`]).
 pub fn print_and_exit(binary: &str) -> ! {
     match get(binary) {
         Some(c) => {
             print!("{}", c.print());
+            match Available::detect() {
+                Ok(a) => print!("{}", c.on_kernel(&a).unwrap_or_default()),
+                Err(e) => {
+                    eprintln!("{binary}: {e}");
+                    std::process::exit(125)
+                }
+            }
             std::process::exit(0)
         }
         None => {
@@ -68,7 +77,8 @@ pub fn print_and_exit(binary: &str) -> ! {
 
 // ---------------------------------------------------------------- netpolicy
 
-/// The landlock ABI `lazaret-netpolicy` requires (Linux 6.12).
+/// The newest landlock ABI whose rights `lazaret-netpolicy` uses (Linux
+/// 6.12); it runs from ABI 1 with what the kernel offers.
 pub const NETPOLICY_ABI: ABI = ABI::V6;
 /// `/proc/sys/net/ipv6/conf` of the enforcement namespace.
 pub const PLACE_ENFORCEMENT_IPV6: &str =
@@ -91,7 +101,7 @@ pub fn netpolicy() -> Confinement {
             abi: NETPOLICY_ABI,
             fs: AccessFs::from_all(NETPOLICY_ABI),
             net: AccessNet::BindTcp.into(),
-            scoping: Scoping::Required,
+            scoped: true,
             rules: vec![
                 Rule {
                     place: PLACE_ENFORCEMENT_IPV6,
@@ -108,6 +118,10 @@ pub fn netpolicy() -> Confinement {
             notes: vec![
                 "TCP: no bind; connect_tcp: a second layer, once the policy is read, allows only the probe targets' ports (`probe`), none for `install`",
             ],
+            below: vec![(
+                Feature::Tcp,
+                "it may then bind and connect TCP wherever the enforcement and sandbox network namespaces reach (the second layer is left out too); it holds CAP_NET_ADMIN over the enforcement namespace, whose routes it installs anyway, and reads only the host's canonical policy and the probe's answers",
+            )],
         }),
         seccomp: true,
         notes: vec![
@@ -150,10 +164,11 @@ fn no_files_no_tcp(opened_before: &'static str) -> Landlock {
         abi: NETPOLICY_ABI,
         fs: AccessFs::from_all(NETPOLICY_ABI),
         net: AccessNet::from_all(NETPOLICY_ABI),
-        scoping: Scoping::Required,
+        scoped: true,
         rules: vec![],
         require_full: true,
         notes: vec![opened_before, "TCP: no bind, no connect"],
+        below: vec![],
     }
 }
 
@@ -184,8 +199,9 @@ pub fn dns_filter() -> Confinement {
 
 // ---------------------------------------------------------------- mount router
 
-/// The landlock ABI `lazaret-mount-router` requires (`REFER`, `TRUNCATE`,
-/// TCP restrictions).
+/// The newest landlock ABI whose file system and TCP rights
+/// `lazaret-mount-router` uses (`REFER`, `TRUNCATE`, TCP); it scopes too
+/// (ABI 6) and runs from ABI 1 with what the kernel offers.
 pub const ROUTER_ABI: ABI = ABI::V4;
 pub const PLACE_WORKSPACE: &str = "the workspace";
 pub const PLACE_STATE: &str = "the Domain's Ignored Workspace State";
@@ -225,7 +241,7 @@ pub fn mount_router() -> Confinement {
             abi: ROUTER_ABI,
             fs: AccessFs::from_all(ROUTER_ABI),
             net: AccessNet::from_all(ROUTER_ABI),
-            scoping: Scoping::BestEffort,
+            scoped: true,
             rules: vec![
                 rule(PLACE_WORKSPACE, store, true),
                 rule(PLACE_STATE, store, true),
@@ -234,10 +250,20 @@ pub fn mount_router() -> Confinement {
                 rule(PLACE_EXCLUDES, AccessFs::ReadFile.into(), false),
                 rule(PLACE_INFO_EXCLUDE, AccessFs::ReadFile.into(), false),
             ],
-            require_full: false,
+            require_full: true,
             notes: vec![
                 "TCP: no bind, no connect",
                 "no mount or unmount once confined (landlock forbids it)",
+            ],
+            below: vec![
+                (
+                    Feature::Refer,
+                    "in the sandbox, renaming or linking a file into another directory of the workspace fails with EXDEV (`mv` copies instead; programs that rename across directories fail)",
+                ),
+                (
+                    Feature::Scopes,
+                    "tgkill is for its own threads and abort; a compromised router could signal the developer's processes (they share its host uid), a denial of service, with no other authority over them",
+                ),
             ],
         }),
         seccomp: true,
@@ -250,8 +276,9 @@ pub fn mount_router() -> Confinement {
 
 // ---------------------------------------------------------------- coordinator
 
-/// The landlock ABI `lazaret-coordinator` requires (ioctl on the PTY
-/// devices is ABI 5; abstract unix socket scoping ABI 6).
+/// The newest landlock ABI whose rights `lazaret-coordinator` uses (ioctl
+/// on the PTY devices is ABI 5); it runs from ABI 1 with what the kernel
+/// offers.
 pub const COORDINATOR_ABI: ABI = ABI::V6;
 pub const PLACE_DOMAIN_ROOT: &str = "the Domain Root";
 pub const PLACE_CATALOG: &str = "the Storage Catalog's files (catalog.redb, storage-catalog.lock)";
@@ -283,7 +310,7 @@ pub fn coordinator() -> Confinement {
             abi: COORDINATOR_ABI,
             fs: AccessFs::from_all(COORDINATOR_ABI),
             net: AccessNet::from_all(COORDINATOR_ABI),
-            scoping: Scoping::None,
+            scoped: false,
             rules: vec![
                 Rule {
                     place: PLACE_DOMAIN_ROOT,
@@ -311,6 +338,7 @@ pub fn coordinator() -> Confinement {
                 "no execute anywhere; TCP: no bind, no connect",
                 "signals are not scoped: it signals the sessions' exec bridges (children of lazaret-supervisor) through their pidfds",
             ],
+            below: vec![],
         }),
         seccomp: true,
         notes: vec![
@@ -323,7 +351,8 @@ pub fn coordinator() -> Confinement {
 
 // ---------------------------------------------------------------- mailbox
 
-/// The landlock ABI `lazaret-mailbox` requires (Linux 6.12).
+/// The newest landlock ABI whose rights `lazaret-mailbox` uses (Linux
+/// 6.12); it runs from ABI 1 with what the kernel offers.
 pub const MAILBOX_ABI: ABI = ABI::V6;
 pub const PLACE_MAILBOX_REQUESTS: &str = "the Escalation Mailbox's request directory";
 /// The reader's address space: the binary, one request of at most 64 KiB
@@ -346,7 +375,7 @@ pub fn mailbox() -> Confinement {
             abi: MAILBOX_ABI,
             fs: AccessFs::from_all(MAILBOX_ABI),
             net: AccessNet::from_all(MAILBOX_ABI),
-            scoping: Scoping::Required,
+            scoped: true,
             rules: vec![Rule {
                 place: PLACE_MAILBOX_REQUESTS,
                 access: AccessFs::ReadFile
@@ -357,6 +386,7 @@ pub fn mailbox() -> Confinement {
             }],
             require_full: true,
             notes: vec!["TCP: no bind, no connect"],
+            below: vec![],
         }),
         seccomp: true,
         notes: vec![
@@ -393,7 +423,7 @@ pub fn supervisor_scan() -> Confinement {
             abi: SCAN_ABI,
             fs: AccessFs::from_all(SCAN_ABI),
             net: AccessNet::from_all(SCAN_ABI),
-            scoping: Scoping::Required,
+            scoped: true,
             rules: vec![
                 Rule {
                     place: PLACE_SCAN_UPPER,
@@ -408,6 +438,10 @@ pub fn supervisor_scan() -> Confinement {
             ],
             require_full: true,
             notes: vec!["TCP: no bind, no connect; nothing writable"],
+            below: vec![(
+                Feature::Scopes,
+                "tgkill is for its own abort; a compromised scan could signal the developer's processes (they share its host uid), a denial of service: it only lists names and their lstat",
+            )],
         }),
         seccomp: true,
         notes: vec![
@@ -494,5 +528,90 @@ pub fn escalate() -> Confinement {
         landlock: None,
         seccomp: false,
         notes: vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::Kernel;
+
+    /// Where seccomp does not cover a feature an older kernel lacks, the
+    /// description says what is lost and why the binary still runs.
+    #[test]
+    fn every_uncovered_feature_is_explained() {
+        for c in landlocked() {
+            let l = c.landlock.as_ref().unwrap();
+            for f in l.features() {
+                let hand = l.below.iter().any(|(g, _)| *g == f);
+                assert!(
+                    c.below(f).is_ok() || hand,
+                    "{}: {f:?} below ABI {} is neither covered by seccomp nor explained",
+                    c.binary,
+                    f.abi()
+                );
+            }
+            for (f, _) in &l.below {
+                assert!(
+                    l.features().contains(f),
+                    "{}: a note on {f:?}, which it does not use",
+                    c.binary
+                );
+            }
+            assert!(!c.print().contains("UNEXPLAINED"), "{}", c.print());
+        }
+    }
+
+    /// The report at each capped ABI names exactly the features the ABI
+    /// lacks, with the ABI each needs; at 0 the binary refuses.
+    #[test]
+    fn the_report_at_each_abi_names_what_is_not_enforced() {
+        for cap in 0..=7 {
+            let a = Available {
+                kernel: Kernel::Abi(7),
+                cap: Some(cap),
+            };
+            for c in landlocked() {
+                let r = c.on_kernel(&a).unwrap();
+                if cap == 0 {
+                    assert!(r.contains("this binary refuses to run"), "{r}");
+                    continue;
+                }
+                assert!(
+                    r.starts_with(&format!("landlock on this kernel: Landlock ABI {cap}")),
+                    "{r}"
+                );
+                for f in c.landlock.as_ref().unwrap().features() {
+                    let line = format!(
+                        "{}: {} (kernel Landlock ABI {cap}{}, needs {})",
+                        f.name(),
+                        if f == Feature::Refer {
+                            "unavailable"
+                        } else {
+                            "not enforced"
+                        },
+                        if cap < 7 { " as capped" } else { "" },
+                        f.abi()
+                    );
+                    assert_eq!(
+                        r.contains(&line),
+                        cap < f.abi(),
+                        "{}: {line}\n{r}",
+                        c.binary
+                    );
+                }
+                assert!(!r.contains("UNEXPLAINED"), "{r}");
+            }
+        }
+        // The brief's example: Debian 12's 6.1 (ABI 2).
+        let deb12 = Available {
+            kernel: Kernel::Abi(2),
+            cap: None,
+        };
+        let r = netpolicy().on_kernel(&deb12).unwrap();
+        assert!(
+            r.contains("network connect and bind restriction (TCP): not enforced (kernel Landlock ABI 2, needs 4)"),
+            "{r}"
+        );
     }
 }

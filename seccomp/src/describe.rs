@@ -1,8 +1,9 @@
 //! [`Confinement`]: one binary's authority, applied and printed from the
 //! same data.
 
+use crate::abi::{Available, Feature};
 use crate::caps::{self, Capability};
-use crate::ruleset::{fs_rights, net_rights, Landlock, Place, Scoping};
+use crate::ruleset::{fs_rights, net_rights, Landlock, Place};
 use crate::{BpfProgram, ConfineError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -133,7 +134,10 @@ impl Confinement {
             None => {
                 let _ = writeln!(s, "landlock: none");
             }
-            Some(l) => print_landlock(&mut s, l),
+            Some(l) => {
+                print_landlock(&mut s, l);
+                self.print_below(&mut s, l);
+            }
         }
         if self.seccomp {
             print_seccomp(&mut s, self.binary);
@@ -148,14 +152,244 @@ impl Confinement {
         }
         s
     }
+
+    /// [`Confinement::print`], then what of it this kernel enforces
+    /// ([`Confinement::on_kernel`]).
+    pub fn print_on_this_kernel(&self) -> String {
+        let mut s = self.print();
+        match Available::detect() {
+            Ok(a) => s.push_str(&self.on_kernel(&a).unwrap_or_default()),
+            Err(e) => {
+                let _ = writeln!(s, "landlock on this kernel: {e}");
+            }
+        }
+        s
+    }
+
+    /// What seccomp does about `f`, which landlock lacks below its ABI:
+    /// `Ok(why it is covered)`, or `Err(what is left uncovered)`.
+    pub fn below(&self, f: Feature) -> Result<String, String> {
+        let allow = Allowed::of(self.binary);
+        match f {
+            Feature::Refer => Ok("the kernel then refuses every rename and link across directories (EXDEV), even beneath the places whose rules allow them: stricter than the rules".into()),
+            Feature::Truncate if !allow.any("truncate") && !allow.any("ftruncate") => Ok("covered by seccomp: neither truncate(2) nor ftruncate(2) is allowed (O_TRUNC needs write_file, which landlock grants beneath the places only)".into()),
+            Feature::Truncate if !allow.any("truncate") => Ok("covered by seccomp: no truncate(2); ftruncate(2) and O_TRUNC need a descriptor open for writing, which landlock grants beneath the places only".into()),
+            Feature::Truncate => Err("seccomp allows truncate(2)".into()),
+            Feature::Tcp if !allow.socket(libc::AF_INET) && !allow.socket(libc::AF_INET6) => Ok(format!("covered by seccomp: {}", allow.sockets())),
+            Feature::Tcp => Err("seccomp allows TCP sockets".into()),
+            Feature::IoctlDev => match allow.ioctls() {
+                Some(cmds) => Ok(format!("covered by seccomp: {cmds}")),
+                None => Err("seccomp allows ioctl(2) with any command".into()),
+            },
+            Feature::Scopes => {
+                let unix = if allow.socket(libc::AF_UNIX) {
+                    Err("abstract unix sockets are not (seccomp allows AF_UNIX sockets)".to_string())
+                } else {
+                    Ok(format!("abstract unix sockets are ({})", allow.sockets()))
+                };
+                let signals: Vec<&str> = SIGNAL_CALLS.iter().copied().filter(|c| allow.any(c)).collect();
+                let sig = if signals.is_empty() {
+                    Ok("signals are (no system call that signals another process)".to_string())
+                } else {
+                    Err(format!("signals are not (seccomp allows {})", signals.join(", ")))
+                };
+                match (unix, sig) {
+                    (Ok(u), Ok(g)) => Ok(format!("covered by seccomp: {u}; {g}")),
+                    (u, g) => Err(format!(
+                        "{}; {}",
+                        u.map_or_else(|e| e, |o| format!("covered by seccomp: {o}")),
+                        g.unwrap_or_else(|e| e)
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The stable part about older kernels: what each feature's absence
+    /// means, and the `older kernels:` line of the authority table.
+    fn print_below(&self, s: &mut String, l: &Landlock) {
+        let mut short = Vec::new();
+        for f in l.features() {
+            let why = self.below(f);
+            let hand = l.below.iter().find(|(g, _)| *g == f).map(|(_, w)| *w);
+            let line = match (&why, hand) {
+                (Ok(w), None) => w.clone(),
+                (Ok(w), Some(h)) => format!("{w}; {h}"),
+                (Err(w), Some(h)) => format!("{w}: {h}"),
+                (Err(w), None) => format!("{w}: UNEXPLAINED"),
+            };
+            let _ = writeln!(
+                s,
+                "  below ABI {}: {} {}; {line}",
+                f.abi(),
+                f.name(),
+                if f == Feature::Refer {
+                    "unavailable"
+                } else {
+                    "not enforced"
+                }
+            );
+            short.push(format!(
+                "{} below {}: {}",
+                f.short(),
+                f.abi(),
+                match (f, &why) {
+                    (Feature::Refer, _) => "refused (stricter)",
+                    (_, Ok(_)) => "seccomp covers",
+                    (_, Err(_)) => "partly uncovered",
+                }
+            ));
+        }
+        let _ = writeln!(
+            s,
+            "older kernels: runs from Landlock ABI 1 (refuses without Landlock){}{}",
+            if short.is_empty() { "" } else { "; " },
+            short.join("; ")
+        );
+    }
+
+    /// What of its landlock layer is enforced on a kernel with `avail`,
+    /// for `--print-confinement` (after [`Confinement::print`]) and
+    /// `lazaret doctor`; `None` for a binary without landlock.
+    pub fn on_kernel(&self, avail: &Available) -> Option<String> {
+        let l = self.landlock.as_ref()?;
+        let mut s = String::new();
+        if let Some(why) = avail.missing() {
+            let _ = writeln!(
+                s,
+                "landlock on this kernel: none ({why}): this binary refuses to run"
+            );
+            return Some(s);
+        }
+        let abi = avail.effective();
+        let missing: Vec<Feature> = l
+            .features()
+            .into_iter()
+            .filter(|f| !avail.has(*f))
+            .collect();
+        let _ = writeln!(
+            s,
+            "landlock on this kernel: {avail}: {}",
+            if missing.is_empty() {
+                format!(
+                    "all of the above enforced (handled fs: {})",
+                    fs_rights(l.fs_at(abi))
+                )
+            } else {
+                format!("handled fs: {}", fs_rights(l.fs_at(abi)))
+            }
+        );
+        for f in missing {
+            let why = self.below(f).unwrap_or_else(|e| {
+                let hand = l
+                    .below
+                    .iter()
+                    .find(|(g, _)| *g == f)
+                    .map_or("UNEXPLAINED", |(_, w)| w);
+                format!("{e}: {hand}")
+            });
+            let _ = writeln!(
+                s,
+                "  {}: {} (kernel Landlock ABI {abi}{}, needs {}); {why}",
+                f.name(),
+                if f == Feature::Refer {
+                    "unavailable"
+                } else {
+                    "not enforced"
+                },
+                if avail.capped() { " as capped" } else { "" },
+                f.abi()
+            );
+        }
+        Some(s)
+    }
+}
+
+/// The system calls that signal another process.
+const SIGNAL_CALLS: &[&str] = &[
+    "kill",
+    "tkill",
+    "tgkill",
+    "pidfd_send_signal",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+];
+
+/// A binary's allow-list, by system call: the alternatives' conditions.
+struct Allowed(BTreeMap<String, Vec<Vec<CondJson>>>);
+
+impl Allowed {
+    fn of(binary: &str) -> Allowed {
+        let mut m: BTreeMap<String, Vec<Vec<CondJson>>> = BTreeMap::new();
+        let filters: Option<BTreeMap<String, FilterJson>> =
+            crate::policy(binary).and_then(|p| serde_json::from_str(p.json).ok());
+        if let Some(f) = filters.and_then(|mut f| f.remove(binary)) {
+            for r in f.filter {
+                m.entry(r.syscall).or_default().push(r.args);
+            }
+        }
+        Allowed(m)
+    }
+
+    fn any(&self, call: &str) -> bool {
+        self.0.contains_key(call)
+    }
+
+    /// Whether some `socket` alternative admits `family`.
+    fn socket(&self, family: i32) -> bool {
+        self.0.get("socket").is_some_and(|alts| {
+            alts.iter().any(|conds| {
+                !conds
+                    .iter()
+                    .any(|c| c.index == 0 && op_is(&c.op, "eq") && c.val != family as u64)
+            })
+        })
+    }
+
+    /// "no socket(2)", or the families it admits.
+    fn sockets(&self) -> String {
+        match self.0.get("socket") {
+            None => "no socket(2)".into(),
+            Some(alts) => {
+                let mut fams: Vec<String> = alts
+                    .iter()
+                    .filter_map(|conds| {
+                        conds
+                            .iter()
+                            .find(|c| c.index == 0)
+                            .map(|c| c.comment.clone().unwrap_or_else(|| c.val.to_string()))
+                    })
+                    .collect();
+                fams.dedup();
+                format!("socket(2) only for {}", fams.join(", "))
+            }
+        }
+    }
+
+    /// `None` when some alternative admits any command.
+    fn ioctls(&self) -> Option<String> {
+        let Some(alts) = self.0.get("ioctl") else {
+            return Some("no ioctl(2)".into());
+        };
+        let mut cmds = Vec::new();
+        for conds in alts {
+            let c = conds.iter().find(|c| c.index == 1 && op_is(&c.op, "eq"))?;
+            cmds.push(c.comment.clone().unwrap_or_else(|| c.val.to_string()));
+        }
+        Some(format!("ioctl(2) only with {}", cmds.join(", ")))
+    }
+}
+
+fn op_is(op: &serde_json::Value, name: &str) -> bool {
+    op.as_str() == Some(name)
 }
 
 fn print_landlock(s: &mut String, l: &Landlock) {
     let places: Vec<&str> = l.rules.iter().map(|r| r.place).collect();
     let _ = writeln!(
         s,
-        "landlock: (hard requirement ABI {}) {} place{}: {}",
-        l.abi as i32,
+        "landlock: (ABI 1 or later; all of it from ABI {}) {} place{}: {}",
+        l.newest(),
         places.len(),
         if places.len() == 1 { "" } else { "s" },
         places.join("; ")
@@ -173,11 +407,10 @@ fn print_landlock(s: &mut String, l: &Landlock) {
     let _ = writeln!(
         s,
         "  scoped: {}",
-        match l.scoping {
-            Scoping::None => "nothing",
-            Scoping::BestEffort =>
-                "abstract unix sockets and signals outside the domain (where the kernel has ABI 6)",
-            Scoping::Required => "abstract unix sockets and signals outside the domain",
+        if l.scoped {
+            "abstract unix sockets and signals outside the domain"
+        } else {
+            "nothing"
         }
     );
     for r in &l.rules {

@@ -14,6 +14,7 @@
 //!   holds the suite's, [`table`] turns their printed forms into the
 //!   README's authority table.
 
+pub mod abi;
 pub mod binaries;
 pub mod caps;
 mod describe;
@@ -55,8 +56,12 @@ pub enum ConfineError {
     },
     #[error("cannot drop capabilities: {0}")]
     Caps(std::io::Error),
-    #[error("landlock ABI {abi} is required ({detail}); run on a kernel with that ABI and landlock in the `lsm=` boot list")]
+    #[error("landlock (at ABI {abi}): {detail}")]
     Landlock { abi: i32, detail: String },
+    #[error("refusing to run without Landlock: {0}")]
+    NoLandlock(String),
+    #[error(transparent)]
+    BadCap(#[from] abi::BadCap),
     #[error("landlock: no handle for {0:?}, which this binary's rules require")]
     MissingPlace(&'static str),
     #[error("seccomp: {0}")]

@@ -5,6 +5,7 @@
 //! ([`Place`]). Printing uses the names, so a binary's printed confinement
 //! is the same on every machine.
 
+use crate::abi::{Available, Feature};
 use crate::ConfineError;
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
@@ -29,67 +30,112 @@ pub struct Place<'a> {
     pub fd: BorrowedFd<'a>,
 }
 
-/// How the scopes of ABI 6 (abstract unix sockets, signals) are applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scoping {
-    None,
-    /// Where the kernel has ABI 6.
-    BestEffort,
-    Required,
-}
-
-/// One landlock layer.
+/// One landlock layer, written for the newest ABI whose rights it
+/// handles ([`Landlock::abi`]) and cut down, feature by feature
+/// ([`Feature`]), to the ABI this process may use
+/// ([`crate::abi::Available`]): every right of that ABI is a hard
+/// requirement, nothing newer is asked for, and no ABI at all (0) is an
+/// error.
 #[derive(Debug, Clone)]
 pub struct Landlock {
-    /// The ABI handling `fs` and `net` needs (a hard requirement).
+    /// The newest ABI whose rights `fs` and `net` hold.
     pub abi: ABI,
     /// Handled (denied unless a rule allows) file system rights.
     pub fs: BitFlags<AccessFs>,
     /// Handled network rights: denied entirely, unless `connect_ports`.
     pub net: BitFlags<AccessNet>,
-    pub scoping: Scoping,
+    /// Scope abstract unix sockets and signals to the domain (ABI 6).
+    pub scoped: bool,
     pub rules: Vec<Rule>,
     /// Fail unless the kernel reports the ruleset fully enforced.
     pub require_full: bool,
     /// What the rules leave out or a later layer adds, printed as is.
     pub notes: Vec<&'static str>,
+    /// For a feature whose loss on an older kernel seccomp does not cover
+    /// (see [`crate::Confinement::below`]): what is lost, and why the
+    /// binary still runs without it.
+    pub below: Vec<(Feature, &'static str)>,
 }
 
-fn ll(abi: ABI) -> impl Fn(&dyn std::fmt::Display) -> ConfineError {
+fn ll(abi: i32) -> impl Fn(&dyn std::fmt::Display) -> ConfineError {
     move |e| ConfineError::Landlock {
-        abi: abi as i32,
+        abi,
         detail: e.to_string(),
     }
 }
 
 impl Landlock {
+    /// The file system rights handled at `abi` (0 to 7...).
+    pub fn fs_at(&self, abi: i32) -> BitFlags<AccessFs> {
+        self.fs & AccessFs::from_all(ABI::from(abi.min(self.abi as i32)))
+    }
+
+    /// The ABI from which all of it is enforced.
+    pub fn newest(&self) -> i32 {
+        self.features()
+            .iter()
+            .map(|f| f.abi())
+            .chain([self.abi as i32])
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// The features this layer loses below their ABI.
+    pub fn features(&self) -> Vec<Feature> {
+        Feature::ALL
+            .into_iter()
+            .filter(|f| match f {
+                Feature::Refer => self
+                    .rules
+                    .iter()
+                    .any(|r| r.access.contains(AccessFs::Refer)),
+                Feature::Truncate => self.fs.contains(AccessFs::Truncate),
+                Feature::Tcp => !self.net.is_empty(),
+                Feature::IoctlDev => self.fs.contains(AccessFs::IoctlDev),
+                Feature::Scopes => self.scoped,
+            })
+            .collect()
+    }
+
     /// Restricts this thread (and what it starts) to the rules, each
-    /// place bound to the handles in `places` of the same name.
+    /// place bound to the handles in `places` of the same name, at the
+    /// ABI of this kernel (and [`crate::abi::TEST_CAP_ENV`]).
     pub fn restrict_self(&self, places: &[Place<'_>]) -> Result<(), ConfineError> {
-        let ll = ll(self.abi);
+        let avail = Available::detect()?;
+        self.restrict_self_at(places, &avail)
+    }
+
+    fn restrict_self_at(
+        &self,
+        places: &[Place<'_>],
+        avail: &Available,
+    ) -> Result<(), ConfineError> {
+        if let Some(why) = avail.missing() {
+            return Err(ConfineError::NoLandlock(why));
+        }
+        let abi = avail.effective();
+        let ll = ll(abi);
+        let fs = self.fs_at(abi);
         let mut attr = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(self.fs)
+            .handle_access(fs)
             .map_err(|e| ll(&e))?;
-        if !self.net.is_empty() {
+        if !self.net.is_empty() && avail.has(Feature::Tcp) {
             attr = attr.handle_access(self.net).map_err(|e| ll(&e))?;
         }
-        attr = match self.scoping {
-            Scoping::None => attr,
-            Scoping::BestEffort => attr
-                .set_compatibility(CompatLevel::BestEffort)
-                .scope(Scope::from_all(ABI::V6))
-                .map_err(|e| ll(&e))?
-                .set_compatibility(CompatLevel::HardRequirement),
-            Scoping::Required => attr.scope(Scope::from_all(ABI::V6)).map_err(|e| ll(&e))?,
-        };
+        if self.scoped && avail.has(Feature::Scopes) {
+            attr = attr.scope(Scope::from_all(ABI::V6)).map_err(|e| ll(&e))?;
+        }
         let mut rs = attr.create().map_err(|e| ll(&e))?;
         for rule in &self.rules {
             let mut bound = false;
+            let access = rule.access & fs;
             for p in places.iter().filter(|p| p.place == rule.place) {
-                rs = rs
-                    .add_rule(PathBeneath::new(p.fd, rule.access))
-                    .map_err(|e| ll(&e))?;
+                if !access.is_empty() {
+                    rs = rs
+                        .add_rule(PathBeneath::new(p.fd, access))
+                        .map_err(|e| ll(&e))?;
+                }
                 bound = true;
             }
             if rule.required && !bound {
@@ -112,8 +158,17 @@ impl Landlock {
 }
 
 /// A later layer: TCP connect only to `ports` (none: no TCP connect).
+/// Below ABI 4 there is no TCP restriction to add, and the layer is left
+/// out (the binary's description says so).
 pub fn connect_only(ports: &[u16]) -> Result<(), ConfineError> {
-    let ll = ll(ABI::V4);
+    let avail = Available::detect()?;
+    if let Some(why) = avail.missing() {
+        return Err(ConfineError::NoLandlock(why));
+    }
+    if !avail.has(Feature::Tcp) {
+        return Ok(());
+    }
+    let ll = ll(avail.effective());
     let mut rs = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessNet::ConnectTcp)

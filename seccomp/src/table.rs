@@ -19,8 +19,8 @@ fn cell(s: &str) -> String {
 /// A markdown table: one row per `(binary, printed confinement)`.
 pub fn markdown(printed: &[(&str, String)]) -> String {
     let mut out = String::from(
-        "| binary | runs as | capabilities | landlock | seccomp | namespaces | confined |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| binary | runs as | capabilities | landlock | on older kernels | seccomp | namespaces | confined |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for (binary, p) in printed {
         let confined = match field(p, "confined") {
@@ -28,10 +28,14 @@ pub fn markdown(printed: &[(&str, String)]) -> String {
             _ => format!("no: {}", field(p, "reason")),
         };
         out.push_str(&format!(
-            "| `{binary}` | {} | {} | {} | {} | {} | {} |\n",
+            "| `{binary}` | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(field(p, "runs as")),
             cell(field(p, "capabilities")),
             cell(field(p, "landlock")),
+            cell(match field(p, "older kernels") {
+                "" => "-",
+                o => o,
+            }),
             cell(field(p, "seccomp")),
             cell(field(p, "namespaces")),
             cell(&confined),

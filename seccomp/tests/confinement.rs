@@ -15,8 +15,17 @@
 //! holds capabilities to drop). Without landlock it prints `skipping:`
 //! (a failure under `LAZARET_TESTS_MUST_RUN=1`).
 //!
+//! All of it runs at every Landlock ABI from 1 to the kernel's, capped
+//! with `LAZARET_TEST_LANDLOCK_ABI` in the child: at each, the features
+//! the ABI lacks are shown not enforced (truncating a file outside every
+//! place works below ABI 3, TCP below 4, signalling the parent below 6,
+//! a rename across directories fails with EXDEV at 1) and those it has
+//! enforced, as `--print-confinement` reports; at cap 0 every binary
+//! refuses to confine.
+//!
 //! Adding a binary: add its name to [`CONFINED`].
 
+use lazaret_seccomp::abi::{Feature, Kernel, TEST_CAP_ENV};
 use lazaret_seccomp::binaries;
 use lazaret_seccomp::ruleset::Place;
 use std::collections::BTreeSet;
@@ -48,14 +57,30 @@ const SKIP: i32 = 20;
 fn main() {
     let mut failed = Vec::new();
     let mut skipped = Vec::new();
-    for b in CONFINED {
-        for check in [Check::Seccomp, Check::Landlock, Check::Caps] {
-            match run_case(b, check) {
-                Ok(()) => println!("ok: {b} {check:?}"),
-                Err(Outcome::Skip(why)) => skipped.push(format!("{b} {check:?}: {why}")),
-                Err(Outcome::Fail(why)) => {
-                    println!("FAILED: {b} {check:?}: {why}");
-                    failed.push(format!("{b} {check:?}"));
+    let kernel = Kernel::detect().abi();
+    if kernel < 1 {
+        skipped.push(format!(
+            "no Landlock on this kernel ({:?})",
+            Kernel::detect()
+        ));
+    }
+    for cap in (0..=kernel).rev() {
+        for b in CONFINED {
+            let checks: &[Check] = if cap == 0 {
+                &[Check::Refused]
+            } else {
+                &[Check::Seccomp, Check::Landlock, Check::Caps]
+            };
+            for &check in checks {
+                match run_case(b, check, cap) {
+                    Ok(()) => println!("ok: ABI {cap}: {b} {check:?}"),
+                    Err(Outcome::Skip(why)) => {
+                        skipped.push(format!("ABI {cap}: {b} {check:?}: {why}"))
+                    }
+                    Err(Outcome::Fail(why)) => {
+                        println!("FAILED: ABI {cap}: {b} {check:?}: {why}");
+                        failed.push(format!("ABI {cap}: {b} {check:?}"));
+                    }
                 }
             }
         }
@@ -78,6 +103,9 @@ enum Check {
     Seccomp,
     Landlock,
     Caps,
+    /// At cap 0: confining must fail (no Landlock: refuse, never run
+    /// unconfined).
+    Refused,
 }
 
 enum Outcome {
@@ -109,11 +137,15 @@ fn setup(binary: &str) -> Setup {
         let d = tmp.path().join(format!("place{i}"));
         std::fs::create_dir(&d).unwrap();
         std::fs::write(d.join("f"), b"inside").unwrap();
+        std::fs::create_dir(d.join("a")).unwrap();
+        std::fs::create_dir(d.join("b")).unwrap();
+        std::fs::write(d.join("a/x"), b"moved").unwrap();
         places.push((r.place, d));
     }
     let outside = tmp.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
     std::fs::write(outside.join("f"), b"outside").unwrap();
+    std::fs::write(outside.join("t"), b"truncated below ABI 3").unwrap();
     Setup {
         _tmp: tmp,
         places,
@@ -132,7 +164,7 @@ fn allowed_syscalls(binary: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn run_case(binary: &'static str, check: Check) -> Result<(), Outcome> {
+fn run_case(binary: &'static str, check: Check, cap: i32) -> Result<(), Outcome> {
     let s = setup(binary);
     let allowed = allowed_syscalls(binary);
     let (name, nr) = *FORBIDDEN
@@ -149,7 +181,9 @@ fn run_case(binary: &'static str, check: Check) -> Result<(), Outcome> {
         )));
     }
     if pid == 0 {
-        let code = child(binary, check, &s, nr);
+        // SAFETY (of set_var): the child is single-threaded.
+        std::env::set_var(TEST_CAP_ENV, cap.to_string());
+        let code = child(binary, check, &s, nr, cap);
         // SAFETY: _exit only ends this process.
         unsafe { libc::_exit(code) };
     }
@@ -185,7 +219,7 @@ fn open_path(p: &Path) -> OwnedFd {
 }
 
 /// Runs in the child: confine, then try. The exit code is the verdict.
-fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long) -> i32 {
+fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long, cap: i32) -> i32 {
     if !rustix::process::getuid().is_root() {
         // SAFETY: a single-threaded child; unshare takes flags only.
         if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
@@ -212,10 +246,27 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
     // (the DNS filter's) would kill it for: it is checked under landlock
     // alone; the seccomp check applies both.
     let mut conf = conf;
-    if matches!(check, Check::Landlock) {
+    if matches!(check, Check::Landlock | Check::Refused) {
         conf.seccomp = false;
     }
-    if let Err(e) = conf.apply(&places, &filters) {
+    let applied = conf.apply(&places, &filters);
+    if let Check::Refused = check {
+        return match applied {
+            Err(lazaret_seccomp::ConfineError::NoLandlock(why)) => {
+                if why.contains(TEST_CAP_ENV) {
+                    0
+                } else {
+                    eprintln!("child: refused for another reason: {why}");
+                    12
+                }
+            }
+            other => {
+                eprintln!("child: at ABI 0 it did not refuse: {other:?}");
+                11
+            }
+        };
+    }
+    if let Err(e) = applied {
         eprintln!("child: cannot confine as {binary}: {e}");
         return match e {
             lazaret_seccomp::ConfineError::Landlock { .. } => SKIP,
@@ -241,12 +292,14 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
                 }
             }
             match std::fs::read(s.outside.join("f")) {
-                Err(e) if e.raw_os_error() == Some(libc::EACCES) => 0,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {}
                 other => {
                     eprintln!("child: a file outside every place: {other:?}");
-                    6
+                    return 6;
                 }
             }
+            let l = conf.landlock.as_ref().expect("landlock");
+            by_abi(l, s, cap)
         }
         Check::Caps => {
             // read, not pread: every allow-list has `read`
@@ -290,5 +343,101 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long)
             }
             0
         }
+        Check::Refused => unreachable!("returned above"),
     }
+}
+
+/// In the child, confined at `cap`: each feature the layer uses is
+/// enforced exactly when the ABI has it. The exit code is the verdict.
+fn by_abi(l: &lazaret_seccomp::ruleset::Landlock, s: &Setup, cap: i32) -> i32 {
+    let errno = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error());
+    let features = l.features();
+    for f in features {
+        let has = cap >= f.abi();
+        let (got, want_on, want_off): (Option<i32>, Option<i32>, Option<i32>) = match f {
+            Feature::Truncate => (
+                errno(truncate(&s.outside.join("t"))),
+                Some(libc::EACCES),
+                None,
+            ),
+            Feature::Refer => {
+                // The first place's rule grants refer (checked by
+                // `features`... of any rule): use the place that does.
+                let Some((_, d)) = s.places.iter().find(|(p, _)| {
+                    l.rules
+                        .iter()
+                        .any(|r| r.place == *p && r.access.contains(landlock::AccessFs::Refer))
+                }) else {
+                    continue;
+                };
+                (
+                    errno(std::fs::rename(d.join("a/x"), d.join("b/x"))),
+                    None,
+                    Some(libc::EXDEV),
+                )
+            }
+            Feature::Tcp => {
+                let connect = l.net.contains(landlock::AccessNet::ConnectTcp);
+                let r = tcp(connect);
+                if !has && r == Some(libc::EACCES) {
+                    eprintln!("child: TCP denied below ABI 4");
+                    return 13;
+                }
+                if has && r != Some(libc::EACCES) {
+                    eprintln!(
+                        "child: TCP {} at ABI {cap}: {r:?}",
+                        if connect { "connect" } else { "bind" }
+                    );
+                    return 13;
+                }
+                continue;
+            }
+            Feature::IoctlDev => continue, // no device among the places here
+            Feature::Scopes => (
+                // SAFETY: signal 0 only checks permission.
+                errno(if unsafe { libc::kill(libc::getppid(), 0) } == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }),
+                Some(libc::EPERM),
+                None,
+            ),
+        };
+        let want = if has { want_on } else { want_off };
+        if got != want {
+            eprintln!(
+                "child: {} at ABI {cap} (needs {}): errno {got:?}, expected {want:?}",
+                f.name(),
+                f.abi()
+            );
+            return 14;
+        }
+    }
+    0
+}
+
+/// truncate(2) by path, to 0 (not open + ftruncate: opening for writing
+/// is landlock's write_file, of every ABI).
+fn truncate(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL");
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::truncate(c.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The errno of a TCP connect to (or bind on) 127.0.0.1, if any.
+fn tcp(connect: bool) -> Option<i32> {
+    use rustix::net::{bind, connect as conn, socket, AddressFamily, SocketAddrV4, SocketType};
+    let sock = socket(AddressFamily::INET, SocketType::STREAM, None).ok()?;
+    let r = if connect {
+        conn(&sock, &SocketAddrV4::new([127, 0, 0, 1].into(), 9))
+    } else {
+        bind(&sock, &SocketAddrV4::new([127, 0, 0, 1].into(), 0))
+    };
+    r.err().map(|e| e.raw_os_error())
 }

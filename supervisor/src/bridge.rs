@@ -107,6 +107,7 @@ pub fn start(
         &process.env,
         &process.cwd,
         req.tty,
+        process.setuid,
         &plan.limits,
     );
     let pid_file = pid_file(plan, &req.session);

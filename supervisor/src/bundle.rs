@@ -135,6 +135,7 @@ pub fn exec_process_json(
     env: &[String],
     cwd: &str,
     terminal: bool,
+    setuid: bool,
     limits: &lazaret_protocol::plan::SandboxLimits,
 ) -> Value {
     json!({
@@ -144,7 +145,7 @@ pub fn exec_process_json(
         "env": env,
         "cwd": cwd,
         "capabilities": capabilities(),
-        "noNewPrivileges": true,
+        "noNewPrivileges": !setuid,
         "rlimits": crate::limits::oci_rlimits(limits),
     })
 }

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod fdno;
 pub mod limits;
 pub mod network;
+pub mod ports;
 pub mod router;
 pub mod volumes;
 

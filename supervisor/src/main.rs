@@ -174,6 +174,15 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
         Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
         None => None,
     };
+    // The published ports' host sides, bound here in the host's network
+    // namespace, only at the addresses asked for: a taken one fails the
+    // start before the holder exists. Only the holder keeps them.
+    let host_ports = match &plan.network {
+        Some(n) => lazaret_supervisor::ports::into_raw(
+            lazaret_supervisor::ports::bind_host(&n.ports).map_err(|e| (exit::START_FAILED, e))?,
+        ),
+        None => Vec::new(),
+    };
     let ready_w_raw = ready_w.as_raw_fd();
     let uplink_r_raw = uplink_r.as_raw_fd();
     let host_netlink_raw = host_netlink.as_ref().map(|f| f.as_raw_fd());
@@ -186,9 +195,16 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     let (holder, holder_fd) = userns::clone_mapped_pidfd(&plan.id_map, flags, || {
         // SAFETY: closing the clone's copy of the channel, which it never uses.
         unsafe { libc::close(channel.as_fd().as_raw_fd()) };
-        holder_main(&plan, ready_w_raw, uplink_r_raw, host_netlink_raw)
+        holder_main(
+            &plan,
+            ready_w_raw,
+            uplink_r_raw,
+            host_netlink_raw,
+            &host_ports,
+        )
     })
     .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    drop(lazaret_supervisor::ports::from_raw(&host_ports));
     drop(ready_w);
     drop(uplink_r);
     drop(host_netlink);
@@ -669,17 +685,24 @@ fn holder_main(
     ready_w: i32,
     uplink_r: i32,
     host_netlink: Option<i32>,
+    host_ports: &[i32],
 ) -> isize {
     // SAFETY: ready_w is the pipe's write end, inherited by the clone.
     let mut ready = unsafe { std::fs::File::from_raw_fd(ready_w) };
     // SAFETY: the host netlink socket is the supervisor's, inherited by
     // the clone, which takes its copy over.
     let host_netlink = host_netlink.map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
-    match holder_start(plan, uplink_r, host_netlink) {
+    let host_ports = lazaret_supervisor::ports::from_raw(host_ports);
+    match holder_start(plan, uplink_r, host_netlink, host_ports) {
         Ok((mut runsc, essential)) => {
             let _ = writeln!(ready, "running");
             drop(ready);
-            holder_wait(plan, &mut runsc, essential)
+            let code = holder_wait(plan, &mut runsc, essential);
+            // Returning from the clone would end this thread only (glibc's
+            // clone ends it with exit(2)), and the published ports' relay
+            // threads would keep the holder alive: end them all.
+            // SAFETY: _exit ends the process; nothing runs after it.
+            unsafe { libc::_exit(code as i32) }
         }
         Err(msg) => {
             let _ = writeln!(ready, "error {msg}");
@@ -698,6 +721,7 @@ fn holder_start(
     plan: &SandboxPlan,
     uplink_r: i32,
     host_netlink: Option<std::os::fd::OwnedFd>,
+    host_ports: Vec<std::net::TcpListener>,
 ) -> Result<(std::process::Child, Vec<Essential>), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
@@ -732,7 +756,7 @@ fn holder_start(
 
     // The network first: policy installed and probe passed, or no sandbox.
     let mut net = match (&plan.network, host_netlink) {
-        (Some(n), Some(h)) => Some(network::setup_in_holder(n, uplink_r, h)?),
+        (Some(n), Some(h)) => Some(network::setup_in_holder(n, uplink_r, h, host_ports)?),
         (Some(_), None) => return Err("network: no host netlink socket".into()),
         (None, _) => {
             // SAFETY: uplink_r is our inherited copy of the pipe's read

@@ -8,6 +8,8 @@
 //!                        │     each address the host gains; reads them through a host
 //!                        │     netlink socket the supervisor bound before the holder existed)
 //!                        ├── slirp4netns B (in U + N1, so N1's routes apply) ── tap0 of N2
+//!                        ├── with published ports: their forwards in slirp B, and the
+//!                        │     relay from the host sockets to them (`crate::ports`)
 //!                        ├── lazaret-netpolicy probe (from N2: denied refused, resolvers answer)
 //!                        └── runsc run --network=sandbox, spec netns = /proc/K/ns/net
 //! ```
@@ -188,11 +190,13 @@ fn step(stage: &str) -> impl Fn(String) -> String + '_ {
 /// In the holder (PID 1 of the Domain's PID namespace, root of U, in N1),
 /// after `/proc` is mounted: everything up to a passed probe. `uplink_r`
 /// delivers one byte once slirp A configured N1's tap0; `host_netlink`
-/// is [`host_address_socket`]'s.
+/// is [`host_address_socket`]'s; `host_ports` are the published ports'
+/// host sockets ([`crate::ports::bind_host`]), in `net.ports`' order.
 pub fn setup_in_holder(
     net: &SandboxNetwork,
     uplink_r: RawFd,
     host_netlink: OwnedFd,
+    host_ports: Vec<std::net::TcpListener>,
 ) -> Result<HolderNet, String> {
     let keeper = fork_keeper().map_err(step("sandbox namespace"))?;
     let netns_path = format!("/proc/{keeper}/ns/net");
@@ -256,6 +260,10 @@ pub fn setup_in_holder(
     .map_err(step("resolver"))?;
 
     let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+    if !net.ports.is_empty() {
+        crate::ports::publish(&net.api_socket_dir, &net.ports, host_ports)
+            .map_err(step("published ports"))?;
+    }
     wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
         .map_err(step("host addresses"))?;
     lazaret_helpers::timeline::mark("holder", "host-watch-ready");
@@ -416,10 +424,15 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
         "--ready-fd=3",
         "--netns-type=path",
         netns_path,
-        "tap0",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
+    ]);
+    if !net.ports.is_empty() {
+        // Relative to its working directory, the Domain's run directory
+        // (never mounted into the sandbox): slirp4netns binds it before
+        // it enters its own sandbox. `crate::ports` removes it again.
+        cmd.arg(format!("--api-socket={}", crate::ports::API_SOCKET))
+            .current_dir(&net.api_socket_dir);
+    }
+    cmd.arg("tap0").stdin(Stdio::null()).stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
     unblock_and_die_with_parent(&mut cmd);
     let mut child = cmd

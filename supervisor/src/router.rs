@@ -26,6 +26,11 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         // append). Only this mount namespace's processes can reach it.
         .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
+        .args(
+            r.inside_owner
+                .iter()
+                .flat_map(|(u, g)| ["--inside-owner".to_string(), format!("{u}:{g}")]),
+        )
         .args(r.protected_paths.iter().flat_map(|p| ["--protect", p]))
         .args(
             r.rules_baseline

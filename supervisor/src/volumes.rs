@@ -214,6 +214,7 @@ mod tests {
             rules_baseline: None,
             state_max_bytes: None,
             git_dir: None,
+            inside_owner: None,
         };
         // A single file: bound directly, no router started.
         let mut p = plan(&bundle, &file);

@@ -104,6 +104,8 @@ fn a_network_policy_whose_digest_differs_is_refused_before_anything_starts() {
         attachment: "test".into(),
         dns_filter: None,
         host_watch_log: run.join("host-addresses.log"),
+        ports: vec![],
+        api_socket_dir: run.join("net"),
     });
     let bytes = postcard::to_stdvec(&p).unwrap();
     let (msg, code) = supervise(&bytes, &memfd::digest(&bytes));

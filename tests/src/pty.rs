@@ -64,8 +64,13 @@ impl Pty {
 
     /// Starts `lazaret ARGS` with the PTY as its controlling terminal.
     pub fn spawn(&self, ws: &Workspace, args: &[&str]) -> Session {
+        self.spawn_term(ws, args, "xterm")
+    }
+
+    /// [`Pty::spawn`] with the host terminal's type `term`.
+    pub fn spawn_term(&self, ws: &Workspace, args: &[&str], term: &str) -> Session {
         let mut cmd = ws.lazaret(args);
-        cmd.env("TERM", "xterm")
+        cmd.env("TERM", term)
             .stdin(Stdio::from(self.slave.try_clone().unwrap()))
             .stdout(Stdio::from(self.slave.try_clone().unwrap()))
             .stderr(Stdio::from(self.slave.try_clone().unwrap()));

@@ -128,9 +128,7 @@ fn global_options_go_before_or_after_the_subcommand() {
     assert_refused_125(&out, "agent");
     // A command that does not use an option refuses it by name.
     assert_refused_125(
-        &ws.lazaret(&["--profile", "agent", "state", "list"])
-            .output()
-            .unwrap(),
+        &ws.lazaret(&["--profile", "agent", "df"]).output().unwrap(),
         "does not take --profile",
     );
     assert_refused_125(
@@ -185,19 +183,53 @@ fn workdir_chooses_where_the_session_starts() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "/workspace/sub\n");
-    // A directory that is not there inside: /workspace, with a note (as
-    // for a Git-ignored start directory).
+    // A directory named with -w that is not there inside: an error (125),
+    // and the command never runs.
     let out = ws
-        .lazaret(&["run", "-w", "missing", "pwd"])
+        .lazaret(&["run", "-w", "missing", "sh", "-c", "echo ran"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "/workspace\n");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
     assert!(
-        text(&out.stderr).contains("/workspace/missing is not in the sandbox"),
+        text(&out.stderr).contains("-w /workspace/missing: no such directory in the sandbox"),
         "{}",
         text(&out.stderr)
     );
+    // The directory `lazaret` runs in, when it is not there inside: the
+    // session starts in /workspace with a note, which blames Git-ignored
+    // paths only when the host's rules ignore that directory.
+    let out = ws.host_sh("echo 'build/' > .gitignore && mkdir -p build/out");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A host-side edit of a rules file applies within the router's cache
+    // time (docs/how-it-works.md: rules re-checked after 100 ms, names
+    // cached for 1 s), and the Domain of the runs above may still be up:
+    // a session joining it within 100 ms of its last rules check would
+    // still route `build` by the rules as they were.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = lazaret_in(&ws, &ws.path.join("build/out"), &["run", "pwd"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "/workspace\n");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("/workspace/build/out is Git-ignored on the host"),
+        "{err}"
+    );
+    // Options `run` does not know, before the command: errors naming the
+    // option, never the command (issue 29).
+    for (args, opt) in [
+        (&["run", "--rm", "true"][..], "--rm"),
+        (&["run", "-it", "true"][..], "-i"),
+        (&["run", "--bogus", "true"][..], "--bogus"),
+    ] {
+        let out = ws.lazaret(args).output().unwrap();
+        assert_refused_125(&out, opt);
+        assert!(
+            text(&out.stderr).contains("-- "),
+            "the error says to put -- before a command starting with -: {}",
+            text(&out.stderr)
+        );
+    }
     // Outside /workspace: refused before anything starts.
     for w in ["/tmp", "..", "/workspace/../etc"] {
         let out = ws.lazaret(&["run", "-w", w, "pwd"]).output().unwrap();
@@ -205,6 +237,17 @@ fn workdir_chooses_where_the_session_starts() {
         assert!(out.stdout.is_empty());
     }
     assert_domain_gone(&ws.domain_id("default"));
+}
+
+/// The check named `name` of a `doctor --json` document.
+fn doctor_check(doc: &serde_json::Value, name: &str) -> serde_json::Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name}: {doc}"))
 }
 
 /// Parses stdout as one JSON document.
@@ -340,6 +383,49 @@ fn completions_and_man_pages_come_from_the_parser() {
             std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(body.contains(".TH"), "{page}");
     }
+    // Every page ends with examples and the exit code table.
+    let mut pages = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let body = std::fs::read_to_string(&p).unwrap();
+        let command = p.file_stem().unwrap().to_str().unwrap().replace('-', " ");
+        let ex = body.find(".SH EXAMPLES").unwrap_or_else(|| panic!("{p:?}"));
+        let codes = body
+            .find(".SH \"EXIT STATUS\"")
+            .unwrap_or_else(|| panic!("{p:?}"));
+        assert!(ex < codes, "{p:?}");
+        assert!(
+            body[ex..codes].contains(&format!("\\fB{command}")),
+            "{p:?}: {}",
+            &body[ex..]
+        );
+        for code in [
+            "\\fB0\\fR",
+            "\\fB1\\fR",
+            "\\fB2\\fR",
+            "\\fB125\\fR",
+            "126, 127, 128+N",
+        ] {
+            assert!(body[codes..].contains(code), "{p:?}: {code}");
+        }
+        pages += 1;
+    }
+    assert!(pages > 20, "{pages} pages");
+    let stop = std::fs::read_to_string(dir.join("lazaret-stop.1")).unwrap();
+    assert!(stop.contains("did not stop within its bound"), "{stop}");
+    // man renders them as sections (when it is installed).
+    let shown = env.sh(&format!(
+        "command -v man >/dev/null || exit 0; MANWIDTH=120 man -l '{}' 2>&1",
+        dir.join("lazaret-logs.1").display()
+    ));
+    let shown = text(&shown.stdout);
+    if !shown.is_empty() {
+        assert!(
+            shown.contains("EXAMPLES") && shown.contains("EXIT STATUS"),
+            "{shown}"
+        );
+        assert!(shown.contains("lazaret logs --json -f"), "{shown}");
+    }
     let run = std::fs::read_to_string(dir.join("lazaret-run.1")).unwrap();
     assert!(run.contains("workdir"), "{run}");
     assert!(
@@ -378,10 +464,19 @@ fn exit_codes_follow_the_table() {
     assert_eq!(code(&["state", "reset", "--all"]), Some(2));
     // 2 as well for every command refused while the Domain is active.
     let mut running = ws.lazaret(&["run", "--", "sleep", "60"]).spawn().unwrap();
-    let domain = ws.domain_root("default");
+    // Serving the session, not only listening: a command that finds the
+    // Domain starting waits for it instead of refusing.
+    let id = ws.domain_id("default");
     assert!(lazaret_tests::eventually(
         std::time::Duration::from_secs(60),
-        || domain.join("run/coordinator.sock").exists()
+        || {
+            let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
+            })
+        }
     ));
     let verify = code(&["state", "verify"]);
     let reset = code(&["state", "reset", "--all", "--yes"]);
@@ -434,13 +529,7 @@ fn install_puts_everything_in_place_and_uninstall_removes_it() {
     // The installed lazaret finds its helpers.
     let out = sh(&format!("'{}' doctor --json", bin.display()));
     let doc = json(&out, "installed doctor --json");
-    let helpers = doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "Lazaret's helper binaries")
-        .cloned()
-        .unwrap_or_else(|| panic!("{doc}"));
+    let helpers = doctor_check(&doc, "Lazaret's helper binaries");
     assert_eq!(helpers["status"], "ok", "{helpers}");
     assert!(
         helpers["detail"]
@@ -501,4 +590,86 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Issue 29: as root, `run` refuses and says to run Lazaret as the
+/// ordinary user; doctor says so too and never advises giving root
+/// subordinate IDs; a broken configuration is a failing doctor check, and
+/// `ps` and `stop --all` still work with it.
+#[test]
+fn root_is_told_to_run_as_the_user_and_a_broken_config_blocks_nothing_needed() {
+    let env = require_env!();
+    let ws = env.workspace("asroot");
+    if rustix::process::geteuid().is_root() {
+        let lazaret = env.bin.join("lazaret");
+        let out = std::process::Command::new(&lazaret)
+            .args(["run", "true"])
+            .current_dir(&ws.path)
+            .output()
+            .unwrap();
+        assert_refused_125(&out, "without sudo");
+        let out = std::process::Command::new(&lazaret)
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        let doc = json(&out, "doctor --json as root");
+        let check = |name: &str| doctor_check(&doc, name);
+        assert_eq!(check("user")["status"], "fail", "{doc}");
+        let sub = check("subordinate uids");
+        assert!(
+            !sub["fix"].as_str().unwrap_or("").contains("usermod"),
+            "doctor advised root to take subordinate IDs: {sub}"
+        );
+    }
+    // A running Domain, then a broken configuration.
+    let mut session = ws
+        .lazaret(&["run", "--", "sleep", "120"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = ws.domain_id("default");
+    // Running, its session in: a Domain still starting is only waited for.
+    assert!(lazaret_tests::eventually(
+        std::time::Duration::from_secs(60),
+        || {
+            let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
+            })
+        }
+    ));
+    ws.write_config("[profiles.default]\nnetwork = 7\n");
+    let out = ws.lazaret(&["doctor", "--json"]).output().unwrap();
+    let doc = json(&out, "doctor --json");
+    let config = doctor_check(&doc, "configuration");
+    assert_eq!(config["status"], "fail", "{config}");
+    assert!(
+        config["detail"]
+            .as_str()
+            .unwrap()
+            .contains("config.toml:2:"),
+        "{config}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = ws.lazaret(&["ps"]).output().unwrap();
+    assert!(out.status.success(), "ps: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&id[..12]),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+    // By ID (`stop --all` goes the same way, but would stop the Domains
+    // of the tests running beside this one).
+    let out = ws.lazaret(&["stop", &id]).output().unwrap();
+    assert!(out.status.success(), "stop: {}", text(&out.stderr));
+    let _ = session.wait();
+    assert_domain_gone(&id);
 }

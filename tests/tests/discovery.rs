@@ -62,7 +62,8 @@ fn a_subdirectory_runs_in_the_repositorys_domain_and_starts_there() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "/workspace\n");
     assert!(
-        text(&out.stderr).contains("/workspace/build/out is not in the sandbox"),
+        text(&out.stderr)
+            .contains("/workspace/build/out is Git-ignored on the host and not in the sandbox"),
         "{}",
         text(&out.stderr)
     );
@@ -141,5 +142,18 @@ fn a_directory_outside_any_repository_is_the_workspace_with_a_note() {
         plain.as_os_str().to_string_lossy().as_bytes(),
     )
     .to_string();
+    assert_domain_gone(&id);
+    // Said once per Domain, not at every run (issue 29).
+    let out = ws
+        .lazaret(&["run", "--", "true"])
+        .current_dir(&plain)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("is not a Git repository's top level"),
+        "the note came again: {}",
+        text(&out.stderr)
+    );
     assert_domain_gone(&id);
 }

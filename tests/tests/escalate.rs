@@ -200,13 +200,20 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
     ] {
         assert!(reset.contains(mode), "{mode:?} is not reset: {reset:?}");
     }
+    // The header line may be painted (bold yellow on a terminal, unless
+    // NO_COLOR): only Lazaret's own constant colour.
+    let cleared = format!("\x1b[0m\x1b[1;24r\x1b[24;1H{}\x1b[H\x1b[J", "\n".repeat(24));
     assert!(
-        reset.ends_with(&format!(
-            "\x1b[0m\x1b[1;24r\x1b[24;1H{}\x1b[H\x1b[J-- lazaret: ",
-            "\n".repeat(24)
-        )),
+        reset.ends_with(&format!("{cleared}-- lazaret: "))
+            || reset.ends_with(&format!("{cleared}\x1b[1;33m-- lazaret: ")),
         "the prompt does not reset and clear the terminal first: {reset:?}"
     );
+    // The header's colour ends with the header (SGR 0): Lazaret's own.
+    let painted_end = b"Host Escalation request --\x1b[0m\r\n";
+    if region.starts_with(painted_end) {
+        let at = "Host Escalation request --".len();
+        region.drain(at..at + 4);
+    }
     // Lazaret's status request, right before the question, is its own.
     let before_question = b"\r\n\x1b[5nRun ";
     let sync = region
@@ -226,7 +233,7 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         "a C1 control or another non-ASCII character reached the terminal: {shown:?}"
     );
     let lines: Vec<&str> = shown.split("\r\n").collect();
-    // Title, six fields, the command (over two rows, broken between
+    // Title, seven fields, the command (over two rows, broken between
     // arguments), the question carrying it: nothing else, in this order.
     let labels = [
         "Host Escalation request --",
@@ -236,6 +243,7 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         "  justification: harmless\\n  command:       \"/bin/true\"\\nRun",
         "  sandbox cwd:   /tmp/\\x1b[31mred\\u{9b}K",
         "  runs on host:  in /",
+        "  host env:      PATH (yours)",
         "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\"",
         "                 \"x\\r  command:       \\\"/bin/true\\\"\"",
         "Run \"/bin/echo\" \"\\x1b]0;",
@@ -261,18 +269,18 @@ fn hostile_request_fields_cannot_reach_the_terminal_or_imitate_the_layout() {
         None => assert_eq!(dir, host),
     }
     assert_eq!(
-        lines[7],
+        lines[8],
         "  command:       \"/bin/echo\" \"\\x1b]0;pwned\\x07\\x1b[1A\""
     );
     assert_eq!(
-        lines[8],
+        lines[9],
         "                 \"x\\r  command:       \\\"/bin/true\\\"\""
     );
     assert!(
-        lines[9].contains("...[cut ")
-            && lines[9].ends_with(" bytes] on the host? [a]pprove [d]eny [e]dit: "),
+        lines[10].contains("...[cut ")
+            && lines[10].ends_with(" bytes] on the host? [a]pprove [d]eny [e]dit: "),
         "{}",
-        lines[9]
+        lines[10]
     );
 
     pty.send("d");

@@ -450,7 +450,7 @@ fn gc_removes_unleased_images_and_keeps_leased_ones() {
         leased.iter().any(|r| r.0 == used && r.3 == 1),
         "the running Domain holds no lease on {used}: {leased:?}"
     );
-    let out = lazaret(&ws, &["image", "rm", &used[..16]]);
+    let out = lazaret(&ws, &["image", "rm", "--yes", &used[..16]]);
     assert_eq!(
         out.status.code(),
         Some(125),
@@ -462,11 +462,24 @@ fn gc_removes_unleased_images_and_keeps_leased_ones() {
         text(&out.stderr)
     );
 
+    // gc lists what it would remove and asks: no terminal, no --yes, so
+    // nothing is removed (exit 2).
     let out = lazaret(&ws, &["image", "gc"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("remove  {}", &unused[..12])),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(published(&data).len(), 2, "gc removed without asking");
+    let out = lazaret(&ws, &["image", "gc", "--yes"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.contains(&format!("removed {unused}")), "{said}");
-    assert!(said.contains(&format!("kept {used}")), "{said}");
+    assert!(
+        said.contains(&format!("keep    {}", &used[..12])) && said.contains("(leased by a Domain)"),
+        "{said}"
+    );
     assert_eq!(published(&data), vec![used.clone()]);
     assert_eq!(list(&ws).len(), 1);
     // The running sandbox still reads its lower.
@@ -484,7 +497,24 @@ fn gc_removes_unleased_images_and_keeps_leased_ones() {
         list(&ws).iter().all(|r| r.3 == 0)
     });
     assert!(released, "the lease outlived the Domain: {:?}", list(&ws));
-    let out = lazaret(&ws, &["image", "gc"]);
+    // Unleased now, but the profile names it: gc keeps it unless --all.
+    let out = lazaret(&ws, &["image", "gc", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("named by profile default; --all removes it"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(published(&data), vec![used.clone()]);
+    // `image rm` takes the reference as the profile gives it.
+    let reference = format!("oci:{b}/layout:used");
+    let out = lazaret(&ws, &["image", "rm", &reference]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(published(&data), vec![used.clone()]);
+    let out = lazaret(&ws, &["image", "rm", "--yes", &reference]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("removed {used}")));
+    let out = lazaret(&ws, &["image", "gc", "--all", "--yes"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(published(&data).is_empty(), "{:?}", published(&data));
     assert!(list(&ws).is_empty());

@@ -23,7 +23,7 @@ fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         v.as_array().is_some_and(|a| {
             a.iter()
-                .any(|d| d["domain_id"] == id.as_str() && d["sessions"] == 1)
+                .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
         })
     }));
     let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
@@ -205,7 +205,7 @@ fn state_rm_and_prune_remove_inactive_domains_only() {
     assert!(eventually(Duration::from_secs(60), || sock.exists()));
     assert!(eventually(Duration::from_secs(30), || {
         let out = keep.lazaret(&["ps", "--json"]).output().unwrap();
-        text(&out.stdout).contains("\"sessions\": 1")
+        text(&out.stdout).contains("\"session_count\": 1")
     }));
     let out = keep.lazaret(&["state", "rm", "--yes"]).output().unwrap();
     assert!(!out.status.success());
@@ -222,4 +222,82 @@ fn state_rm_and_prune_remove_inactive_domains_only() {
     assert!(!keep.domain_root("default").exists());
     // The workspace itself is untouched.
     assert!(keep.path.join("README").exists());
+}
+
+/// Issue 29, item 3: without --profile, commands that act on one Domain
+/// use the workspace's only Domain whatever its profile; with several
+/// they list them and refuse; with none they say so, never a raw OS error.
+#[test]
+fn the_workspaces_only_domain_is_the_one_meant() {
+    let env = require_env!();
+    let ws = env.workspace("obvious");
+    ws.write_config("[profiles.agent]\n");
+    // None yet: a plain message naming the workspace, no OS error.
+    for args in [&["logs"][..], &["escalations"][..], &["stop"][..]] {
+        let out = ws.lazaret(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("has no Domain of profile default"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("os error"), "{args:?}: {err}");
+    }
+    let out = ws
+        .lazaret(&["--profile", "agent", "run", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let agent = ws.domain_id("agent");
+    // The only Domain is agent's: every command finds it.
+    let out = ws.lazaret(&["logs"]).output().unwrap();
+    assert!(out.status.success(), "logs: {}", text(&out.stderr));
+    assert!(!out.stdout.is_empty(), "logs printed nothing");
+    let out = ws.lazaret(&["escalations", "--json"]).output().unwrap();
+    assert!(out.status.success(), "escalations: {}", text(&out.stderr));
+    let out = ws.lazaret(&["net", "show"]).output().unwrap();
+    assert!(out.status.success(), "net show: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("Domain {agent} (profile agent")),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = ws.lazaret(&["state", "inspect"]).output().unwrap();
+    assert!(out.status.success(), "state inspect: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&agent), "{}", text(&out.stdout));
+    // A second Domain in the workspace: no guess; both listed by profile.
+    let out = ws.lazaret(&["run", "true"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let default = ws.domain_id("default");
+    for args in [
+        &["logs"][..],
+        &["state", "inspect"][..],
+        &["net", "show"][..],
+    ] {
+        let out = ws.lazaret(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let err = text(&out.stderr);
+        assert!(err.contains("has 2 Domains"), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--profile agent  (Domain {agent})")),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("--profile default  (Domain {default})")),
+            "{err}"
+        );
+    }
+    // Naming one still works.
+    let out = ws
+        .lazaret(&["--profile", "agent", "logs"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_domain_gone(&agent);
+    assert_domain_gone(&default);
 }

@@ -228,7 +228,21 @@ fn state_list_shows_limits_and_usage_and_an_anchor_past_its_bound_stops_the_next
     let out = ws.run_sh("head -c 2000000 /dev/zero > /root/blob && echo wrote");
     assert_eq!(text(&out.stdout), "wrote\n", "{}", text(&out.stderr));
     lazaret_tests::assert_domain_gone(&ws.domain_id("default"));
+    // The compact list flags the Domain and says what to do.
     let list = ws.lazaret(&["state", "list"]).output().unwrap();
+    let s = text(&list.stdout);
+    let id = ws.domain_id("default");
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with(&id[..12]) && l.contains("!  1MiB each")),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("Domain {}: State Anchor /root holds", &id[..12]))
+            && s.contains("over limits.anchor_size 1MiB"),
+        "{s}"
+    );
+    let list = ws.lazaret(&["state", "list", "--long"]).output().unwrap();
     let s = text(&list.stdout);
     assert!(list.status.success(), "{s}{}", text(&list.stderr));
     assert!(
@@ -236,7 +250,6 @@ fn state_list_shows_limits_and_usage_and_an_anchor_past_its_bound_stops_the_next
         "{s}"
     );
     // This Domain's block (the list shows every Domain of the user).
-    let id = ws.domain_id("default");
     let head = format!("Domain {id}");
     let s: String = s
         .lines()

@@ -56,7 +56,7 @@ fn sixteen_clients_joining_and_leaving_all_get_their_results_and_nothing_grows()
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         v.as_array()?
             .iter()
-            .find(|d| d["domain_id"] == id.as_str() && d["sessions"].as_u64() >= Some(1))?;
+            .find(|d| d["domain_id"] == id.as_str() && d["session_count"].as_u64() >= Some(1))?;
         lazaret_tests::processes_mentioning(&id)
             .into_iter()
             .find(|(_, c)| c.contains("lazaret-coordinator"))

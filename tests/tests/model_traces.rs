@@ -39,7 +39,7 @@ argv = ["/bin/sleep", "60"]
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         v.as_array().is_some_and(|a| {
             a.iter()
-                .any(|d| d["domain_id"] == id.as_str() && d["sessions"] == 1)
+                .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
         })
     }));
     // A second session joins it: one request completes, another is

@@ -1,6 +1,6 @@
 //! POSIX semantics through the mount router equal the direct mount's.
 //!
-//! `pjdfstest` (from `../shared/tools/pjdfstest`, built static here) runs
+//! `pjdfstest` (vendored in `tests/vendor/pjdfstest`, built static here) runs
 //! inside the real sandbox in three placements at once: a tracked path
 //! and a Git-ignored path (both through the router), and a host
 //! directory bound directly as a volume. For every test file, no
@@ -35,13 +35,14 @@ const CI_FILES: &[&str] = &[
 /// with the reason (also in the README). None today.
 const EXCEPTIONS: &[(&str, &str)] = &[];
 
-fn shared_pjdfstest() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/pjdfstest")
+/// The suite, in this repository (a clone needs nothing beside it).
+fn vendored_pjdfstest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("vendor/pjdfstest")
 }
 
 /// Builds a static `pjdfstest` into a copy of the suite, once.
 fn build_pjdfstest(into: &Path) -> Result<(), String> {
-    let src = shared_pjdfstest();
+    let src = vendored_pjdfstest();
     if !src.join("pjdfstest.c").exists() {
         return Err(format!("no pjdfstest at {}", src.display()));
     }

@@ -90,14 +90,18 @@ pyte.ByteStream(screen).feed(sys.stdin.buffer.read())
 for row in screen.display:
     print(row.rstrip())
 odd = []
+header = set()
 for y in range(24):
     for x in range(80):
         c = screen.buffer[y][x]
-        if c.data != " " and (c.reverse or c.fg != "default" or c.bg != "default"):
+        style = f"{c.fg}/{c.bg}/bold={c.bold}/reverse={c.reverse}"
+        if y == 0 and c.data != " ":
+            header.add(style)
+        elif c.data != " " and (c.reverse or c.fg != "default" or c.bg != "default"):
             odd.append(f"{x},{y}")
 flags = {"DECSCNM": modes.DECSCNM, "DECOM": modes.DECOM, "IRM": modes.IRM, "DECTCEM": modes.DECTCEM, "DECAWM": modes.DECAWM}
 on = [k for k, v in flags.items() if v in screen.mode]
-print(f"cursor={screen.cursor.x},{screen.cursor.y} hidden={screen.cursor.hidden} margins={screen.margins} charset={screen.charset} modes={','.join(sorted(on))} odd={' '.join(odd[:20])}")
+print(f"cursor={screen.cursor.x},{screen.cursor.y} hidden={screen.cursor.hidden} margins={screen.margins} charset={screen.charset} modes={','.join(sorted(on))} header={' '.join(sorted(header))} odd={' '.join(odd[:20])}")
 "#;
 
 fn pyte_screen(py: &str, bytes: &[u8]) -> (Vec<String>, String) {
@@ -134,6 +138,7 @@ fn assert_screen(screen: &[String], what: &str) -> usize {
         "  justification: routine",
         "  sandbox cwd:   /workspace",
         "  runs on host:  in /",
+        "  host env:      PATH (yours)",
     ];
     for (i, label) in labels.iter().enumerate() {
         assert!(
@@ -142,22 +147,22 @@ fn assert_screen(screen: &[String], what: &str) -> usize {
         );
     }
     assert_eq!(
-        screen[7],
+        screen[8],
         format!("  command:       {REAL}"),
         "{what}: the command row:\n{all}"
     );
     assert_eq!(
-        screen[8].trim_end(),
+        screen[9].trim_end(),
         real_question(),
         "{what}: the question row:\n{all}"
     );
-    for (i, row) in screen.iter().enumerate().skip(9) {
+    for (i, row) in screen.iter().enumerate().skip(10) {
         assert!(
             row.trim().is_empty(),
             "{what}: row {i} is not blank:\n{all}"
         );
     }
-    8
+    9
 }
 
 #[test]
@@ -183,9 +188,11 @@ fn a_prompt_after_hostile_output_shows_the_real_command() {
     let row = assert_screen(&screen, "pyte");
     // The cursor right after the question, the whole screen as the
     // scroll region, ASCII, autowrap and the cursor on, no insert, origin
-    // or reverse-video mode, and every cell drawn plain.
+    // or reverse-video mode, the header in Lazaret's one colour (bold
+    // yellow: the terminal is one, NO_COLOR unset) and every other cell
+    // drawn plain.
     let at_question = format!("cursor={},{row} hidden=False", real_question().len() + 1);
-    let plain = "charset=0 modes=DECAWM,DECTCEM odd=";
+    let plain = "charset=0 modes=DECAWM,DECTCEM header=brown/default/bold=True/reverse=False odd=";
     assert!(
         [
             format!("{at_question} margins=None {plain}"),

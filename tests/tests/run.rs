@@ -761,3 +761,35 @@ fn each_installed_runsc_starts_a_domain_with_its_network() {
         assert_domain_gone(&id);
     }
 }
+
+/// A package installed with apt without a terminal prints no `E:` line
+/// (issue 29): runsc releases that refuse the `TIOCSCTTY` apt's child
+/// issues on its pseudo-terminal get an image whose apt does not open one.
+/// Meaningful on those releases: the smoke subset runs it on 20221219.
+#[test]
+fn apt_without_a_terminal_installs_without_an_error_line() {
+    let env = require_env!();
+    let ws = env.workspace("apt-notty");
+    // A local package apt installs with no network and no package lists.
+    let out = ws.run_sh(
+        "set -e; d=$(mktemp -d); mkdir -p $d/pkg/DEBIAN $d/pkg/usr/bin; \
+         printf 'Package: lzapt\\nVersion: 1\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: t\\n' > $d/pkg/DEBIAN/control; \
+         printf '#!/bin/sh\\necho lzapt-ok\\n' > $d/pkg/usr/bin/lzapt; chmod 755 $d/pkg/usr/bin/lzapt; \
+         dpkg-deb --build $d/pkg /tmp/lzapt.deb >/dev/null; \
+         apt-get install -y /tmp/lzapt.deb </dev/null; lzapt",
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        text(&out.stdout).ends_with("lzapt-ok\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        !err.lines()
+            .chain(text(&out.stdout).lines())
+            .any(|l| l.starts_with("E:")),
+        "apt printed an error line on success:\n{err}"
+    );
+    assert_domain_gone(&ws.domain_id("default"));
+}

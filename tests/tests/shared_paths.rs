@@ -281,7 +281,7 @@ fn an_image_committed_from_a_domain_holds_nothing_of_its_shared_paths() {
     );
     assert_eq!(ok(&out), "installed\ndone\n");
     let out = one
-        .lazaret(&["image", "rm", &format!("local:{name}")])
+        .lazaret(&["image", "rm", "--yes", &format!("local:{name}")])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));

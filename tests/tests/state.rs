@@ -338,3 +338,108 @@ fn sandbox_chosen_names_reach_the_terminal_escaped() {
         .to_string();
     assert_eq!(unescape(&entry).as_deref(), Some(&b"\x1b[2J\xff"[..]));
 }
+
+/// Issue 29, item 1: `lazaret df` counts what Lazaret keeps by allocated
+/// blocks, reading the files the sandbox's subordinate IDs own (which `du`
+/// as the developer cannot), a sparse file by its data.
+#[test]
+fn df_counts_images_anchors_and_ignored_state_by_allocated_blocks() {
+    let env = require_env!();
+    let ws = env.workspace("df");
+    let out = ws.host_sh("echo 'big/' > .gitignore");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    run(
+        &ws,
+        "mkdir -p /workspace/big && head -c 3000000 /dev/urandom > /workspace/big/f \
+         && truncate -s 10G /workspace/big/sparse \
+         && mkdir -p /opt/df && head -c 2000000 /dev/urandom > /opt/df/blob \
+         && chmod 000 /opt/df/blob && echo ok",
+    );
+    let out = ws.lazaret(&["df", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = ws.domain_id("default");
+    let d = v["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["domain_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no Domain {id} in {v}"));
+    let n = |k: &str| d[k].as_u64().unwrap_or_else(|| panic!("{k} in {d}"));
+    let ignored = n("ignored_bytes");
+    assert!(
+        (3_000_000..8_000_000).contains(&ignored),
+        "Ignored Workspace State counted {ignored} bytes for 3 MB of data and a 10 GiB sparse file"
+    );
+    let anchors = n("anchors_bytes");
+    assert!(
+        (2_000_000..50_000_000).contains(&anchors),
+        "State Anchors counted {anchors} bytes for a 2 MB file (mode 000, owned inside)"
+    );
+    assert!(n("total_bytes") >= ignored + anchors, "{d}");
+    assert_eq!(d["profile"], "default");
+    let images = v["images"].as_array().unwrap();
+    assert!(
+        images
+            .iter()
+            .any(|i| i["bytes"].as_u64().unwrap_or(0) > 1_000_000),
+        "{v}"
+    );
+    assert!(v["total_bytes"].as_u64().unwrap() >= n("total_bytes"));
+    // The text form names each part.
+    let out = ws.lazaret(&["df"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    for word in [
+        "images",
+        "Domains",
+        "State Anchors",
+        "Ignored Workspace State",
+        "shared paths",
+        "total",
+    ] {
+        assert!(t.contains(word), "{word}: {t}");
+    }
+    assert_domain_gone(&id);
+}
+
+/// Issue 29, item 4: resetting /usr after a package was installed resets
+/// /etc and /var with it, so dpkg's database never lists files that are
+/// gone (and apt installs the package again); `--only` resets /usr alone,
+/// with a warning.
+#[test]
+fn reset_keeps_the_package_database_consistent() {
+    let env = require_env!();
+    let ws = env.workspace("pkgset");
+    // A real package, installed by dpkg inside (no network needed).
+    const INSTALL: &str = "set -e; d=$(mktemp -d); mkdir -p $d/DEBIAN $d/usr/bin; \
+        printf 'Package: lzhello\\nVersion: 1\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: t\\n' > $d/DEBIAN/control; \
+        printf '#!/bin/sh\\necho hello\\n' > $d/usr/bin/lzhello; chmod 755 $d/usr/bin/lzhello; \
+        dpkg-deb --build $d /tmp/lzhello.deb >/dev/null; dpkg -i /tmp/lzhello.deb >/dev/null; lzhello";
+    const PROBE: &str = "dpkg -s lzhello >/dev/null 2>&1 && echo db=yes || echo db=no; \
+        test -x /usr/bin/lzhello && echo file=yes || echo file=no";
+    assert_eq!(run(&ws, INSTALL), "hello\n");
+    let out = state(&ws, &["reset", "/usr", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("also reset /etc /var"), "{said}");
+    assert_eq!(run(&ws, PROBE), "db=no\nfile=no\n");
+    // Installed again without complaint, then reset alone on request.
+    assert_eq!(run(&ws, INSTALL), "hello\n");
+    let out = state(&ws, &["reset", "/usr", "--only", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("warning: a package was installed"), "{said}");
+    assert!(!said.contains("also reset"), "{said}");
+    assert_eq!(run(&ws, PROBE), "db=yes\nfile=no\n");
+    // Nothing installed: /usr alone, no word of packages.
+    let clean = env.workspace("pkgset-clean");
+    run(&clean, "echo x > /usr/local/lz-file");
+    let out = state(&clean, &["reset", "/usr", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).contains("also reset"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -114,3 +114,38 @@ fn terminal_is_untouched_when_start_up_fails() {
     pty.expect(0, "error", Duration::from_secs(5));
     assert!(same_modes(&before, &pty.modes()));
 }
+
+#[test]
+fn a_terminal_type_the_image_has_no_terminfo_for_falls_back_with_a_note() {
+    let env = require_env!();
+    let ws = env.workspace("pty-term");
+    let short = Duration::from_secs(60);
+    // kitty's own name: the default image (bookworm's ncurses-term) has
+    // `kitty`, not `xterm-kitty`.
+    for (term, want, note) in [
+        ("xterm-kitty", "xterm-256color", true),
+        ("kitty", "kitty", false),
+        ("alacritty", "alacritty", false),
+    ] {
+        let pty = Pty::new();
+        let mut child = pty.spawn_term(
+            &ws,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "echo term=$TERM cols=$(tput cols) rc=$?",
+            ],
+            term,
+        );
+        let at = pty.expect(0, &format!("term={want} cols=80 rc=0"), short);
+        assert_eq!(wait(&mut child, short), Some(0));
+        let seen = text(&pty.seen.lock().unwrap()[..at]);
+        let noted = seen.contains(&format!(
+            "lazaret: note: the image has no terminfo for TERM={term}: using TERM=xterm-256color"
+        ));
+        assert_eq!(noted, note, "{term}: {seen:?}");
+        assert!(!seen.contains("unknown terminal"), "{term}: {seen:?}");
+    }
+}

@@ -187,8 +187,12 @@ fn plain_and_unregistered_connections_are_refused_by_name() {
         argv: Some(vec!["true".into()]),
         tty: None,
         workdir: None,
+        workdir_from: lazaret_protocol::session::WorkdirFrom::Cwd,
         env: SessionEnv::default(),
         control: None,
+        ports: Vec::new(),
+        detach: false,
+        attach: None,
     };
     write_frame(&mut c, &hello).unwrap();
     let e = server.join().unwrap().unwrap_err();
