@@ -9,7 +9,7 @@
 use crate::escalation::{self, Client, Escalations, Replies, SessionEntry, Terminal};
 use crate::gate::Gate;
 use crate::lifecycle::{log, record};
-use crate::supervisor_link::{wait_exit, BridgeEvent, Link};
+use crate::supervisor_link::{wait_exit, BridgeEvent, BridgeExit, Link};
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::lifecycle::Event;
@@ -18,7 +18,7 @@ use lazaret_protocol::plan::CoordinatorInput;
 use lazaret_protocol::session::{
     ClientMsg, Control, DomainStatus, Hello, ServerMsg, Signal, WorkdirFrom, PROTOCOL_VERSION,
 };
-use lazaret_protocol::supervisor::{ExitStatus, SessionProcess};
+use lazaret_protocol::supervisor::{ExitStatus, MemoryBound, SessionProcess};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -866,6 +866,46 @@ fn sandbox_end(ctx: &SessionCtx, status: Option<ExitStatus>) -> Option<String> {
     })
 }
 
+/// The note for a command that ended with `status` while the sandbox's
+/// memory was at the profile's `limits.memory` (`memory`), or `None`.
+/// What failed inside cannot be seen from here, so the note says what
+/// holds (the memory file reached its bound) and what may follow from it;
+/// a session that did not take it there gets a note only for the signals
+/// an allocation past the bound gives (SIGSEGV, SIGBUS). Statuses of a
+/// command the developer interrupted (SIGHUP, SIGINT, SIGTERM) get none.
+fn memory_note(profile: &str, status: i32, memory: Option<MemoryBound>) -> Option<String> {
+    const BY_SIGNAL: [i32; 2] = [128 + libc::SIGSEGV, 128 + libc::SIGBUS];
+    const INTERRUPTED: [i32; 3] = [128 + libc::SIGHUP, 128 + libc::SIGINT, 128 + libc::SIGTERM];
+    let m = memory?;
+    if status == 0 || INTERRUPTED.contains(&status) || (m.before && !BY_SIGNAL.contains(&status)) {
+        return None;
+    }
+    let limit = config_size(m.limit);
+    let raise = format!(
+        "raise `memory` under [profiles.{profile}.limits] in Lazaret's config file; it applies when the Domain starts again (`lazaret stop`, then `lazaret run`)"
+    );
+    Some(if m.before {
+        format!(
+            "lazaret: the sandbox's memory is at its bound, limits.memory = \"{limit}\" of profile {profile:?}: that may be why the command ended with status {status} (a process that touches memory past the bound gets SIGSEGV); if it needs more, {raise}\n"
+        )
+    } else {
+        format!(
+            "lazaret: the sandbox's memory reached its bound during this command, limits.memory = \"{limit}\" of profile {profile:?}; past it a process that touches new memory gets SIGSEGV (status 139) and a write to /tmp fails. If the command (status {status}) needs more, {raise}\n"
+        )
+    })
+}
+
+/// `bytes` as the config file writes sizes (`"4GiB"`, `"1536MiB"`).
+fn config_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{}{name}", bytes / unit);
+        }
+    }
+    format!("{bytes}B")
+}
+
 /// Ends a session after its bridge exited (`None`: the supervisor went
 /// away first): the command's status, or a Lazaret failure when runsc
 /// never started the command or the sandbox ended under it.
@@ -874,10 +914,12 @@ fn finish_session(
     bridge: &Bridge<'_>,
     writer: &Writer,
     latch: &StartLatch,
-    exit: Option<ExitStatus>,
+    exit: Option<BridgeExit>,
 ) {
     lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
     let (sid, ending) = (bridge.sid, &bridge.ending);
+    let memory = exit.and_then(|e| e.memory);
+    let exit = exit.map(|e| e.status);
     let status = exit.map(ExitStatus::shell_code);
     match latch.finish(writer) {
         Ok(true) => match sandbox_end(ctx, exit) {
@@ -890,6 +932,10 @@ fn finish_session(
                 } else if ending.hung_up.load(Ordering::SeqCst) {
                     ending.set(SessionEnd::HungUp { status });
                 } else {
+                    if let Some(note) = memory_note(&ctx.input.profile_name, status, memory) {
+                        log(format!("session {sid}: {}", note.trim_end()));
+                        send(writer, &ServerMsg::Stderr(note.into_bytes()));
+                    }
                     ending.set(SessionEnd::Exited { status });
                 }
                 send(writer, &ServerMsg::Exit { status });
@@ -1031,7 +1077,7 @@ fn bridge_failed(e: &str) -> String {
 
 /// The bridge's status; `None`, with a log line, when the supervisor (and
 /// the sandbox with it) went away first.
-fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> Option<ExitStatus> {
+fn bridge_status(sid: &str, events: &Receiver<BridgeEvent>) -> Option<BridgeExit> {
     let status = wait_exit(events);
     if status.is_none() {
         log(format!(
@@ -1569,6 +1615,52 @@ fn join_with_timeout(h: std::thread::JoinHandle<()>, timeout: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_that_took_the_memory_to_its_bound_is_told_which_limit() {
+        let reached = Some(MemoryBound {
+            limit: 2 << 30,
+            before: false,
+        });
+        let note = memory_note("big", 139, reached).unwrap();
+        assert!(note.starts_with("lazaret: "), "{note}");
+        assert!(
+            note.contains("limits.memory = \"2GiB\" of profile \"big\""),
+            "{note}"
+        );
+        assert!(note.contains("[profiles.big.limits]"), "{note}");
+        assert!(note.contains("`lazaret stop`"), "{note}");
+        assert!(note.ends_with('\n'));
+        // Any failure: MemoryError, a failed write to /tmp...
+        assert!(memory_note("big", 1, reached).is_some());
+        // Success, an interrupt, or no bound reached: nothing.
+        for quiet in [0, 129, 130, 143] {
+            assert_eq!(memory_note("big", quiet, reached), None, "{quiet}");
+        }
+        assert_eq!(memory_note("big", 139, None), None);
+    }
+
+    #[test]
+    fn a_bound_reached_before_the_command_is_named_only_for_its_signals() {
+        let before = Some(MemoryBound {
+            limit: 1 << 30,
+            before: true,
+        });
+        let note = memory_note("default", 139, before).unwrap();
+        assert!(note.contains("may be why"), "{note}");
+        assert!(note.contains("\"1GiB\""), "{note}");
+        assert!(memory_note("default", 135, before).is_some(), "SIGBUS");
+        assert_eq!(memory_note("default", 1, before), None);
+        assert_eq!(memory_note("default", 2, before), None);
+    }
+
+    #[test]
+    fn sizes_are_written_as_the_config_file_takes_them() {
+        assert_eq!(config_size(4 << 30), "4GiB");
+        assert_eq!(config_size(1536 << 20), "1536MiB");
+        assert_eq!(config_size(2 << 40), "2TiB");
+        assert_eq!(config_size(12345), "12345B");
+    }
 
     #[test]
     fn a_command_in_the_workspace_runs_as_it_is_elsewhere_through_cd() {

@@ -10,7 +10,7 @@
 use lazaret_helpers::channel::{Channel, ChannelError};
 use lazaret_helpers::memfd;
 use lazaret_protocol::supervisor::{
-    ExitStatus, FromSupervisor, SessionProcess, StartBridge, ToSupervisor, MAX_RECORD,
+    ExitStatus, FromSupervisor, MemoryBound, SessionProcess, StartBridge, ToSupervisor, MAX_RECORD,
 };
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -28,9 +28,17 @@ pub enum BridgeEvent {
     /// Running; its pidfd, for signals.
     Started(OwnedFd),
     Failed(String),
-    Exited(ExitStatus),
+    Exited(BridgeExit),
     /// The supervisor is gone (and with it the sandbox).
     Lost,
+}
+
+/// How a session's exec bridge ended, as the supervisor reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BridgeExit {
+    pub status: ExitStatus,
+    /// `Some`: the sandbox's memory is at the profile's `limits.memory`.
+    pub memory: Option<MemoryBound>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,9 +101,11 @@ impl Link {
                 FromSupervisor::BridgeFailed { session, reason } => {
                     (session, BridgeEvent::Failed(reason))
                 }
-                FromSupervisor::BridgeExited { session, status } => {
-                    (session, BridgeEvent::Exited(status))
-                }
+                FromSupervisor::BridgeExited {
+                    session,
+                    status,
+                    memory,
+                } => (session, BridgeEvent::Exited(BridgeExit { status, memory })),
                 FromSupervisor::Stopped { run_dir_removed } => {
                     if let Some(tx) = w.stopped.take() {
                         let _ = tx.send(run_dir_removed);
@@ -201,7 +211,7 @@ impl Link {
 
 /// Waits for the bridge's exit: its status, or `None` when the supervisor
 /// went away first.
-pub fn wait_exit(rx: &Receiver<BridgeEvent>) -> Option<ExitStatus> {
+pub fn wait_exit(rx: &Receiver<BridgeEvent>) -> Option<BridgeExit> {
     loop {
         match rx.recv() {
             Ok(BridgeEvent::Exited(s)) => return Some(s),

@@ -94,6 +94,48 @@ impl ExitStatus {
     }
 }
 
+/// gVisor keeps all of the sandbox's memory in one memory file that it
+/// grows in steps of this size; the Sentry's `RLIMIT_FSIZE` (the profile's
+/// `limits.memory`) refuses a step past the bound.
+pub const MEMORY_FILE_STEP: u64 = 1 << 30;
+
+/// The sandbox's memory at the profile's `limits.memory`, as the
+/// supervisor saw gVisor's memory file around one session. The file never
+/// shrinks (gVisor returns freed pages, not the file's length), so being
+/// at the bound says that the sandbox's memory once reached it, and an
+/// allocation past it since then fails inside.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemoryBound {
+    /// `limits.memory`, in bytes.
+    pub limit: u64,
+    /// Whether the file was already at the bound when the session started
+    /// (so this session did not necessarily take it there).
+    pub before: bool,
+}
+
+impl MemoryBound {
+    /// Whether a memory file of `size` bytes can grow no further under
+    /// `limit`.
+    pub fn at_bound(size: u64, limit: u64) -> bool {
+        size.saturating_add(MEMORY_FILE_STEP) > limit
+    }
+
+    /// What the supervisor reports for a session: the file's size when it
+    /// started and when it ended (`None`: unknown), and the limit.
+    pub fn of_session(limit: Option<u64>, start: Option<u64>, end: Option<u64>) -> Option<Self> {
+        let (limit, end) = (limit?, end?);
+        if !Self::at_bound(end, limit) {
+            return None;
+        }
+        // An unknown start is taken as "already there": the weaker claim.
+        let before = match start {
+            Some(s) => Self::at_bound(s, limit),
+            None => true,
+        };
+        Some(MemoryBound { limit, before })
+    }
+}
+
 /// Supervisor -> coordinator.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum FromSupervisor {
@@ -109,8 +151,13 @@ pub enum FromSupervisor {
     /// The exec bridge could not be started. No descriptors.
     BridgeFailed { session: String, reason: String },
     /// The exec bridge ended with `status` (the command's, or 125 when the
-    /// bridge itself failed).
-    BridgeExited { session: String, status: ExitStatus },
+    /// bridge itself failed). `memory`: `Some` when the sandbox's memory
+    /// is at the profile's `limits.memory` as the session ends.
+    BridgeExited {
+        session: String,
+        status: ExitStatus,
+        memory: Option<MemoryBound>,
+    },
     /// Answer to [`ToSupervisor::Stop`]: the sandbox is stopped; whether
     /// the run directory is gone.
     Stopped { run_dir_removed: bool },
@@ -161,6 +208,39 @@ mod tests {
             FromSupervisor::StartFailed { reason: "x".into() }.fd_count(),
             0
         );
+    }
+
+    #[test]
+    fn the_memory_bound_is_one_growth_step_short_of_the_limit() {
+        const G: u64 = 1 << 30;
+        // gVisor starts with one step: a 1 GiB bound is reached at once.
+        assert!(MemoryBound::at_bound(G, G));
+        assert!(!MemoryBound::at_bound(G, 2 * G));
+        assert!(MemoryBound::at_bound(2 * G, 2 * G));
+        // A bound between steps is reached at the last whole step below it.
+        assert!(!MemoryBound::at_bound(G, 2 * G + G / 2));
+        assert!(MemoryBound::at_bound(2 * G, 2 * G + G / 2));
+        assert!(MemoryBound::at_bound(u64::MAX, 4 * G), "no overflow");
+    }
+
+    #[test]
+    fn a_session_is_said_to_reach_the_bound_only_when_it_grew_there() {
+        const G: u64 = 1 << 30;
+        let of = MemoryBound::of_session;
+        assert_eq!(of(None, Some(G), Some(8 * G)), None, "no limit");
+        assert_eq!(of(Some(4 * G), Some(G), Some(2 * G)), None, "below");
+        assert_eq!(of(Some(4 * G), Some(G), None), None, "unknown end");
+        let reached = MemoryBound {
+            limit: 4 * G,
+            before: false,
+        };
+        assert_eq!(of(Some(4 * G), Some(G), Some(4 * G)), Some(reached));
+        let before = MemoryBound {
+            before: true,
+            ..reached
+        };
+        assert_eq!(of(Some(4 * G), Some(4 * G), Some(4 * G)), Some(before));
+        assert_eq!(of(Some(4 * G), None, Some(4 * G)), Some(before));
     }
 
     #[test]

@@ -475,7 +475,7 @@ pub fn supervisor() -> Confinement {
         binary: "lazaret-supervisor",
         runs_as: "root of the Domain user namespace it creates (newuidmap/newgidmap), started by lazaret-coordinator as the developer",
         status: Status::Unconfined {
-            reason: "its children include runsc (and slirp4netns, lazaret-mount-router, lazaret-netpolicy), which would inherit landlock and seccomp; runsc must stay unconfined to run gVisor; it reads nothing the sandbox writes",
+            reason: "its children include runsc (and slirp4netns, lazaret-mount-router, lazaret-netpolicy), which would inherit landlock and seccomp; runsc must stay unconfined to run gVisor; it reads nothing the sandbox writes (of gVisor's memory file, only its length)",
         },
         namespaces: "creates the Domain's user, mount, PID and network namespaces (the holder) and the enforcement network namespace",
         closes_fds: None,
@@ -488,6 +488,7 @@ pub fn supervisor() -> Confinement {
         seccomp: false,
         notes: vec![
             "starts each Client Session's exec bridge on the coordinator's typed request: the coordinator names the session and hands the in-sandbox process as a sealed memfd; every runsc argument comes from the supervisor's own plan",
+            "holds gVisor's memory file (opened through the Sentry's descriptor table once runsc reports the sandbox running, before any session) and only fstats it, for its length against limits.memory when a session ends; it reads none of its bytes",
             "`--scan-anchor` (run by `lazaret state`) lists the names in a State Anchor's upper, which the sandbox wrote, from a clone in the Domain's user namespace that confines itself first (landlock: read beneath the upper and the lower only, no TCP, scoped; seccomp allow-list `lazaret-supervisor-scan`, kill; only CAP_DAC_READ_SEARCH; no_new_privs); the supervisor reads its summary bounded to 16 MiB",
         ],
     }

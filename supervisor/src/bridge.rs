@@ -55,6 +55,9 @@ pub enum BridgeError {
 pub struct Bridge {
     pub session: String,
     pub tracked: Tracked,
+    /// The length of gVisor's memory file when the session started
+    /// ([`crate::memory`]).
+    pub memory_at_start: Option<u64>,
 }
 
 impl Bridge {
@@ -201,5 +204,6 @@ pub fn start(
     Ok(Bridge {
         session: req.session.clone(),
         tracked: Tracked::new(child)?,
+        memory_at_start: None,
     })
 }

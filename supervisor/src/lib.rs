@@ -11,6 +11,7 @@ pub mod bridge;
 pub mod bundle;
 pub mod fdno;
 pub mod limits;
+pub mod memory;
 pub mod network;
 pub mod ports;
 pub mod router;

@@ -29,7 +29,7 @@
 use lazaret_helpers::channel::{Channel, ChannelError};
 use lazaret_helpers::{fds, memfd, pidfd, userns};
 use lazaret_protocol::plan::SandboxPlan;
-use lazaret_protocol::supervisor::{FromSupervisor, ToSupervisor, MAX_RECORD};
+use lazaret_protocol::supervisor::{FromSupervisor, MemoryBound, ToSupervisor, MAX_RECORD};
 use lazaret_supervisor::bridge::{self, Bridge};
 use lazaret_supervisor::network::{self, Uplink};
 use lazaret_supervisor::{bundle, exit, fdno};
@@ -138,6 +138,8 @@ struct Supervisor {
     uplink_lost: bool,
     bridges: Vec<Bridge>,
     signals: nix::sys::signalfd::SignalFd,
+    /// gVisor's memory file, when the profile bounds memory.
+    memory: Option<lazaret_supervisor::memory::MemoryFile>,
 }
 
 /// Everything up to a running sandbox, then [`FromSupervisor::Ready`] with
@@ -244,7 +246,10 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     }
 
     let line = holder_line(&mut ready);
-    if line != "running" {
+    let Some(sentry) = line
+        .strip_prefix("running ")
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
         let _ = nix::sys::wait::waitpid(holder, None);
         if let Some(u) = uplink {
             u.stop();
@@ -253,7 +258,21 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
             .strip_prefix("error ")
             .unwrap_or("the sandbox holder exited");
         return Err((exit::START_FAILED, detail.to_string()));
-    }
+    };
+    // Before any session (see `memory`); without it, sessions only lose
+    // the note on the memory bound.
+    let memory = plan.limits.memory.and_then(|_| {
+        let proc = Path::new("/proc")
+            .join(holder.as_raw().to_string())
+            .join("root/proc");
+        lazaret_supervisor::memory::MemoryFile::open(&proc, sentry)
+            .map_err(|e| {
+                lazaret_protocol::log_line!(
+                    "lazaret-supervisor: the sandbox's memory file is not watched: {e}"
+                )
+            })
+            .ok()
+    });
     if let Err(e) = channel.send(&FromSupervisor::Ready, &[holder_fd.as_fd()], MAX_RECORD) {
         kill_holder();
         if let Some(u) = uplink {
@@ -272,6 +291,7 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
         uplink_lost: false,
         bridges: Vec::new(),
         signals,
+        memory,
     })
 }
 
@@ -395,8 +415,10 @@ impl Supervisor {
         match msg {
             ToSupervisor::Stop => Ok(Some(End::Stop { reply: true })),
             ToSupervisor::StartBridge(req) => {
+                let memory_at_start = self.memory_size();
                 match bridge::start(&self.plan, &self.holder_fd, &req, fds, &self.bridges) {
-                    Ok(b) => {
+                    Ok(mut b) => {
+                        b.memory_at_start = memory_at_start;
                         let sent = channel.send(
                             &FromSupervisor::BridgeStarted {
                                 session: req.session.clone(),
@@ -435,14 +457,25 @@ impl Supervisor {
             return;
         };
         let b = self.bridges.swap_remove(i);
+        let memory = MemoryBound::of_session(
+            self.plan.limits.memory,
+            b.memory_at_start,
+            self.memory_size(),
+        );
         let _ = channel.send(
             &FromSupervisor::BridgeExited {
                 session: b.session.clone(),
                 status,
+                memory,
             },
             &[],
             MAX_RECORD,
         );
+    }
+
+    /// The length of gVisor's memory file now, when it is watched.
+    fn memory_size(&self) -> Option<u64> {
+        self.memory.as_ref().and_then(|m| m.size())
     }
 
     /// After the sandbox is gone, its bridges end (their `runsc exec` dies
@@ -694,8 +727,8 @@ fn holder_main(
     let host_netlink = host_netlink.map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
     let host_ports = lazaret_supervisor::ports::from_raw(host_ports);
     match holder_start(plan, uplink_r, host_netlink, host_ports) {
-        Ok((mut runsc, essential)) => {
-            let _ = writeln!(ready, "running");
+        Ok((mut runsc, essential, sentry)) => {
+            let _ = writeln!(ready, "running {sentry}");
             drop(ready);
             let code = holder_wait(plan, &mut runsc, essential);
             // Returning from the clone would end this thread only (glibc's
@@ -722,7 +755,7 @@ fn holder_start(
     uplink_r: i32,
     host_netlink: Option<std::os::fd::OwnedFd>,
     host_ports: Vec<std::net::TcpListener>,
-) -> Result<(std::process::Child, Vec<Essential>), String> {
+) -> Result<(std::process::Child, Vec<Essential>, i32), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -907,12 +940,16 @@ fn holder_start(
             if status == "running" {
                 // Before any session: only our init has run inside.
                 let sentry = pid.ok_or(lazaret_supervisor::limits::LimitsError::NoSentry);
-                if let Err(e) = sentry.and_then(|pid| {
+                let sentry = match sentry.and_then(|pid| {
                     lazaret_supervisor::limits::apply_to_sentry(pid, &plan.sandbox_id, &plan.limits)
+                        .map(|()| pid)
                 }) {
-                    let _ = child.kill();
-                    return Err(format!("cannot bound the sandbox's memory: {e}"));
-                }
+                    Ok(pid) => pid,
+                    Err(e) => {
+                        let _ = child.kill();
+                        return Err(format!("cannot bound the sandbox's memory: {e}"));
+                    }
+                };
                 lazaret_helpers::timeline::mark("holder", "sandbox-running");
                 let essential = routers
                     .iter()
@@ -924,7 +961,7 @@ fn holder_start(
                         )
                     }))
                     .collect();
-                return Ok((child, essential));
+                return Ok((child, essential, sentry));
             }
         }
         if Instant::now() > deadline {

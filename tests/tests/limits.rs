@@ -171,6 +171,56 @@ fn memory_bound_fails_a_big_allocation_and_a_big_tmp_write_and_the_domain_surviv
     assert_eq!(wait_ok(b), "B-ok\n");
 }
 
+/// A command that ends after the sandbox's memory reached `limits.memory`
+/// is told which limit it was and how to raise it; one that failed for
+/// another reason is not. The supervisor reads gVisor's memory file on the
+/// host, so nothing the sandbox says decides it.
+#[test]
+fn a_command_that_ran_out_of_memory_is_told_the_limit_and_how_to_raise_it() {
+    let env = require_env!();
+    let ws = env.workspace("lim-mem-note");
+    ws.write_config("[profiles.default.limits]\nmemory = \"2GiB\"\n");
+    let run = |script: &str| {
+        ws.lazaret(&["run", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    // Below the bound, a failing command is only a failing command.
+    let out = run("echo failing >&2; exit 3");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stderr), "failing\n");
+    // 3 GiB touched: past the bound.
+    let out = run("exec python3 -c 'b = bytearray(3 << 30); print(len(b))'");
+    let err = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("lazaret: the sandbox's memory reached its bound during this command, limits.memory = \"2GiB\" of profile \"default\""),
+        "{err}"
+    );
+    assert!(err.contains("under [profiles.default.limits]"), "{err}");
+    assert!(err.contains("`lazaret stop`"), "{err}");
+    // The bound stays reached (gVisor's memory file never shrinks): a
+    // later SIGSEGV is told it may be the bound, a plain failure is not.
+    let out = run("exec python3 -c 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(139), "{err}");
+    assert!(
+        err.contains("the sandbox's memory is at its bound"),
+        "{err}"
+    );
+    assert!(err.contains("may be why"), "{err}");
+    let out = run("exit 4");
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stderr), "");
+    // The note is in the Domain's log too.
+    let logs = ws.lazaret(&["logs"]).output().unwrap();
+    assert!(
+        text(&logs.stdout).contains("limits.memory"),
+        "{}",
+        text(&logs.stdout)
+    );
+}
+
 #[test]
 fn ignored_state_bound_gives_enospc_inside_and_the_domain_goes_on() {
     let env = require_env!();

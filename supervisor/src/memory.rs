@@ -1,0 +1,104 @@
+//! gVisor's memory file, watched so that a session that ends while the
+//! sandbox's memory is at the profile's `limits.memory` can say so.
+//!
+//! The Sentry keeps every byte of the sandbox's memory in one memfd,
+//! `memfd:runsc-memory`, which it grows in [`MEMORY_FILE_STEP`]s and never
+//! shrinks; [`crate::limits`] bounds its length with `RLIMIT_FSIZE`. Its
+//! length is therefore a high-water mark of the sandbox's memory, which the
+//! supervisor reads with `fstat` when a session starts and when it ends
+//! ([`MemoryBound::of_session`]).
+//!
+//! The file is opened once, through the Sentry's descriptor table, as soon
+//! as runsc reports the sandbox running and before any session starts:
+//! only Lazaret's own init has run inside by then, so the descriptor that
+//! carries the name is the Sentry's own. Afterwards the supervisor only
+//! `fstat`s what it holds: it never opens anything the sandbox could have
+//! replaced, and it never reads the file's bytes.
+//!
+//! [`MEMORY_FILE_STEP`]: lazaret_protocol::supervisor::MEMORY_FILE_STEP
+//! [`MemoryBound::of_session`]: lazaret_protocol::supervisor::MemoryBound::of_session
+
+use std::fs::File;
+use std::path::Path;
+
+/// What the Sentry's memory file is called in its descriptor table (the
+/// link text of `/proc/PID/fd/N`), on every runsc release Lazaret supports.
+pub const MEMORY_FILE_LINK: &str = "/memfd:runsc-memory (deleted)";
+
+/// The most descriptors of the Sentry looked at (it holds a few dozen).
+const MAX_FDS: usize = 4096;
+
+/// The Sentry's memory file, held open for `fstat`.
+#[derive(Debug)]
+pub struct MemoryFile(File);
+
+impl MemoryFile {
+    /// Opens the memory file of the Sentry `sentry` (a PID of the holder's
+    /// PID namespace), found through `proc`, that namespace's `/proc` (as
+    /// `/proc/HOLDER/root/proc` from the supervisor).
+    pub fn open(proc: &Path, sentry: i32) -> Result<MemoryFile, String> {
+        let fd_dir = proc.join(sentry.to_string()).join("fd");
+        let entries = std::fs::read_dir(&fd_dir)
+            .map_err(|e| format!("cannot list {}: {e}", fd_dir.display()))?;
+        let found = entries
+            .take(MAX_FDS)
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| is_memory_file(p))
+            .ok_or_else(|| format!("no {MEMORY_FILE_LINK} among {}", fd_dir.display()))?;
+        let file =
+            File::open(&found).map_err(|e| format!("cannot open {}: {e}", found.display()))?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        // A memfd is a regular file; anything else is not gVisor's memory.
+        if !meta.file_type().is_file() {
+            return Err(format!("{} is not a regular file", found.display()));
+        }
+        Ok(MemoryFile(file))
+    }
+
+    /// The file's length now (`None`: `fstat` failed).
+    pub fn size(&self) -> Option<u64> {
+        self.0.metadata().ok().map(|m| m.len())
+    }
+}
+
+fn is_memory_file(link: &Path) -> bool {
+    std::fs::read_link(link).is_ok_and(|t| t.as_os_str() == MEMORY_FILE_LINK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake `/proc/PID/fd` with links named as the Sentry's are: the one
+    /// to a memfd of that name is found, whatever its number.
+    #[test]
+    fn the_memory_file_is_found_by_its_link_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = dir.path().join("7").join("fd");
+        std::fs::create_dir_all(&fd).unwrap();
+        let real = dir.path().join("memory");
+        std::fs::write(&real, vec![0u8; 4096]).unwrap();
+        std::os::unix::fs::symlink("/dev/null", fd.join("0")).unwrap();
+        // The link text is what the kernel shows; the test's link cannot
+        // point at a memfd, so it is not found.
+        std::os::unix::fs::symlink(&real, fd.join("12")).unwrap();
+        let err = MemoryFile::open(dir.path(), 7).unwrap_err();
+        assert!(err.contains("no /memfd:runsc-memory"), "{err}");
+        assert!(MemoryFile::open(dir.path(), 8).is_err());
+    }
+
+    /// A memfd of this process, named as gVisor names its own, is found
+    /// through this process's own `/proc` and its length read.
+    #[test]
+    fn a_memfd_of_that_name_is_opened_and_measured() {
+        use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+        let m = memfd_create("runsc-memory", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&m, 1 << 20).unwrap();
+        let me = std::process::id() as i32;
+        let file = MemoryFile::open(Path::new("/proc"), me).unwrap();
+        assert_eq!(file.size(), Some(1 << 20));
+        ftruncate(&m, 2 << 20).unwrap();
+        assert_eq!(file.size(), Some(2 << 20), "the length is read anew");
+    }
+}
