@@ -246,10 +246,7 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     }
 
     let line = holder_line(&mut ready);
-    let Some(sentry) = line
-        .strip_prefix("running ")
-        .and_then(|p| p.parse::<i32>().ok())
-    else {
+    let Some(memory_fd) = line.strip_prefix("running ") else {
         let _ = nix::sys::wait::waitpid(holder, None);
         if let Some(u) = uplink {
             u.stop();
@@ -261,11 +258,11 @@ fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     };
     // Before any session (see `memory`); without it, sessions only lose
     // the note on the memory bound.
-    let memory = plan.limits.memory.and_then(|_| {
-        let proc = Path::new("/proc")
+    let memory = memory_fd.parse::<i32>().ok().and_then(|fd| {
+        let link = Path::new("/proc")
             .join(holder.as_raw().to_string())
-            .join("root/proc");
-        lazaret_supervisor::memory::MemoryFile::open(&proc, sentry)
+            .join(format!("fd/{fd}"));
+        lazaret_supervisor::memory::MemoryFile::open(&link)
             .map_err(|e| {
                 lazaret_protocol::log_line!(
                     "lazaret-supervisor: the sandbox's memory file is not watched: {e}"
@@ -728,7 +725,22 @@ fn holder_main(
     let host_ports = lazaret_supervisor::ports::from_raw(host_ports);
     match holder_start(plan, uplink_r, host_netlink, host_ports) {
         Ok((mut runsc, essential, sentry)) => {
-            let _ = writeln!(ready, "running {sentry}");
+            // Kept for the supervisor to open its own (see `memory`).
+            let memory = plan.limits.memory.and_then(|_| {
+                lazaret_supervisor::memory::find(Path::new("/proc"), sentry)
+                    .map_err(|e| {
+                        lazaret_protocol::log_line!(
+                            "lazaret-supervisor: the sandbox's memory file is not watched: {e}"
+                        )
+                    })
+                    .ok()
+            });
+            let fd = memory.as_ref().map(|f| f.as_raw_fd());
+            let _ = writeln!(
+                ready,
+                "running {}",
+                fd.map_or("-".into(), |f| f.to_string())
+            );
             drop(ready);
             let code = holder_wait(plan, &mut runsc, essential);
             // Returning from the clone would end this thread only (glibc's

@@ -8,12 +8,16 @@
 //! supervisor reads with `fstat` when a session starts and when it ends
 //! ([`MemoryBound::of_session`]).
 //!
-//! The file is opened once, through the Sentry's descriptor table, as soon
-//! as runsc reports the sandbox running and before any session starts:
-//! only Lazaret's own init has run inside by then, so the descriptor that
-//! carries the name is the Sentry's own. Afterwards the supervisor only
-//! `fstat`s what it holds: it never opens anything the sandbox could have
-//! replaced, and it never reads the file's bytes.
+//! The file is found once, as soon as runsc reports the sandbox running
+//! and before any session starts: only Lazaret's own init has run inside
+//! by then, so the descriptor that carries the name is the Sentry's own.
+//! The holder finds it ([`find`]): the Sentry's descriptor table belongs to
+//! a user ID of the Domain's user namespace (runsc 20221219 runs the Sentry
+//! as a subordinate ID), which only that namespace's root may list. The
+//! holder keeps its descriptor, and the supervisor opens its own through
+//! the holder's descriptor table ([`MemoryFile::open`]). Afterwards the
+//! supervisor only `fstat`s what it holds: it never opens anything the
+//! sandbox could have replaced, and it never reads the file's bytes.
 //!
 //! [`MEMORY_FILE_STEP`]: lazaret_protocol::supervisor::MEMORY_FILE_STEP
 //! [`MemoryBound::of_session`]: lazaret_protocol::supervisor::MemoryBound::of_session
@@ -28,38 +32,49 @@ pub const MEMORY_FILE_LINK: &str = "/memfd:runsc-memory (deleted)";
 /// The most descriptors of the Sentry looked at (it holds a few dozen).
 const MAX_FDS: usize = 4096;
 
+/// Finds and opens the memory file of the Sentry `sentry`, a PID of the
+/// PID namespace whose `/proc` is `proc` (run in the holder).
+pub fn find(proc: &Path, sentry: i32) -> Result<File, String> {
+    let fd_dir = proc.join(sentry.to_string()).join("fd");
+    let entries =
+        std::fs::read_dir(&fd_dir).map_err(|e| format!("cannot list {}: {e}", fd_dir.display()))?;
+    let found = entries
+        .take(MAX_FDS)
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| is_memory_file(p))
+        .ok_or_else(|| format!("no {MEMORY_FILE_LINK} among {}", fd_dir.display()))?;
+    open_regular(&found)
+}
+
 /// The Sentry's memory file, held open for `fstat`.
 #[derive(Debug)]
 pub struct MemoryFile(File);
 
 impl MemoryFile {
-    /// Opens the memory file of the Sentry `sentry` (a PID of the holder's
-    /// PID namespace), found through `proc`, that namespace's `/proc` (as
-    /// `/proc/HOLDER/root/proc` from the supervisor).
-    pub fn open(proc: &Path, sentry: i32) -> Result<MemoryFile, String> {
-        let fd_dir = proc.join(sentry.to_string()).join("fd");
-        let entries = std::fs::read_dir(&fd_dir)
-            .map_err(|e| format!("cannot list {}: {e}", fd_dir.display()))?;
-        let found = entries
-            .take(MAX_FDS)
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| is_memory_file(p))
-            .ok_or_else(|| format!("no {MEMORY_FILE_LINK} among {}", fd_dir.display()))?;
-        let file =
-            File::open(&found).map_err(|e| format!("cannot open {}: {e}", found.display()))?;
-        let meta = file.metadata().map_err(|e| e.to_string())?;
-        // A memfd is a regular file; anything else is not gVisor's memory.
-        if !meta.file_type().is_file() {
-            return Err(format!("{} is not a regular file", found.display()));
+    /// Opens the memory file through `link`, a `/proc/PID/fd/N` of the
+    /// holder, checked to carry the memory file's name.
+    pub fn open(link: &Path) -> Result<MemoryFile, String> {
+        if !is_memory_file(link) {
+            return Err(format!("{} is not {MEMORY_FILE_LINK}", link.display()));
         }
-        Ok(MemoryFile(file))
+        open_regular(link).map(MemoryFile)
     }
 
     /// The file's length now (`None`: `fstat` failed).
     pub fn size(&self) -> Option<u64> {
         self.0.metadata().ok().map(|m| m.len())
     }
+}
+
+/// `path` opened read-only, when it is a regular file (a memfd is one).
+fn open_regular(path: &Path) -> Result<File, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    Ok(file)
 }
 
 fn is_memory_file(link: &Path) -> bool {
@@ -83,20 +98,25 @@ mod tests {
         // The link text is what the kernel shows; the test's link cannot
         // point at a memfd, so it is not found.
         std::os::unix::fs::symlink(&real, fd.join("12")).unwrap();
-        let err = MemoryFile::open(dir.path(), 7).unwrap_err();
+        let err = find(dir.path(), 7).unwrap_err();
         assert!(err.contains("no /memfd:runsc-memory"), "{err}");
-        assert!(MemoryFile::open(dir.path(), 8).is_err());
+        assert!(find(dir.path(), 8).is_err());
+        assert!(MemoryFile::open(&fd.join("12")).is_err());
     }
 
     /// A memfd of this process, named as gVisor names its own, is found
-    /// through this process's own `/proc` and its length read.
+    /// through this process's own `/proc`, opened again through the
+    /// descriptor found, and its length read.
     #[test]
     fn a_memfd_of_that_name_is_opened_and_measured() {
         use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+        use std::os::fd::AsRawFd;
         let m = memfd_create("runsc-memory", MemfdFlags::CLOEXEC).unwrap();
         ftruncate(&m, 1 << 20).unwrap();
         let me = std::process::id() as i32;
-        let file = MemoryFile::open(Path::new("/proc"), me).unwrap();
+        let held = find(Path::new("/proc"), me).unwrap();
+        let link = format!("/proc/self/fd/{}", held.as_raw_fd());
+        let file = MemoryFile::open(Path::new(&link)).unwrap();
         assert_eq!(file.size(), Some(1 << 20));
         ftruncate(&m, 2 << 20).unwrap();
         assert_eq!(file.size(), Some(2 << 20), "the length is read anew");
