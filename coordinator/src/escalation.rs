@@ -1129,9 +1129,16 @@ impl Escalations {
             },
             &self.signer.key,
         );
-        if let Err(e) =
-            std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, self.results.join(&id)))
-        {
+        // Readable by the profile's user inside where the directory is
+        // (whatever this process's umask); signed, so no reader trusts
+        // more than the signature.
+        let written = std::fs::write(&tmp, bytes)
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+            })
+            .and_then(|_| std::fs::rename(&tmp, self.results.join(&id)));
+        if let Err(e) = written {
             let kind = crate::logs::UNPUBLISHED_RESULT;
             crate::logs::coalesced(kind, format_args!("{kind} ({id}): {e}"));
             return;

@@ -528,13 +528,23 @@ fn prepare_control(
     for d in ["bin", "mailbox/requests", "mailbox/results"] {
         mkdir_private(&control.join(d))?;
     }
-    if input.user.is_some() {
-        // The profile's user reads the Git identity, the host CA and the
-        // escalation client as root does. Modes matter inside only: the
-        // sandbox's root has them all anyway. The request key and the
-        // mailbox stay root's (Host Escalation from the user: not yet).
-        for d in [control.clone(), control.join("bin")] {
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
+    // Modes for the profile's user inside, who escalates as root does: it
+    // reads the Git identity, the host CA, the escalation client, the
+    // request key and the results, and adds requests (sticky: it cannot
+    // take root's away). They matter inside only: the sandbox's root has
+    // them all anyway, and every process inside is the same agent's. On
+    // the host the Domain Root around them stays yours alone.
+    let shared = input.user.is_some();
+    if shared {
+        for (d, mode) in [
+            ("", 0o755),
+            ("bin", 0o755),
+            ("mailbox", 0o755),
+            ("mailbox/results", 0o755),
+            ("mailbox/requests", 0o1733),
+        ] {
+            let d = control.join(d);
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| format!("cannot open {} to the sandbox's user: {e}", d.display()))?;
         }
     }
@@ -550,7 +560,11 @@ fn prepare_control(
             .map_err(|e| format!("cannot write {}: {e}", p.display()))
     };
     let write = |name: &str, bytes: &[u8], mode: u32| write_new(&control.join(name), bytes, mode);
-    write("request-key", keys.sk.as_ref(), 0o600)?;
+    write(
+        "request-key",
+        keys.sk.as_ref(),
+        if shared { 0o644 } else { 0o600 },
+    )?;
     write("sandbox-id", gen.sandbox_id.as_bytes(), 0o644)?;
     // The public Trust Anchor: lazaret-escalate verifies results with it.
     // The CLI pins its own copy, in the run directory the sandbox never

@@ -139,7 +139,15 @@ impl Session {
 fn publish(name: &str, bytes: &[u8]) {
     let dir = Path::new(paths::REQUESTS);
     let tmp = dir.join(format!(".{name}.tmp"));
+    // Readable by the host's mailbox reader whatever the writer's umask:
+    // written by another user than root inside, the file belongs on the
+    // host to that user's subordinate ID, and the reader reads it as
+    // "others".
     std::fs::write(&tmp, bytes)
+        .and_then(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        })
         .and_then(|_| std::fs::rename(&tmp, dir.join(name)))
         .unwrap_or_else(|e| {
             fail(&format!(

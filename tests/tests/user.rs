@@ -149,3 +149,32 @@ fn a_bad_user_is_refused_with_its_place() {
         );
     }
 }
+
+/// The profile's user asks for host commands as root does: it reads the
+/// request key and the results and adds requests, whatever its umask, and
+/// an auto-approved command's output comes back to it.
+#[test]
+fn the_user_escalates_as_root_does() {
+    let env = require_env!();
+    let ws = env.workspace("user-esc");
+    let marker = ws.base.join("ran-for-agent");
+    ws.write_config(&format!(
+        "[profiles.default]\nuser = \"agent\"\n\
+         [[profiles.default.escalation.auto_approve]]\nargv = [\"/bin/echo\", \"hi\"]\n\
+         [[profiles.default.escalation.auto_approve]]\nargv = [\"/usr/bin/touch\", \"{}\"]\n",
+        marker.display()
+    ));
+    let out = inside(
+        &ws,
+        &format!(
+            "id -un; umask 077; lazaret-escalate -- /bin/echo hi; \
+             lazaret-escalate -- /usr/bin/touch '{}'",
+            marker.display()
+        ),
+    );
+    assert_eq!(out, "agent\nhi\n");
+    assert!(marker.exists(), "the command did not run on the host");
+    // Not approved: refused, as for root, and said so.
+    let out = ws.run_sh("lazaret-escalate --timeout 1 -- /bin/echo other </dev/null");
+    assert_ne!(out.status.code(), Some(0));
+}
