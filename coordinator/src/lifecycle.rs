@@ -442,6 +442,9 @@ fn serve(
     let since = Instant::now();
     // Since when no connection was served, for `keep_alive`.
     let mut idle: Option<Instant> = None;
+    // Since when no session runs while connections are still served, for
+    // one log line if that lasts (what keeps the Domain up).
+    let mut lingering: Option<(Instant, bool)> = None;
     loop {
         if stop.load(Ordering::Relaxed) {
             log("asked to stop");
@@ -456,6 +459,20 @@ fn serve(
         // A session ends the wait; `lazaret ps` does not prolong it.
         if ctx.sessions_now() != 0 {
             idle = None;
+        }
+        if ctx.sessions_now() == 0 && ctx.active() != 0 && ctx.served() {
+            let (since, said) = lingering.get_or_insert((Instant::now(), false));
+            if !*said && since.elapsed() > LINGER_NOTE {
+                *said = true;
+                log(format!(
+                    "no Client Session runs, but {} connection(s) have been open for {}s: the Domain stays up until they end ({})",
+                    ctx.active(),
+                    LINGER_NOTE.as_secs(),
+                    ctx.connections_summary()
+                ));
+            }
+        } else {
+            lingering = None;
         }
         if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
             let kept = ctx.served().then(|| ctx.keep_alive()).flatten();
@@ -499,6 +516,10 @@ fn serve(
         }
     }
 }
+
+/// How long connections may keep a Domain without sessions up before the
+/// log says so.
+const LINGER_NOTE: Duration = Duration::from_secs(10);
 
 pub(crate) fn mkdir_private(p: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()

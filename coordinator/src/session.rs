@@ -55,6 +55,9 @@ pub struct SessionCtx {
     /// Detached sessions that ended, oldest first, until `lazaret attach`
     /// collects them (at most [`crate::attach::MAX_ENDED`]).
     ended: Mutex<std::collections::VecDeque<(String, Live)>>,
+    /// What each open connection is doing, by connection ID (for the log
+    /// when connections keep a Domain without sessions up).
+    stages: Mutex<HashMap<String, &'static str>>,
 }
 
 /// A live Client Session as `lazaret ps` and `lazaret attach` see it.
@@ -106,6 +109,7 @@ impl SessionCtx {
             holder,
             live: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
+            stages: Mutex::new(HashMap::new()),
         }
     }
 
@@ -145,6 +149,25 @@ impl SessionCtx {
     /// up to `grace` for it.
     fn holder_gone_within(&self, grace: Duration) -> bool {
         lazaret_helpers::pidfd::exited_within(&*self.holder, grace)
+    }
+
+    /// The open connections by what they are doing, for the log.
+    pub fn connections_summary(&self) -> String {
+        let stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for s in stages.values() {
+            *counts.entry(s).or_default() += 1;
+        }
+        counts
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn stage(&self, conn: &str, stage: &'static str) {
+        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        stages.insert(conn.to_string(), stage);
     }
 
     /// Connections being served (sessions and control requests).
@@ -422,6 +445,11 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.ctx.bridges.lock().unwrap().remove(&self.id);
         self.ctx.link.forget(&self.id);
+        self.ctx
+            .stages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
         self.ctx.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -446,8 +474,10 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
             ctx: &ctx,
             id: hex::encode(id),
         };
+        ctx.stage(&guard.id, "authenticating");
         let stream = match ctx.trust.accept(stream, &guard.id) {
             Ok(s) => {
+                ctx.stage(&guard.id, "before its first request");
                 lazaret_helpers::timeline::mark("coordinator", "session-authenticated");
                 s
             }
@@ -500,6 +530,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         ));
     }
     if let Some(c) = hello.control {
+        ctx.stage(sid, "answering a control request");
         let answer = match c {
             Control::Status => ServerMsg::Status(DomainStatus {
                 sessions: u32::try_from(ctx.sessions.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
@@ -515,6 +546,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
         return write_frame(&mut *writer.lock().unwrap(), &answer).map_err(|e| e.to_string());
     }
     if let Some(a) = hello.attach {
+        ctx.stage(sid, "attached terminal");
         return attach(ctx, sid, a, reader, writer);
     }
     if hello.detach && hello.tty.is_none() {
@@ -539,6 +571,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     }
     ctx.served.store(true, Ordering::SeqCst);
     ctx.sessions.fetch_add(1, Ordering::SeqCst);
+    ctx.stage(sid, "Client Session");
     let _counted = Counted(&ctx.sessions);
     let tty = hello.tty.clone();
     let mut env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
