@@ -657,6 +657,10 @@ fn mounts(root: &Path) -> Vec<String> {
 /// coordinator; one that is stopping (or starting, before its first
 /// session) is waited for, up to [`crate::lifecycle_cmd::STOP_WAIT`], with
 /// a message. Then establishes that no process or mount uses its state.
+/// How long processes may still hold a Domain whose lock is free before a
+/// `state` command that changes or checks its anchors refuses.
+const LAST_PROCESSES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
     use crate::lifecycle_cmd::{ask, STOP_WAIT};
     use lazaret_protocol::session::{Control, ServerMsg};
@@ -709,7 +713,15 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
-    let users = users_of(&domain.layout.root);
+    // With the lock held no Domain starts; a generation that just stopped
+    // may still have processes in their last moments (the last ones of its
+    // PID namespace exiting): they get a few seconds to go.
+    let deadline = std::time::Instant::now() + LAST_PROCESSES_WAIT;
+    let mut users = users_of(&domain.layout.root);
+    while !users.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        users = users_of(&domain.layout.root);
+    }
     if !users.is_empty() {
         let list: Vec<String> = users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect();
         return Err((

@@ -608,6 +608,14 @@ fn scan_anchor(args: &[String]) -> i32 {
         lazaret_protocol::log_line!("lazaret-supervisor: --scan-anchor takes PATH UPPER LOWER");
         return exit::BAD_PLAN;
     };
+    // A scan only answers its `lazaret`: killed with it (a `state reset`
+    // interrupted while it scans), it must not go on holding the Domain
+    // Root, which the next `state` command would find in use.
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+        || nix::unistd::getppid().as_raw() == 1
+    {
+        return exit::START_FAILED;
+    }
     let map = match userns::current_id_map() {
         Ok(m) => m,
         Err(e) => {
@@ -633,6 +641,9 @@ fn scan_anchor(args: &[String]) -> i32 {
     let w_raw = w.as_raw_fd();
     // This process is single-threaded, so the clone may allocate.
     let child = userns::clone_mapped(&map, CloneFlags::empty(), || {
+        // Dies with the scan, as the scan dies with its `lazaret`.
+        // SAFETY: prctl with an integer argument; nothing else is touched.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
         // SAFETY: w_raw is the pipe's write end, inherited by the clone.
         let mut out = unsafe { std::fs::File::from_raw_fd(w_raw) };
         // The names it lists are the sandbox's: confined before the first.
