@@ -311,6 +311,11 @@ fn runsc_detail(info: &RunscInfo) -> String {
         info.version,
         info.platform(),
     );
+    if !info.allow_suid() {
+        detail.push_str(
+            ", set-user-ID programs ignored (no --allow-suid: `sudo` fails for a profile's `user`)",
+        );
+    }
     let mut workarounds = Vec::new();
     if info.needs_statx_shim() {
         workarounds.push("statx shim (this release rejects AT_NO_AUTOMOUNT)".to_string());
@@ -1508,6 +1513,7 @@ mod tests {
             c.detail,
             "/usr/bin/runsc version 0.0~20221219.0, platform ptrace (offered: kvm, ptrace), \
              file access: every file through the gofer (no directfs), mounts shared, \
+             set-user-ID programs ignored (no --allow-suid: `sudo` fails for a profile's `user`), \
              workarounds: statx shim (this release rejects AT_NO_AUTOMOUNT), /proc/sys/net tmpfs \
              (a fresh network namespace here shows net.core.rmem_default, which runsc's root-namespace \
              check takes for the root one); a newer runsc (20240729, Debian's bookworm-backports) would add \
@@ -1545,7 +1551,8 @@ mod tests {
         assert_eq!(
             c.detail,
             "/usr/bin/runsc version 0.0~20240729.0, platform systrap (offered: systrap, ptrace, kvm), \
-             file access: directfs, mounts shared, workarounds: /proc/sys/net tmpfs \
+             file access: directfs, mounts shared, set-user-ID programs ignored (no --allow-suid: \
+             `sudo` fails for a profile's `user`), workarounds: /proc/sys/net tmpfs \
              (a fresh network namespace here shows net.core.rmem_default, which runsc's root-namespace \
              check takes for the root one)"
         );

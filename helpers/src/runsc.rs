@@ -245,7 +245,21 @@ impl RunscInfo {
         if self.directfs() {
             flags.push("--directfs=true".to_string());
         }
+        if self.allow_suid() {
+            flags.push("--allow-suid".to_string());
+        }
         flags
+    }
+
+    /// Whether set-user-ID programs take effect inside (runsc's
+    /// `--allow-suid`, gVisor since 2025): `sudo` for a profile's `user`.
+    /// Passed where offered; a root session runs with `no_new_privs`
+    /// anyway (see the supervisor's bundle), so only the profile's user
+    /// gains anything, and only what root inside already has. Releases
+    /// without the flag (20240729 and older) ignore the bit, and `sudo`
+    /// refuses.
+    pub fn allow_suid(&self) -> bool {
+        self.flags.contains("allow-suid")
     }
 
     /// Whether the Sentry opens the container's files itself (runsc's
@@ -817,6 +831,22 @@ mod tests {
         assert!(!old.directfs());
         assert_eq!(old.platform(), "ptrace");
         assert!(!old.global_flags().iter().any(|f| f.contains("directfs")));
+        assert!(!i.allow_suid() && !old.allow_suid());
+    }
+
+    #[test]
+    fn set_user_id_programs_are_allowed_where_runsc_offers_it() {
+        let flags = format!("{FLAGS_20240513}  -allow-suid\n    \tallows set-user-ID programs\n");
+        let i = info(
+            "runsc version release-20250901.0\nspec: 1.1.0\n",
+            &flags,
+            Some("systrap\nptrace\n"),
+        );
+        assert!(i.allow_suid());
+        assert_eq!(
+            i.global_flags().last().map(String::as_str),
+            Some("--allow-suid")
+        );
     }
 
     fn info(version_out: &str, flags: &str, platforms: Option<&str>) -> RunscInfo {
