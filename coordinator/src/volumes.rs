@@ -80,9 +80,10 @@ pub fn route(
     // there. As root nothing needs it: the path stays bound directly.
     if crate::session::inside_owner(input).is_some() {
         for s in &input.shared_paths {
-            let Some(mount) = mounts.iter().position(|m| {
-                m.purpose == MountPurpose::SharedPath && m.destination == s.sandbox
-            }) else {
+            let Some(mount) = mounts
+                .iter()
+                .position(|m| m.purpose == MountPurpose::SharedPath && m.destination == s.sandbox)
+            else {
                 continue;
             };
             let state = layout
