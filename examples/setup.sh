@@ -1,9 +1,13 @@
+# shellcheck shell=sh
 # Installs one agent inside its setup profile's sandbox, as root there:
 #
 #   lazaret run --profile claude-code-setup -- sh -s claude-code < examples/setup.sh
 #
 # (codex and aider likewise). Everything lands in State Anchors (/usr/local,
-# /opt), so `lazaret image commit` can make an image of it afterwards.
+# /opt, /etc), so `lazaret image commit` can make an image of it afterwards.
+# Each agent is set to run unattended, its own sandbox and questions off:
+# Lazaret is the sandbox (Claude Code and Codex here, in their system-wide
+# settings; aider by its profile's env).
 # Only public registries are used: the npm registry, Debian's mirror, PyPI.
 set -eu
 
@@ -59,10 +63,33 @@ npm_agent() {
 case "$agent" in
   claude-code)
     npm_agent @anthropic-ai/claude-code
+    # Unattended: Lazaret is the sandbox, so Claude Code asks no permission
+    # (its bypassPermissions mode, what --dangerously-skip-permissions
+    # turns on; it refuses that as root, so the agent profile runs it as
+    # `agent`). Managed settings, so every workspace has them and your own
+    # settings.json (in the shared path) stays yours; `claude
+    # --permission-mode default` asks again, for one run.
+    mkdir -p /etc/claude-code
+    cat >/etc/claude-code/managed-settings.json <<'JSON'
+{
+  "permissions": { "defaultMode": "bypassPermissions" },
+  "skipDangerousModePermissionPrompt": true
+}
+JSON
     claude --version
     ;;
   codex)
     npm_agent @openai/codex
+    # Unattended: Lazaret is the sandbox, and Codex's own (bubblewrap)
+    # cannot start inside gVisor. Codex's system config, its lowest layer:
+    # $CODEX_HOME/config.toml (in the shared path) and -c still override it.
+    mkdir -p /etc/codex
+    cat >/etc/codex/config.toml <<'TOML'
+# Written by Lazaret's examples/setup.sh: the sandbox is Lazaret's, and
+# Codex's own cannot start inside gVisor.
+sandbox_mode = "danger-full-access"
+approval_policy = "never"
+TOML
     codex --version
     ;;
   aider)

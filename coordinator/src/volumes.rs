@@ -73,6 +73,34 @@ pub fn route(
             router: sentry_only(input, v.host.clone(), state, mountpoint, None),
         });
     }
+    // With a profile `user`, each shared path is routed too: its host
+    // directory is the developer's (root inside), and the router reports
+    // it as the user's and keeps what the user writes the developer's, as
+    // for the workspace, so an agent running as the user keeps its login
+    // there. As root nothing needs it: the path stays bound directly.
+    if crate::session::inside_owner(input).is_some() {
+        for s in &input.shared_paths {
+            let Some(mount) = mounts
+                .iter()
+                .position(|m| m.purpose == MountPurpose::SharedPath && m.destination == s.sandbox)
+            else {
+                continue;
+            };
+            let state = layout
+                .volume_git()
+                .join(state_name(&s.host, &format!("shared:{}", s.sandbox)));
+            mkdir_private(&state)?;
+            let mountpoint = layout
+                .run()
+                .join("volume-routers")
+                .join(out.len().to_string());
+            mkdir_private(&mountpoint)?;
+            out.push(VolumeRouter {
+                mount,
+                router: sentry_only(input, s.host.clone(), state, mountpoint, None),
+            });
+        }
+    }
     Ok(out)
 }
 

@@ -1,7 +1,10 @@
-//! The example Agent Profiles (issue 14, item 5): `examples/check` installs
-//! the quickest agent, Codex CLI, from the npm registry in its setup
-//! profile, commits that Domain as an image, and in a new workspace the
-//! agent profile's sandbox starts its binary, which prints its version. It needs the package registries: when they cannot be reached
+//! The example Agent Profiles (issue 14, item 5; issue 28, item 2):
+//! `examples/check` installs the quickest agent, Codex CLI, from the npm
+//! registry in its setup profile, commits that Domain as an image, and in a
+//! new workspace the agent profile's sandbox starts its binary, which prints
+//! its version, then runs it unattended against the scripted model server
+//! (examples/model-server) on the host: Codex edits a file of the workspace
+//! and runs a command inside, asking nothing. It needs the package registries: when they cannot be reached
 //! (the script's exit 3), the test skips like any other missing
 //! prerequisite.
 
@@ -38,6 +41,7 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     for f in [
         "check",
+        "model-server",
         "setup.sh",
         "claude-code.toml",
         "codex.toml",
@@ -82,6 +86,12 @@ fn the_codex_example_starts_codex_and_prints_its_version() {
     assert!(
         version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok()),
         "no version in: {line}"
+    );
+    // The unattended run: the edit, the command and the final answer, each
+    // a turn the model server answered (the check looked at the files).
+    assert!(
+        line.contains("unattended ") && line.contains("edit, command, final answered"),
+        "the agent did not work unattended: {line}"
     );
 
     // What the check made is gone: its scratch directory, its image, its

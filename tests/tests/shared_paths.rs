@@ -149,6 +149,72 @@ fn a_shared_path_follows_its_profile_across_workspaces_and_no_further() {
     profiles.remove(env);
 }
 
+/// With a profile `user`, the shared path (here in the user's home) is
+/// the user's inside, so an agent running as it keeps its login there
+/// (Claude Code refuses its unattended mode as root); on the host what it
+/// writes is the developer's, in the same host directory, and another
+/// workspace's session, as the user too, reads and changes it.
+#[test]
+fn the_profile_user_writes_its_shared_path_and_the_host_keeps_it_the_developers() {
+    let env = require_env!();
+    let one = env.workspace("shared-user-one");
+    let two = env.workspace("shared-user-two");
+    let tag = one
+        .base
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    let profile = format!("agentuser-{tag}");
+    let config = format!(
+        "[profiles.{profile}]\nuser = \"agent\"\nshared_paths = [\"/home/agent/.login\"]\n"
+    );
+    for ws in [&one, &two] {
+        ws.write_config(&config);
+    }
+    let out = run(
+        &one,
+        &profile,
+        "id -un; stat -c '%U %a' /home/agent/.login; echo token-0815 > /home/agent/.login/credentials && \
+         mkdir /home/agent/.login/sub && echo ok",
+    );
+    assert_eq!(ok(&out), "agent\nagent 700\nok\n");
+    let host = env
+        .data_home
+        .join("lazaret/profiles")
+        .join(&profile)
+        .join("shared/home%2Fagent%2F.login");
+    assert_eq!(
+        std::fs::read_to_string(host.join("credentials")).unwrap(),
+        "token-0815\n"
+    );
+    for p in ["credentials", "sub"] {
+        let m = std::fs::symlink_metadata(host.join(p)).unwrap();
+        assert_eq!(m.uid(), env.uid, "{p} is not the developer's");
+    }
+    let out = run(
+        &two,
+        &profile,
+        "cat /home/agent/.login/credentials && echo again >> /home/agent/.login/credentials && \
+         stat -c '%U' /home/agent/.login/sub",
+    );
+    assert_eq!(ok(&out), "token-0815\nagent\n");
+    assert_eq!(
+        std::fs::read_to_string(host.join("credentials")).unwrap(),
+        "token-0815\nagain\n"
+    );
+    let _ = env.sh(&format!(
+        "rm -rf '{}'",
+        env.data_home
+            .join("lazaret/profiles")
+            .join(&profile)
+            .display()
+    ));
+}
+
 #[test]
 fn links_the_sandbox_plants_in_a_shared_path_are_never_followed_on_the_host() {
     let env = require_env!();
