@@ -153,7 +153,7 @@ impl SessionCtx {
 
     /// The open connections by what they are doing, for the log.
     pub fn connections_summary(&self) -> String {
-        let stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        let stages = escalation::lock(&self.stages);
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         for s in stages.values() {
             *counts.entry(s).or_default() += 1;
@@ -166,7 +166,7 @@ impl SessionCtx {
     }
 
     fn stage(&self, conn: &str, stage: &'static str) {
-        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stages = escalation::lock(&self.stages);
         stages.insert(conn.to_string(), stage);
     }
 
@@ -445,11 +445,7 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.ctx.bridges.lock().unwrap().remove(&self.id);
         self.ctx.link.forget(&self.id);
-        self.ctx
-            .stages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.id);
+        escalation::lock(&self.ctx.stages).remove(&self.id);
         self.ctx.active.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -60,18 +60,7 @@ pub fn route(
         }) else {
             continue;
         };
-        let state = layout.volume_git().join(state_name(&v.host, &v.sandbox));
-        mkdir_private(&state)?;
-        let mountpoint = layout
-            .run()
-            .join("volume-routers")
-            .join(out.len().to_string());
-        mkdir_private(&mountpoint)?;
-        out.push(VolumeRouter {
-            mount,
-            // The holder replaces the workspace with what it pinned.
-            router: sentry_only(input, v.host.clone(), state, mountpoint, None),
-        });
+        add_router(input, layout, &mut out, mount, &v.host, &v.sandbox)?;
     }
     // With a profile `user`, each shared path is routed too: its host
     // directory is the developer's (root inside), and the router reports
@@ -86,22 +75,36 @@ pub fn route(
             else {
                 continue;
             };
-            let state = layout
-                .volume_git()
-                .join(state_name(&s.host, &format!("shared:{}", s.sandbox)));
-            mkdir_private(&state)?;
-            let mountpoint = layout
-                .run()
-                .join("volume-routers")
-                .join(out.len().to_string());
-            mkdir_private(&mountpoint)?;
-            out.push(VolumeRouter {
-                mount,
-                router: sentry_only(input, s.host.clone(), state, mountpoint, None),
-            });
+            let key = format!("shared:{}", s.sandbox);
+            add_router(input, layout, &mut out, mount, &s.host, &key)?;
         }
     }
     Ok(out)
+}
+
+/// Adds a Git-Sentry-only router for planned mount `mount` (host directory
+/// `host`), its private state named by `host` and `key`.
+fn add_router(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    out: &mut Vec<VolumeRouter>,
+    mount: usize,
+    host: &Path,
+    key: &str,
+) -> Result<(), String> {
+    let state = layout.volume_git().join(state_name(host, key));
+    mkdir_private(&state)?;
+    let mountpoint = layout
+        .run()
+        .join("volume-routers")
+        .join(out.len().to_string());
+    mkdir_private(&mountpoint)?;
+    out.push(VolumeRouter {
+        mount,
+        // The holder replaces the workspace with what it pinned.
+        router: sentry_only(input, host.to_path_buf(), state, mountpoint, None),
+    });
+    Ok(())
 }
 
 /// A router that enforces Git Sentry only (Ignored Workspace State off),

@@ -69,6 +69,19 @@ fn keep_up(ws: &Workspace, net: &TestNet, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// A session serving `/hello` (holding `token`) on the sandbox's address,
+/// port 3000, as a dev server started with `--host` does.
+fn serve_inside(ws: &Workspace, net: &TestNet, token: &str) -> Child {
+    let script = format!(
+        "mkdir -p /tmp/srv && echo {token} > /tmp/srv/hello && exec python3 -m http.server 3000 --directory /tmp/srv"
+    );
+    ws.lazaret_in(net, &["run", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn ps_json(ws: &Workspace, net: &TestNet) -> serde_json::Value {
     let out = ws.lazaret_in(net, &["ps", "--json"]).output().unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_default()
@@ -127,21 +140,7 @@ fn a_server_started_later_inside_is_reachable_at_the_published_port() {
 
     // A dev server the agent starts later, in another session, on the
     // sandbox's address (0.0.0.0, as dev servers bind with --host).
-    let server = ws
-        .lazaret_in(
-            &net,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "mkdir -p /tmp/srv && echo PORTS-SERVED-7c1e > /tmp/srv/hello && exec python3 -m http.server 3000 --directory /tmp/srv",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = serve_inside(&ws, &net, "PORTS-SERVED-7c1e");
     assert!(
         eventually(Duration::from_secs(30), || fetch(&ws, &net, url)
             == "PORTS-SERVED-7c1e"),
@@ -283,21 +282,7 @@ fn the_sandbox_reaches_no_host_socket_or_service_through_a_published_port() {
     let mut err = String::new();
     let mut first = first;
     // The warning is on the first session's stderr; read it after stop.
-    let server = ws
-        .lazaret_in(
-            &net,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "mkdir -p /tmp/srv && echo INSIDE-SERVER-b3d9 > /tmp/srv/hello && exec python3 -m http.server 3000 --directory /tmp/srv",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = serve_inside(&ws, &net, "INSIDE-SERVER-b3d9");
     // The port works from the host, so what follows can fail.
     let url = "http://127.0.0.1:18100/hello";
     assert!(
