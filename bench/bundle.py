@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the OCI bundle (config.json) used by the bare-runsc baselines.
 
-It mirrors what lazaret-supervisor writes (supervisor/src/bundle.rs) so that
+It mirrors what lazaret-supervisor writes (bin/supervisor/src/bundle.rs) so that
 the bare baseline does the same work minus Lazaret: the same base mounts, the
 workspace with the Git Sentry's mounts (.git rw, .git/config ro, .git/hooks
 tmpfs), fresh pid/ipc/uts/mount/network namespaces, the same capabilities and

@@ -2,7 +2,7 @@
 """Helpers for bench/run and bench/compare.
 
   report.py domain-id PROFILE CANONICAL_WORKSPACE
-      Prints the Domain ID lazaret derives (DomainIdV1, protocol/src/domain.rs):
+      Prints the Domain ID lazaret derives (DomainIdV1, lib/protocol/src/domain.rs):
       the first 16 bytes of SHA-256("lazaret.domain-id.v1\\0" || len(profile) as
       u64 BE || profile || len(workspace) as u64 BE || workspace), in hex.
 

@@ -1,0 +1,543 @@
+//! The Network Sidecar's processes and order (see `lib/netpolicy/README.md`):
+//!
+//! ```text
+//! supervisor (host netns) ── slirp4netns A ── tap0 of N1 = the holder's netns (enforcement)
+//! holder (root of U, N1) ─── keeper K: unshare(CLONE_NEWNET) = N2 (sandbox netns)
+//!                        ├── lazaret-netpolicy install (routes in N1, IPv6 off in N1 and N2)
+//!                        ├── lazaret-netpolicy watch (for the Domain's life: denies in N1
+//!                        │     each address the host gains; reads them through a host
+//!                        │     netlink socket the supervisor bound before the holder existed)
+//!                        ├── slirp4netns B (in U + N1, so N1's routes apply) ── tap0 of N2
+//!                        ├── with published ports: their forwards in slirp B, and the
+//!                        │     relay from the host sockets to them (`crate::ports`)
+//!                        ├── lazaret-netpolicy probe (from N2: denied refused, resolvers answer)
+//!                        └── runsc run --network=sandbox, spec netns = /proc/K/ns/net
+//! ```
+//!
+//! This module enforces the order and fails closed: every step's failure
+//! is an error naming the step, and `runsc run` is never started after
+//! one. It leaves the policy itself to `lazaret-netpolicy`, which checks
+//! the digest, installs, attests and probes.
+//!
+//! Lifetimes: K and slirp B live in the holder's PID namespace and die
+//! with it. slirp A lives in the host's; it dies with the supervisor
+//! (`PR_SET_PDEATHSIG`, and its `--exit-fd` closes with the supervisor),
+//! and the supervisor stops it after the holder.
+
+use lazaret_helpers::pidfd::Tracked;
+use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
+use lazaret_protocol::plan::{DnsFilterPlan, SandboxNetwork};
+use nix::sys::signal::{SigSet, Signal};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The slirp link's MTU, as the policy's `Link` says.
+const MTU: &str = "--mtu=65520";
+/// How long a slirp4netns (or the DNS filter) may take to report ready.
+const SLIRP_READY: Duration = Duration::from_secs(20);
+
+fn unblock_and_die_with_parent(cmd: &mut Command) {
+    // SAFETY: between fork and exec this makes only async-signal-safe
+    // calls (sigprocmask, prctl).
+    unsafe {
+        cmd.pre_exec(|| {
+            SigSet::all()
+                .thread_unblock()
+                .map_err(std::io::Error::from)?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+}
+
+/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS
+/// filter's `ready` line).
+fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
+    let f = std::fs::File::from(r);
+    let mut pfd = [nix::poll::PollFd::new(
+        f.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = SLIRP_READY.as_millis() as u16;
+    let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(ms))
+        .map_err(|e| format!("{what}: {e}"))?;
+    let mut b = [0u8; 1];
+    if n == 1 && (&f).read(&mut b).map(|k| k == 1).unwrap_or(false) {
+        return Ok(());
+    }
+    let _ = child.kill();
+    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+    Err(format!(
+        "{what} did not become ready within {} s ({status}); see its messages in helpers.log in the Domain Root (`lazaret logs --helpers`)",
+        SLIRP_READY.as_secs()
+    ))
+}
+
+/// slirp4netns A, started by the supervisor from the host's network
+/// namespace into the holder's (N1), tracked by the pidfd taken at spawn.
+pub struct Uplink {
+    child: Tracked,
+    /// Closing it (POLLHUP on slirp's `--exit-fd`) stops slirp A.
+    exit_w: Option<OwnedFd>,
+}
+
+impl Uplink {
+    pub fn start(net: &SandboxNetwork, holder_pid: i32) -> Result<Uplink, String> {
+        let (ready_r, ready_w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        let (exit_r, exit_w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&net.slirp4netns);
+        // The Domain ID in argv names the process for `ps` and the tests.
+        cmd.arg0(format!(
+            "slirp4netns-uplink:lazaret-domain={}",
+            net.domain_id
+        ))
+        .args([
+            "--configure",
+            MTU,
+            "--disable-host-loopback",
+            "--enable-sandbox",
+            "--enable-seccomp",
+            "--ready-fd=3",
+            "--exit-fd=4",
+        ])
+        .arg(holder_pid.to_string())
+        .arg("tap0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+        fds::pass_fds(&mut cmd, vec![(ready_w, 3), (exit_r, 4)]);
+        unblock_and_die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+        drop(cmd);
+        wait_ready(ready_r, "slirp4netns A (the uplink)", &mut child)?;
+        Ok(Uplink {
+            child: Tracked::new(child).map_err(|e| e.to_string())?,
+            exit_w: Some(exit_w),
+        })
+    }
+
+    /// Polls readable once slirp A has exited.
+    pub fn pidfd(&self) -> &OwnedFd {
+        &self.child.pidfd
+    }
+
+    /// Stops slirp A: its exit fd first, SIGKILL (by pidfd) after a grace
+    /// period, then reaps it.
+    pub fn stop(mut self) {
+        drop(self.exit_w.take());
+        for _ in 0..100 {
+            if self.child.exited() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !self.child.exited() {
+            let _ = self.child.signal(rustix::process::Signal::KILL);
+        }
+        let _ = self.child.child.wait();
+    }
+}
+
+/// The multicast group of IPv4 address changes (`RTMGRP_IPV4_IFADDR`).
+const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+
+/// A NETLINK_ROUTE socket of the host's network namespace (the caller's),
+/// subscribed to its IPv4 address changes: made before the holder, handed
+/// to `lazaret-netpolicy watch`, which can only read through it (the
+/// kernel checks changes against this namespace, where the watch holds no
+/// capability). Subscribed before the watch dumps the addresses, so no
+/// address added in between is missed.
+pub fn host_address_socket() -> Result<OwnedFd, String> {
+    use rustix::net::{netlink::SocketAddrNetlink, AddressFamily, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("network: host addresses: cannot open a netlink socket: {e}"))?;
+    rustix::net::bind(&fd, &SocketAddrNetlink::new(0, RTMGRP_IPV4_IFADDR)).map_err(|e| {
+        format!("network: host addresses: cannot subscribe to the host's address changes: {e}")
+    })?;
+    Ok(fd)
+}
+
+/// What the holder keeps of the network after set-up.
+pub struct HolderNet {
+    /// `/proc/K/ns/net` in the holder's `/proc`: the bundle's netns path.
+    pub netns_path: String,
+    pub keeper: i32,
+    pub slirp_b: Child,
+    /// `lazaret-netpolicy watch`: the Domain stops if it exits.
+    pub watch: Child,
+    /// `lazaret-dns-filter`, with `allow_hosts`.
+    pub dns_filter: Option<Child>,
+}
+
+/// Fails closed: the message names the step.
+fn step(stage: &str) -> impl Fn(String) -> String + '_ {
+    move |e| format!("network: {stage}: {e}")
+}
+
+/// In the holder (PID 1 of the Domain's PID namespace, root of U, in N1),
+/// after `/proc` is mounted: everything up to a passed probe. `uplink_r`
+/// delivers one byte once slirp A configured N1's tap0; `host_netlink`
+/// is [`host_address_socket`]'s; `host_ports` are the published ports'
+/// host sockets ([`crate::ports::bind_host`]), in `net.ports`' order.
+pub fn setup_in_holder(
+    net: &SandboxNetwork,
+    uplink_r: RawFd,
+    host_netlink: OwnedFd,
+    host_ports: Vec<std::net::TcpListener>,
+) -> Result<HolderNet, String> {
+    let keeper = fork_keeper().map_err(step("sandbox namespace"))?;
+    let netns_path = format!("/proc/{keeper}/ns/net");
+    let netns = std::fs::File::open(&netns_path)
+        .map_err(|e| format!("cannot open {netns_path}: {e}"))
+        .map_err(step("sandbox namespace"))?;
+
+    // SAFETY: uplink_r is the read end of the supervisor's pipe, inherited
+    // by the clone; this function takes it over.
+    let mut uplink = unsafe { std::fs::File::from_raw_fd(uplink_r) };
+    let mut b = [0u8; 1];
+    if !matches!(uplink.read(&mut b), Ok(1)) {
+        return Err(step("uplink")(
+            "slirp4netns A did not configure the enforcement namespace".into(),
+        ));
+    }
+    drop(uplink);
+
+    let install = run_helper(net, &netns, "install", &[]).map_err(step("install"))?;
+    let attestation = install
+        .attestation
+        .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
+    check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
+    let fingerprint = attestation.fingerprint;
+    // The host's addresses the policy does not list (gained since it was
+    // derived) are denied once the watch is ready, and every later one as
+    // it comes. It starts now and is waited for before the probe, so its
+    // start overlaps slirp B's, and the sandbox never runs without it.
+    let (mut watch, watch_ready) =
+        spawn_with_ready_line(watch_command(net, host_netlink).map_err(step("host addresses"))?)
+            .map_err(step("host addresses"))?;
+
+    // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
+    // namespace's resolv.conf: make it the policy's, or the filtering
+    // resolver's (`allow_hosts`), which must listen before slirp B runs.
+    let sidecar_resolv = net
+        .dns_filter
+        .as_ref()
+        .map_or(&net.resolv_conf, |f| &f.sidecar_resolv_conf);
+    let dns_filter = match &net.dns_filter {
+        None => None,
+        Some(f) => {
+            let child = start_dns_filter(net, f).map_err(step("filtering resolver"))?;
+            lazaret_helpers::timeline::mark("holder", "dns-filter-ready");
+            Some(child)
+        }
+    };
+    nix::mount::mount(
+        Some(sidecar_resolv),
+        "/etc/resolv.conf",
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot bind {} over /etc/resolv.conf in the holder's mount namespace: {e}",
+            sidecar_resolv.display()
+        )
+    })
+    .map_err(step("resolver"))?;
+
+    let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+    if !net.ports.is_empty() {
+        crate::ports::publish(&net.api_socket_dir, &net.ports, host_ports)
+            .map_err(step("published ports"))?;
+    }
+    wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
+        .map_err(step("host addresses"))?;
+    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
+
+    run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
+    Ok(HolderNet {
+        netns_path,
+        keeper,
+        slirp_b,
+        watch,
+        dns_filter,
+    })
+}
+
+/// Opens a helper's log in the Domain Root for appending (the helpers
+/// hold no file access of their own).
+fn open_log(path: &Path) -> Result<OwnedFd, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// `lazaret-netpolicy watch` in N1 with the sealed policy on fd 3, the
+/// host netlink socket on fd 4 and its log on fd 5; it prints `ready`
+/// once the host's addresses are denied and it is confined.
+fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let log = open_log(&net.host_watch_log)?;
+    let mut cmd = Command::new(&net.helper);
+    // The Domain ID in argv names the process for `ps` and the tests.
+    cmd.arg0(format!(
+        "lazaret-netpolicy-watch:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args(["watch", "--digest", &net.digest])
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (host_netlink, 4), (log, 5)]);
+    unblock_and_die_with_parent(&mut cmd);
+    Ok(cmd)
+}
+
+/// Spawns a helper that prints a line on stdout once it is ready (and
+/// confined); returns it and that stdout, for [`wait_ready`].
+fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
+    cmd.stdout(Stdio::piped());
+    let what = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    drop(cmd);
+    match child.stdout.take() {
+        Some(stdout) => Ok((child, OwnedFd::from(stdout))),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("{what} has no stdout pipe"))
+        }
+    }
+}
+
+/// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
+/// on fd 4; returns once it printed `ready` (it listens and is confined).
+fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let log = open_log(&plan.log)?;
+    let mut cmd = Command::new(&plan.binary);
+    // The Domain ID in argv names the process for `ps` and the tests.
+    cmd.arg0(format!(
+        "lazaret-dns-filter:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args(["--digest", &net.digest])
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (log, 4)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let (mut child, ready) = spawn_with_ready_line(cmd)?;
+    wait_ready(ready, "lazaret-dns-filter", &mut child)?;
+    Ok(child)
+}
+
+/// Only where runsc's root-network-namespace check would fire (it has the
+/// check and this kernel shows `/proc/sys/net/core/rmem_default` in a fresh
+/// network namespace: `RunscInfo::needs_proc_sys_net_hack`): hides
+/// `/proc/sys/net` in the holder's mount namespace, after the helper no
+/// longer needs it.
+pub fn hide_proc_sys_net() -> Result<(), String> {
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some("lazaret-hide"),
+        "/proc/sys/net",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=4k,mode=555"),
+    )
+    .map_err(|e| format!("network: runsc workaround: cannot mount a tmpfs over /proc/sys/net: {e}"))
+}
+
+/// Forks the keeper K: it leaves for a new network namespace (N2, owned
+/// by U because K is in U) and waits to be killed with the holder.
+fn fork_keeper() -> Result<i32, String> {
+    let (r, w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let w_raw = w.as_raw_fd();
+    // SAFETY: the holder is single-threaded here (no thread was started
+    // yet); the child makes only async-signal-safe calls and never returns.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: raw libc calls only; the child exits with _exit.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                    libc::_exit(1);
+                }
+                let b = b"k";
+                libc::write(w_raw, b.as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(w);
+            let mut b = [0u8; 1];
+            if matches!(std::fs::File::from(r).read(&mut b), Ok(1)) {
+                Ok(child.as_raw())
+            } else {
+                let _ = nix::sys::wait::waitpid(child, None);
+                Err("the keeper could not create a network namespace (unshare CLONE_NEWNET)".into())
+            }
+        }
+    }
+}
+
+/// slirp4netns B: in U, N1 and the holder's mount namespace (so its
+/// sockets obey N1's routes), serving N2's tap0.
+fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
+    let (ready_r, ready_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&net.slirp4netns);
+    cmd.arg0(format!(
+        "slirp4netns-sandbox:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args([
+        "--configure",
+        MTU,
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        "--ready-fd=3",
+        "--netns-type=path",
+        netns_path,
+    ]);
+    if !net.ports.is_empty() {
+        // Relative to its working directory, the Domain's run directory
+        // (never mounted into the sandbox): slirp4netns binds it before
+        // it enters its own sandbox. `crate::ports` removes it again.
+        cmd.arg(format!("--api-socket={}", crate::ports::API_SOCKET))
+            .current_dir(&net.api_socket_dir);
+    }
+    cmd.arg("tap0").stdin(Stdio::null()).stdout(Stdio::null());
+    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+    drop(cmd);
+    wait_ready(ready_r, "slirp4netns B", &mut child)?;
+    lazaret_helpers::fault::point("holder:slirp4netns-b-ready");
+    Ok(child)
+}
+
+/// Runs `lazaret-netpolicy MODE` with the sealed policy on fd 3 and N2 on
+/// fd 4; leaves its report in the evidence directory; returns it when the
+/// helper succeeded, else an error with its failing stage and message.
+fn run_helper(
+    net: &SandboxNetwork,
+    netns: &std::fs::File,
+    mode: &str,
+    extra: &[&str],
+) -> Result<NetReport, String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let netns = OwnedFd::from(netns.try_clone().map_err(|e| e.to_string())?);
+    let mut cmd = Command::new(&net.helper);
+    cmd.arg(mode)
+        .args(["--digest", &net.digest])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    fds::pass_fds(&mut cmd, vec![(policy, 3), (netns, 4)]);
+    unblock_and_die_with_parent(&mut cmd);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", net.helper.display()))?;
+    drop(cmd);
+    let report = evidence_file(&net.evidence_dir, mode);
+    let _ = std::fs::File::create(&report).and_then(|mut f| f.write_all(&out.stdout));
+    // Bounded and typed: the helper shares a user namespace with the
+    // sandbox's network; anything else is a failure of the helper.
+    let parsed: Option<NetReport> = (out.stdout.len() <= MAX_REPORT_BYTES)
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten();
+    let (stage, msg) = match parsed {
+        Some(r) if out.status.success() && r.ok && r.mode.as_str() == mode => return Ok(r),
+        Some(r) => (r.failed_stage, r.error),
+        None => (None, None),
+    };
+    let stage = stage.unwrap_or_else(|| "helper".into());
+    let msg = msg.unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
+    if stage == mode {
+        Err(msg)
+    } else {
+        Err(format!("{stage}: {msg}"))
+    }
+}
+
+/// The Network Sidecar must attest the attachment of this generation:
+/// (Domain ID, Network Sidecar ID, Agent Sandbox ID), exactly.
+fn check_attachment(attested: &str, expected: &str) -> Result<(), String> {
+    if attested != expected {
+        return Err(format!(
+            "the Network Sidecar attested another network attachment ({attested:?}), not {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// `install.json` or `probe.json`.
+pub fn evidence_file(dir: &Path, mode: &str) -> std::path::PathBuf {
+    dir.join(format!("{mode}.json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_attachment;
+    use lazaret_protocol::trust::{network_attachment, GenerationId};
+
+    #[test]
+    fn only_this_generations_exact_attachment_is_accepted() {
+        let g = GenerationId {
+            domain_id: "d".into(),
+            number: 4,
+            nonce: [3; 16],
+        };
+        let ours = network_attachment(&g, "sidecar-1", "sandbox-1");
+        assert!(check_attachment(&ours, &ours).is_ok());
+        let previous = GenerationId {
+            number: 3,
+            ..g.clone()
+        };
+        for other in [
+            network_attachment(&previous, "sidecar-1", "sandbox-1"),
+            network_attachment(&g, "sidecar-2", "sandbox-1"),
+            network_attachment(&g, "sidecar-1", "sandbox-2"),
+            network_attachment(
+                &GenerationId {
+                    domain_id: "e".into(),
+                    ..g.clone()
+                },
+                "sidecar-1",
+                "sandbox-1",
+            ),
+        ] {
+            let e = check_attachment(&other, &ours).unwrap_err();
+            assert!(e.contains("another network attachment"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Network Sidecar: Lazaret's egress policy, the pure part.
+//!
+//! - [`policy`]: the canonical, generation-bound [`Policy`] (types,
+//!   encoding, digest, evaluation: pure, table-tested);
+//! - [`derive`] (feature `derive`, on by default): the profile's
+//!   `[network]` becomes a [`Policy`]; the only part that reads
+//!   `lazaret-config`;
+//! - [`record`]: `network.json`, what `lazaret net show` prints.
+//! - [`hosts`]: `allow_hosts` entries and the filtering resolver's
+//!   decisions; [`dnslog`]: its log (`lazaret net log`);
+//! - [`hostlog`]: the denials of host addresses gained while a Domain
+//!   runs (`lazaret-netpolicy watch`).
+//!
+//! Installing it as kernel routes, attesting and probing it is the
+//! confined helper's (`netpolicy-helper/`, binary `lazaret-netpolicy`),
+//! which uses this crate without `derive`, so it does not link the
+//! configuration parser.
+//!
+//! The topology (see `lib/netpolicy/README.md`): the sandbox's namespace N2
+//! reaches the world only through slirp4netns B, which runs in the
+//! enforcement namespace N1 and so obeys N1's routes; N1 reaches the host
+//! through slirp4netns A. gVisor's netstack in N2 ignores `unreachable`
+//! routes, so the policy lives in N1, which the sandbox cannot see.
+//!
+//! [`Policy`]: policy::Policy
+
+#[cfg(feature = "derive")]
+pub mod derive;
+pub mod dnslog;
+pub mod hostlog;
+pub mod hosts;
+pub mod policy;
+pub mod record;
+
+#[cfg(feature = "derive")]
+pub use derive::{derive, host_addresses, options_for, options_on_this_host};
+pub use policy::{DeriveOptions, NetworkPlan, Policy, PolicyError};
+
+/// The fixed descriptor numbers the supervisor hands to the helper.
+pub mod fdno {
+    /// Sealed memfd with the canonical policy bytes.
+    pub const POLICY: i32 = 3;
+    /// An fd of the sandbox network namespace (`/proc/PID/ns/net`).
+    pub const SANDBOX_NETNS: i32 = 4;
+    /// `watch`: a NETLINK_ROUTE socket of the host's network namespace,
+    /// bound to its IPv4 address notifications (by the supervisor).
+    pub const HOST_NETLINK: i32 = 4;
+    /// `watch`: its log, `host-addresses.log`, opened for appending.
+    pub const WATCH_LOG: i32 = 5;
+}
+
+/// Creates the sealed memfd the helper reads on [`fdno::POLICY`], and the
+/// digest to pass as `--digest`.
+pub fn policy_memfd(policy: &Policy) -> Result<(std::os::fd::OwnedFd, String), String> {
+    let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
+    let digest = policy::digest_bytes(&bytes);
+    let fd = lazaret_helpers::memfd::sealed("network-policy", &bytes).map_err(|e| e.to_string())?;
+    Ok((fd, digest))
+}
