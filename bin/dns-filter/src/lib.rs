@@ -1,7 +1,9 @@
 //! `lazaret-dns-filter`, the Network Sidecar's filtering resolver for a
 //! profile's `allow_hosts` (see [`serve`] for the order of one lookup):
 //!
+//! - [`judge`]: what it decides about each query and answer;
 //! - [`grants`]: which addresses are routed, on which ports, until when;
+//! - [`routes`]: the routes and rules it writes for them;
 //! - [`inuse`]: which of them still carry a connection when they expire;
 //! - [`serve`]: the loop and its log (`dns-filter.log`).
 //!
@@ -11,4 +13,6 @@
 
 pub mod grants;
 pub mod inuse;
+pub mod judge;
+pub mod routes;
 pub mod serve;

@@ -13,6 +13,7 @@
 //! open its handles, 6 confinement failed, 7 a socket failed while serving.
 
 use argh::FromArgs;
+use lazaret_dns_filter::routes::DnsRoutes;
 use lazaret_dns_filter::serve::{now_ms, Filter, Log};
 use lazaret_netpolicy::dnslog::DnsEvent;
 use std::io::Write;
@@ -75,8 +76,8 @@ fn main() {
         .unwrap_or_else(|e| die(2, "log fd", format!("no log on fd {}: {e}", cli.log_fd)));
     let filters = lazaret_seccomp::filters(BINARY).unwrap_or_else(|e| die(6, "seccomp", e));
 
-    let policy = lazaret_netpolicy_helper::helper::read_policy(&policy_fd, &cli.digest)
-        .unwrap_or_else(|f| die(2, "policy", f.message));
+    let policy = lazaret_netpolicy::read_policy_memfd(&policy_fd, &cli.digest)
+        .unwrap_or_else(|e| die(2, "policy", e));
     drop(policy_fd);
     let Some(hosts) = policy.hosts.clone() else {
         die(
@@ -88,8 +89,7 @@ fn main() {
     let allow = hosts.patterns().unwrap_or_else(|e| die(2, "policy", e));
 
     // Handles, before confinement: none can be opened after.
-    let mut rtnl =
-        lazaret_netpolicy_helper::netlink::Rtnl::open().unwrap_or_else(|e| die(3, "netlink", e));
+    let mut rtnl = lazaret_netlink::Rtnl::open().unwrap_or_else(|e| die(3, "netlink", e));
     let ifindex = rtnl
         .ifindex(&policy.link.ifname)
         .unwrap_or_else(|e| die(3, "netlink", e));

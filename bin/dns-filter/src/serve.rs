@@ -14,12 +14,14 @@ use std::os::unix::fs::FileExt;
 
 use crate::grants::{Change, Grants};
 use crate::inuse;
+use crate::judge::{self as hosts, AnswerVerdict, QueryVerdict, ResponseCode};
+use crate::routes::DnsRoutes;
+pub use lazaret_netlink::log::now_ms;
+use lazaret_netlink::log::BoundedLog;
+use lazaret_netlink::Rtnl;
 use lazaret_netpolicy::dnslog::{self, DnsEvent};
-use lazaret_netpolicy::hosts::{self, AllowHosts, AnswerVerdict, QueryVerdict, ResponseCode};
+use lazaret_netpolicy::hosts::AllowHosts;
 use lazaret_netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
-pub use lazaret_netpolicy_helper::log::now_ms;
-use lazaret_netpolicy_helper::log::BoundedLog;
-use lazaret_netpolicy_helper::netlink::Rtnl;
 
 /// Queries waiting for the upstream, at most.
 const MAX_PENDING: usize = 256;
@@ -183,7 +185,7 @@ impl Filter {
                 let time_ms = now_ms();
                 // The probe's name carries nothing (it is the policy's);
                 // told apart so that it does not read as the sandbox's.
-                if name == hosts::normalize(&self.policy.probe.dns_name) {
+                if name == lazaret_netpolicy::hosts::normalize(&self.policy.probe.dns_name) {
                     self.log.write(&DnsEvent::ProbeRefused { time_ms, name });
                     return;
                 }
@@ -342,7 +344,7 @@ impl Filter {
         self.answer(&answer, p.client);
     }
 
-    fn apply(&mut self, c: Change) -> Result<(), lazaret_netpolicy_helper::netlink::NetlinkError> {
+    fn apply(&mut self, c: Change) -> Result<(), lazaret_netlink::NetlinkError> {
         let gw = self.policy.link.gateway;
         let ifindex = self.ifindex;
         match c {

@@ -5,8 +5,10 @@ use netlink_packet_route::AddressFamily;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::netlink::{host_of, route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
 use crate::sysctl::{Ipv6Conf, SysctlError};
+use lazaret_netlink::rtnl::{
+    host_of, route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl,
+};
 use lazaret_netpolicy::policy::{
     Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
     DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE, HOST_RULE_PRIORITY, HOST_TABLE, MAX_HOST_ADDRESSES,

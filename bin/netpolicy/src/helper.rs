@@ -19,10 +19,10 @@ use std::os::fd::{AsFd, OwnedFd, RawFd};
 
 use crate::attest::{self, Namespaces};
 use crate::confine;
-use crate::netlink::Rtnl;
 use crate::probe;
 use crate::sysctl::Ipv6Conf;
-use lazaret_netpolicy::policy::{digest_bytes, Policy, MAX_POLICY_BYTES};
+use lazaret_netlink::rtnl::Rtnl;
+use lazaret_netpolicy::policy::Policy;
 
 /// Exit codes of `lazaret-netpolicy`.
 pub mod exit {
@@ -198,16 +198,8 @@ fn open_handles(netns_fd: OwnedFd) -> Result<Namespaces, Failure> {
 
 /// Step 4.
 pub fn read_policy(fd: &OwnedFd, digest: &str) -> Result<Policy, Failure> {
-    let f = |m: String| fail(exit::BAD_INPUT, "policy")(m);
-    let bytes = lazaret_helpers::memfd::read_sealed("network-policy", fd, MAX_POLICY_BYTES)
-        .map_err(|e| f(e.to_string()))?;
-    let got = digest_bytes(&bytes);
-    if !got.eq_ignore_ascii_case(digest) {
-        return Err(f(format!(
-            "policy digest {got} differs from --digest {digest}; refusing the policy (the memfd is not the one the coordinator derived)"
-        )));
-    }
-    Policy::from_bytes(&bytes).map_err(|e| f(e.to_string()))
+    lazaret_netpolicy::read_policy_memfd(fd, digest)
+        .map_err(|e| fail(exit::BAD_INPUT, "policy")(e.to_string()))
 }
 
 /// The confinement-relevant lines of this thread's status, read through a

@@ -2,14 +2,14 @@
 //! Domain's [`Policy`] as kernel routes in the enforcement network
 //! namespace, disables IPv6 in both namespaces, attests and probes it.
 //!
-//! - [`attest`], [`netlink`], [`sysctl`]: installing, reading the state
-//!   back, fingerprinting it;
+//! - [`attest`], [`sysctl`]: installing, reading the state back,
+//!   fingerprinting it (through `lazaret-netlink`'s rtnetlink client);
 //! - [`probe`]: the readiness probe from the sandbox's network namespace;
 //! - [`confine`], [`helper`]: the process, which holds `CAP_NET_ADMIN`
 //!   over the enforcement namespace and nothing else;
 //! - [`watch`]: `lazaret-netpolicy watch`, which denies the addresses
-//!   the host gains while the Domain runs; [`log`]: its log and the DNS
-//!   filter's.
+//!   the host gains while the Domain runs (its log: `lazaret-netlink`'s
+//!   bounded log).
 //!
 //! The policy's types come from `lazaret-netpolicy` without its `derive`
 //! feature: this crate never links the configuration parser.
@@ -19,8 +19,6 @@
 pub mod attest;
 pub mod confine;
 pub mod helper;
-pub mod log;
-pub mod netlink;
 pub mod probe;
 pub mod sysctl;
 pub mod watch;

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
-use crate::netlink::Rtnl;
 use crate::sysctl::Ipv6Conf;
+use lazaret_netlink::rtnl::Rtnl;
 use lazaret_netpolicy::policy::{HostsPlan, Policy};
 
 /// How a TCP connection attempt ended.

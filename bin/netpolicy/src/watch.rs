@@ -41,8 +41,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use crate::helper::{exit, read_policy, Failure};
-use crate::log::{now_ms, BoundedLog};
-use crate::netlink::{NetlinkError, Rtnl};
+use lazaret_netlink::log::{now_ms, BoundedLog};
+use lazaret_netlink::rtnl::{NetlinkError, Rtnl};
 use lazaret_netpolicy::hostlog::{self, HostEvent};
 use lazaret_netpolicy::policy::{HostAddress, Policy, MAX_HOST_ADDRESSES};
 

@@ -58,7 +58,7 @@ pub use unpack::Limits;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-/// Entry points for the in-tree fuzz targets (`fuzz/`): not an API.
+/// Entry points for the in-tree fuzz targets (`tools/fuzz/`): not an API.
 #[doc(hidden)]
 pub mod fuzzing {
     use sha2::{Digest, Sha256};

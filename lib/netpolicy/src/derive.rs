@@ -1,7 +1,7 @@
 //! Derivation of a [`Policy`] from the profile's `[network]` (the trusted
 //! host configuration): the only part of this crate that reads
 //! `lazaret-config`, behind the `derive` feature, so the network helper
-//! (`netpolicy-helper/`) can use the policy's types without linking the
+//! (`bin/netpolicy/`) can use the policy's types without linking the
 //! configuration parser.
 
 use ipnet::Ipv4Net;

@@ -12,7 +12,7 @@
 //!   runs (`lazaret-netpolicy watch`).
 //!
 //! Installing it as kernel routes, attesting and probing it is the
-//! confined helper's (`netpolicy-helper/`, binary `lazaret-netpolicy`),
+//! confined helper's (`bin/netpolicy/`, binary `lazaret-netpolicy`),
 //! which uses this crate without `derive`, so it does not link the
 //! configuration parser.
 //!
@@ -56,4 +56,34 @@ pub fn policy_memfd(policy: &Policy) -> Result<(std::os::fd::OwnedFd, String), S
     let digest = policy::digest_bytes(&bytes);
     let fd = lazaret_helpers::memfd::sealed("network-policy", &bytes).map_err(|e| e.to_string())?;
     Ok((fd, digest))
+}
+
+/// Why a helper refuses the policy memfd it was handed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadPolicyError {
+    #[error(transparent)]
+    Memfd(#[from] lazaret_helpers::memfd::MemfdError),
+    #[error("policy digest {got} differs from --digest {expected}; refusing the policy (the memfd is not the one the coordinator derived)")]
+    Digest { got: String, expected: String },
+    #[error(transparent)]
+    Decode(#[from] PolicyError),
+}
+
+/// Reads the policy a helper was handed on [`fdno::POLICY`]: the memfd's
+/// seals and size, its SHA-256 against `digest` (`--digest`), then the
+/// canonical bytes.
+pub fn read_policy_memfd(
+    fd: impl std::os::fd::AsFd,
+    digest: &str,
+) -> Result<Policy, ReadPolicyError> {
+    let bytes =
+        lazaret_helpers::memfd::read_sealed("network-policy", fd, policy::MAX_POLICY_BYTES)?;
+    let got = policy::digest_bytes(&bytes);
+    if !got.eq_ignore_ascii_case(digest) {
+        return Err(ReadPolicyError::Digest {
+            got,
+            expected: digest.to_string(),
+        });
+    }
+    Ok(Policy::from_bytes(&bytes)?)
 }
