@@ -1,0 +1,138 @@
+//! `--scan-anchor` (run by `lazaret state`): lists the names in a State
+//! Anchor's upper, which the sandbox wrote, from a clone in the Domain's
+//! user namespace that confines itself first
+//! (`lazaret-supervisor-scan`).
+
+use lazaret_helpers::userns;
+use lazaret_supervisor::exit;
+use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+
+/// The confinement of `--scan-anchor`'s clone
+/// (`lazaret_seccomp::binaries::supervisor_scan`).
+const SCAN_CONFINEMENT: &str = "lazaret-supervisor-scan";
+
+/// The most bytes of a scan summary read back from the clone.
+const MAX_SCAN_SUMMARY: u64 = 16 << 20;
+
+/// Confines the scanning clone: read beneath `upper` and `lower` only.
+fn confine_scan(
+    upper: &Path,
+    lower: &Path,
+    filters: &[(&'static str, lazaret_seccomp::BpfProgram)],
+) -> Result<(), String> {
+    use lazaret_seccomp::binaries::{PLACE_SCAN_LOWER, PLACE_SCAN_UPPER};
+    use lazaret_seccomp::ruleset::Place;
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    let open = |p: &Path| {
+        rustix::fs::open(
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let up = open(upper).map_err(|e| format!("cannot open {}: {e}", upper.display()))?;
+    let low = open(lower).ok();
+    let mut places = vec![Place {
+        place: PLACE_SCAN_UPPER,
+        fd: up.as_fd(),
+    }];
+    if let Some(l) = &low {
+        places.push(Place {
+            place: PLACE_SCAN_LOWER,
+            fd: l.as_fd(),
+        });
+    }
+    lazaret_seccomp::binaries::supervisor_scan()
+        .apply(&places, filters)
+        .map_err(|e| format!("cannot confine the scan: {e}"))
+}
+
+/// `lazaret-supervisor --scan-anchor PATH UPPER LOWER`: prints the JSON
+/// summary of a State Anchor's upper (never file contents), scanned from
+/// inside the mapped user namespace where its directories are readable.
+pub(crate) fn scan_anchor(args: &[String]) -> i32 {
+    let [path, upper, lower] = args else {
+        lazaret_protocol::log_line!("lazaret-supervisor: --scan-anchor takes PATH UPPER LOWER");
+        return exit::BAD_PLAN;
+    };
+    // A scan only answers its `lazaret`: killed with it (a `state reset`
+    // interrupted while it scans), it must not go on holding the Domain
+    // Root, which the next `state` command would find in use.
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+        || nix::unistd::getppid().as_raw() == 1
+    {
+        return exit::START_FAILED;
+    }
+    let map = match userns::current_id_map() {
+        Ok(m) => m,
+        Err(e) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    // Decoded here: the clone's allow-list need not allow decoding.
+    let filters = match lazaret_seccomp::filters(SCAN_CONFINEMENT) {
+        Ok(f) => f,
+        Err(e) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let w_raw = w.as_raw_fd();
+    // This process is single-threaded, so the clone may allocate.
+    let child = userns::clone_mapped(&map, CloneFlags::empty(), || {
+        // Dies with the scan, as the scan dies with its `lazaret`.
+        // SAFETY: prctl with an integer argument; nothing else is touched.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // SAFETY: w_raw is the pipe's write end, inherited by the clone.
+        let mut out = unsafe { std::fs::File::from_raw_fd(w_raw) };
+        // The names it lists are the sandbox's: confined before the first.
+        let result = confine_scan(Path::new(upper), Path::new(lower), &filters).and_then(|()| {
+            lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
+                .map_err(|e| e.to_string())
+        });
+        let _ = serde_json::to_writer(&mut out, &result);
+        0
+    });
+    drop(w);
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+            return exit::START_FAILED;
+        }
+    };
+    let mut json = String::new();
+    let _ = std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::from(r), MAX_SCAN_SUMMARY),
+        &mut json,
+    );
+    let _ = nix::sys::wait::waitpid(child, None);
+    match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(&json) {
+        Ok(Ok(summary)) => {
+            println!("{}", serde_json::to_string(&summary).expect("json"));
+            exit::STOPPED
+        }
+        Ok(Err(e)) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: cannot scan {upper}: {e}");
+            exit::START_FAILED
+        }
+        Err(e) => {
+            lazaret_protocol::log_line!(
+                "lazaret-supervisor: the scan of {upper} gave no result: {e}"
+            );
+            exit::START_FAILED
+        }
+    }
+}
