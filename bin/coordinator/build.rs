@@ -15,7 +15,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "../../lib/confinement/compile.rs"]
+mod compile;
+
 fn main() {
+    // The coordinator's reviewed seccomp policy (beside src/confinement.rs).
+    compile::policies(&["src/lazaret-coordinator.json"]);
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("dir"));
     let workspace = manifest_dir

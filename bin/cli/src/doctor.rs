@@ -894,7 +894,7 @@ pub fn eval_landlock(what: &str, a: &Available) -> Check {
             fix,
         );
     }
-    let confs = lazaret_seccomp::binaries::landlocked();
+    let confs = lazaret_seccomp::suite::landlocked();
     let mut lost = Vec::new();
     for f in Feature::ALL.into_iter().filter(|f| !a.has(*f)) {
         let users: Vec<_> = confs

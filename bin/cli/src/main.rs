@@ -10,6 +10,7 @@
 mod changes_cmd;
 mod colour;
 mod completions;
+mod confinement;
 mod confirm;
 mod df_cmd;
 mod doctor;
@@ -153,7 +154,7 @@ fn report(r: Result<i32, error::CliError>) -> i32 {
 fn main() {
     // Not a subcommand: every binary of the suite answers it the same way.
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret");
+        confinement::cli().print_and_exit();
     }
     terminal::install_panic_restore();
     let cli = match Cli::try_parse() {

@@ -1,5 +1,5 @@
 //! The coordinator's confinement, applied once start-up is over (see
-//! `lazaret_seccomp::binaries::coordinator` for what it allows and why).
+//! [`crate::confinement::coordinator`] for what it allows and why).
 //!
 //! By then the Runtime Supervisor and the Escalation Mailbox reader run
 //! and the Domain socket is bound, so nothing after it starts a process
@@ -7,8 +7,8 @@
 //! PTY devices. Landlock and seccomp bind the calling thread and what it
 //! starts: this runs while the coordinator has one thread.
 
+use crate::confinement::{self, PLACE_CATALOG, PLACE_DOMAIN_ROOT, PLACE_PTMX, PLACE_PTS};
 use lazaret_image::{CATALOG_FILE, LOCK_FILE};
-use lazaret_seccomp::binaries::{self, PLACE_CATALOG, PLACE_DOMAIN_ROOT, PLACE_PTMX, PLACE_PTS};
 use lazaret_seccomp::ruleset::Place;
 use lazaret_seccomp::ConfineError;
 use rustix::fs::{Mode, OFlags};
@@ -34,7 +34,7 @@ pub fn confine(domain_root: &Path, catalog_root: Option<&Path>) -> Result<String
     // Asked before confining: the allow-list has no landlock calls.
     let avail = lazaret_seccomp::abi::Available::detect()?;
     // Decoded before confining: the allow-list need not allow decoding.
-    let filters = lazaret_seccomp::filters(BINARY)?;
+    let filters = lazaret_seccomp::filters(crate::policies::POLICIES, BINARY)?;
     let root = handle(domain_root)?;
     let ptmx = handle(Path::new("/dev/ptmx"))?;
     let pts = handle(Path::new("/dev/pts"))?;
@@ -64,7 +64,7 @@ pub fn confine(domain_root: &Path, catalog_root: Option<&Path>) -> Result<String
         place: PLACE_CATALOG,
         fd: fd.as_fd(),
     }));
-    let conf = binaries::coordinator();
+    let conf = confinement::coordinator();
     conf.apply(&places, &filters)?;
     Ok(conf.on_kernel(&avail).unwrap_or_default())
 }

@@ -7,6 +7,7 @@
 
 pub mod attach;
 pub mod confine;
+pub mod confinement;
 pub mod escalation;
 pub mod fdno;
 pub mod gate;
@@ -25,4 +26,20 @@ pub mod exit {
     pub const OK: i32 = 0;
     pub const BAD_INPUT: i32 = 2;
     pub const START_FAILED: i32 = 3;
+}
+
+/// This crate's compiled seccomp policies (`build.rs`).
+pub mod policies {
+    include!(concat!(env!("OUT_DIR"), "/policies.rs"));
+
+    /// The policies are reviewed for x86_64: there each one compiles.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    #[test]
+    fn every_policy_is_compiled() {
+        assert!(!POLICIES.is_empty());
+        for p in POLICIES {
+            let prog = lazaret_seccomp::program(POLICIES, p.binary);
+            assert!(prog.is_some_and(|f| !f.is_empty()), "{}", p.binary);
+        }
+    }
 }

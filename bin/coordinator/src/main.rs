@@ -4,7 +4,7 @@
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-coordinator");
+        lazaret_coordinator::confinement::coordinator().print_and_exit();
     }
     std::process::exit(lazaret_coordinator::lifecycle::main());
 }

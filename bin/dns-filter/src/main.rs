@@ -43,7 +43,7 @@ fn die(code: i32, stage: &str, msg: impl std::fmt::Display) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit(BINARY);
+        lazaret_dns_filter::confinement::dns_filter().print_and_exit();
     }
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&[BINARY], &rest) {
@@ -74,7 +74,8 @@ fn main() {
     });
     let log_fd = lazaret_helpers::fds::inherited(cli.log_fd)
         .unwrap_or_else(|e| die(2, "log fd", format!("no log on fd {}: {e}", cli.log_fd)));
-    let filters = lazaret_seccomp::filters(BINARY).unwrap_or_else(|e| die(6, "seccomp", e));
+    let filters = lazaret_seccomp::filters(lazaret_dns_filter::policies::POLICIES, BINARY)
+        .unwrap_or_else(|e| die(6, "seccomp", e));
 
     let policy = lazaret_netpolicy::read_policy_memfd(&policy_fd, &cli.digest)
         .unwrap_or_else(|e| die(2, "policy", e));
@@ -128,7 +129,7 @@ fn main() {
             .unwrap_or_else(|e| die(3, "upstream rule", e));
     }
 
-    lazaret_seccomp::binaries::dns_filter()
+    lazaret_dns_filter::confinement::dns_filter()
         .apply(&[], &filters)
         .unwrap_or_else(|e| die(6, "confine", e));
 

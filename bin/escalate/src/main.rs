@@ -17,6 +17,8 @@
 //! The request names the process that asked (this program's parent, its
 //! PID and command line): a claim, shown as such in the prompt.
 
+mod confinement;
+
 use clap::Parser;
 use lazaret_protocol::escalation::{
     self as esc, exit, paths, Body, Kind, Outcome, Request, Requester,
@@ -170,7 +172,7 @@ fn requester() -> Requester {
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-escalate");
+        confinement::escalate().print_and_exit();
     }
     let args = Args::parse();
     let session = Session::load();

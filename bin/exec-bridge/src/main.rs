@@ -16,6 +16,8 @@
 //!
 //! Exit codes: the command's status; 125 when the bridge itself fails.
 
+mod confinement;
+
 use nix::sched::CloneFlags;
 use nix::sys::signal::{self, SigSet, Signal};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -30,7 +32,7 @@ const PROCESS_FD: i32 = 4;
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-exec-bridge");
+        confinement::exec_bridge().print_and_exit();
     }
     // Nothing owns a descriptor yet but std's 0-2: no drop closes these
     // again. Before joining the holder's namespaces, where runsc exec gets

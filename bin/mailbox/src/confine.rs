@@ -1,10 +1,10 @@
 //! Confinement of `lazaret-mailbox`, applied once its inputs are read (the
 //! sealed input memfd) and only the request directory handle, its inotify
 //! watch ([`crate::watch`]) and the socket to the coordinator remain open:
-//! resource bounds first, then what `lazaret_seccomp::binaries::mailbox`
+//! resource bounds first, then what [`crate::confinement::mailbox`]
 //! describes (no capabilities, `no_new_privs`, not dumpable, landlock
 //! beneath the request directory only, the seccomp allow-list in
-//! `lib/confinement/policies/lazaret-mailbox.json`, killing the process on
+//! `bin/mailbox/src/lazaret-mailbox.json`, killing the process on
 //! anything else: it has no inotify call, the watch is taken before).
 //!
 //! What it leaves to others: which directory and socket the reader gets
@@ -13,13 +13,13 @@
 //! parses it). Per-pass work is bounded by the reader itself
 //! ([`crate::reader`]), the rate of passes by [`crate::run::Pace`].
 
-use lazaret_seccomp::binaries::{self, PLACE_MAILBOX_REQUESTS};
+use crate::confinement::{self, PLACE_MAILBOX_REQUESTS};
 use lazaret_seccomp::ruleset::Place;
 use lazaret_seccomp::BpfProgram;
 use rustix::process::{Resource, Rlimit};
 use std::os::fd::BorrowedFd;
 
-pub use binaries::{
+pub use confinement::{
     MAILBOX_MAX_ADDRESS_SPACE as MAX_ADDRESS_SPACE, MAILBOX_MAX_FILES as MAX_FILES,
 };
 
@@ -36,10 +36,10 @@ pub enum ConfineError {
 /// The compiled filters (decoded before confining: the allow-list need
 /// not allow decoding).
 pub fn filters() -> Result<Vec<(&'static str, BpfProgram)>, ConfineError> {
-    Ok(lazaret_seccomp::filters(BINARY)?)
+    Ok(lazaret_seccomp::filters(crate::policies::POLICIES, BINARY)?)
 }
 
-/// Resource bounds, then the reader's [`binaries::mailbox`] confinement.
+/// Resource bounds, then the reader's [`confinement::mailbox`] confinement.
 pub fn confine(
     requests: BorrowedFd<'_>,
     filters: &[(&'static str, BpfProgram)],
@@ -49,7 +49,7 @@ pub fn confine(
         place: PLACE_MAILBOX_REQUESTS,
         fd: requests,
     }];
-    Ok(binaries::mailbox().apply(&places, filters)?)
+    Ok(confinement::mailbox().apply(&places, filters)?)
 }
 
 /// Address space, descriptors, no core files.
@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn the_policy_compiles_and_allows_nothing_that_runs_or_reaches_out() {
         super::filters().unwrap();
-        let json = lazaret_seccomp::policy_json(super::BINARY).unwrap();
+        let json = crate::confinement::mailbox().seccomp.unwrap().json;
         let policy: serde_json::Value = serde_json::from_str(json).unwrap();
         let allowed: Vec<&str> = policy[super::BINARY]["filter"]
             .as_array()

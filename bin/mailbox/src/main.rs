@@ -12,7 +12,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let digest = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["--print-confinement"] => {
-            lazaret_seccomp::binaries::print_and_exit("lazaret-mailbox");
+            lazaret_mailbox::confinement::mailbox().print_and_exit();
         }
         ["--input-digest", d] if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => {
             d.to_string()

@@ -1,6 +1,6 @@
 //! The router's own confinement, applied in one visible order. The data
 //! (capabilities kept, landlock places and rights, the seccomp policy) is
-//! [`lazaret_seccomp::binaries::mount_router`], which
+//! [`crate::confinement::mount_router`], which
 //! `--print-confinement` prints.
 //!
 //! Enforces, in this order:
@@ -26,7 +26,7 @@
 //!      thread); no TCP bind or connect at all; where the kernel has ABI 6,
 //!      no abstract unix sockets or signals outside the domain. Landlock
 //!      also forbids the router to mount or unmount anything from then on;
-//!    - seccomp: the allow-list `lib/confinement/policies/lazaret-mount-router.json`
+//!    - seccomp: the allow-list `bin/mount-router/src/lazaret-mount-router.json`
 //!      (compiled at build time; kill the process on anything else), after
 //!      a second filter in the same file that makes `clone3` fail with
 //!      `ENOSYS` so the C library falls back to `clone`, whose flags the
@@ -37,11 +37,11 @@
 //! (`sys` resolves every path beneath a root without symlinks); the
 //! sandbox itself (runsc) and the Git Sentry mounts on top of the view.
 
-use crate::Plan;
-use lazaret_seccomp::binaries::{
+use crate::confinement::{
     self, PLACE_BASELINE, PLACE_EXCLUDES, PLACE_FUSE, PLACE_INFO_EXCLUDE, PLACE_STATE,
     PLACE_WORKSPACE,
 };
+use crate::Plan;
 use lazaret_seccomp::ruleset::Place;
 use lazaret_seccomp::BpfProgram;
 pub use lazaret_seccomp::ConfineError as SharedError;
@@ -163,21 +163,21 @@ pub fn apply(
         place,
         fd: fd.as_fd(),
     }));
-    binaries::mount_router().apply(&places, &filters)?;
+    confinement::mount_router().apply(&places, &filters)?;
     Ok(())
 }
 
 /// The compiled filters, in the order they are installed: the `clone3` →
 /// `ENOSYS` one, then the allow-list.
 pub fn seccomp_filters() -> Result<Vec<(&'static str, BpfProgram)>, ConfineError> {
-    Ok(lazaret_seccomp::filters(BINARY)?)
+    Ok(lazaret_seccomp::filters(crate::policies::POLICIES, BINARY)?)
 }
 
 /// What `--print-confinement` prints: the shared description, then, with
 /// a plan, where each place is on this machine.
 pub fn describe(plan: Option<&Plan>) -> String {
     use std::fmt::Write;
-    let mut s = binaries::mount_router().print_on_this_kernel();
+    let mut s = confinement::mount_router().print_on_this_kernel();
     if let Some(p) = plan {
         let _ = writeln!(s, "\n[places on this machine]");
         let _ = writeln!(s, "{PLACE_WORKSPACE}: {}", p.workspace.display());

@@ -101,12 +101,13 @@
 //! capabilities reduced to file ownership and permission overrides,
 //! `no_new_privs`, landlock (read-write only beneath the two stores, read
 //! only the rules files outside them, `/dev/fuse`; no TCP), and a seccomp
-//! allow-list declared as data in `lib/confinement/policies/lazaret-mount-router.json`
+//! allow-list declared as data in `bin/mount-router/src/lazaret-mount-router.json`
 //! (the `lazaret-seccomp` crate, compiled at build time).
 //! `--print-confinement` prints all of it.
 
 pub mod baseline;
 pub mod confine;
+pub mod confinement;
 pub mod gitcfg;
 pub mod index;
 pub mod journal;
@@ -642,4 +643,20 @@ pub fn run(args: Args) -> Result<(), Error> {
         let _ = r.write_all(b"ready\n");
     }
     session.run().map_err(Error::Session)
+}
+
+/// This crate's compiled seccomp policies (`build.rs`).
+pub mod policies {
+    include!(concat!(env!("OUT_DIR"), "/policies.rs"));
+
+    /// The policies are reviewed for x86_64: there each one compiles.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    #[test]
+    fn every_policy_is_compiled() {
+        assert!(!POLICIES.is_empty());
+        for p in POLICIES {
+            let prog = lazaret_seccomp::program(POLICIES, p.binary);
+            assert!(prog.is_some_and(|f| !f.is_empty()), "{}", p.binary);
+        }
+    }
 }

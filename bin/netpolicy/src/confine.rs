@@ -1,5 +1,5 @@
 //! Confinement of `lazaret-netpolicy` itself: the data is
-//! [`lazaret_seccomp::binaries::netpolicy`] (printed by
+//! [`crate::confinement::netpolicy`] (printed by
 //! `--print-confinement`), applied in this order once the handles it needs
 //! are open (netlink sockets and sysctl directories of both namespaces):
 //!
@@ -13,7 +13,7 @@
 //!    `/proc/sys/net/ipv6/conf` handles; no TCP bind; no abstract unix
 //!    sockets or signals outside the helper (runsc's control socket is
 //!    abstract);
-//! 4. seccomp: the allow-list `lib/confinement/policies/lazaret-netpolicy.json`,
+//! 4. seccomp: the allow-list `bin/netpolicy/src/lazaret-netpolicy.json`,
 //!    compiled at build time; anything else kills the process (no exec, no
 //!    setns, no mount, no raw or packet sockets, no `PROT_EXEC` mappings);
 //! 5. landlock layer 2, after the policy is read: TCP connect only to the
@@ -26,7 +26,7 @@
 //! sockets can be created. `CAP_NET_ADMIN` over the enforcement namespace
 //! is the authority this helper exists to use.
 
-use lazaret_seccomp::binaries::{self, PLACE_ENFORCEMENT_IPV6, PLACE_SANDBOX_IPV6};
+use crate::confinement::{self, PLACE_ENFORCEMENT_IPV6, PLACE_SANDBOX_IPV6};
 use lazaret_seccomp::ruleset::Place;
 pub use lazaret_seccomp::ConfineError;
 use lazaret_seccomp::{BpfProgram, Confinement};
@@ -36,12 +36,12 @@ const BINARY: &str = "lazaret-netpolicy";
 
 /// This helper's confinement, as data.
 pub fn confinement() -> Confinement {
-    binaries::netpolicy()
+    confinement::netpolicy()
 }
 
 /// The compiled filters, decoded before any confinement.
 pub fn seccomp_filters() -> Result<Vec<(&'static str, BpfProgram)>, ConfineError> {
-    lazaret_seccomp::filters(BINARY)
+    lazaret_seccomp::filters(crate::policies::POLICIES, BINARY)
 }
 
 /// Steps 1 to 4.

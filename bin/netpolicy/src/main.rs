@@ -95,10 +95,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
         // `watch` runs under a narrower confinement of its own.
-        lazaret_seccomp::binaries::print_and_exit(match args.get(2).map(String::as_str) {
-            Some("watch") => lazaret_netpolicy_helper::watch::CONFINEMENT,
-            _ => "lazaret-netpolicy",
-        });
+        use lazaret_netpolicy_helper::confinement;
+        match args.get(2).map(String::as_str) {
+            Some("watch") => confinement::netpolicy_watch().print_and_exit(),
+            _ => confinement::netpolicy().print_and_exit(),
+        }
     }
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {

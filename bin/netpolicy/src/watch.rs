@@ -46,7 +46,7 @@ use lazaret_netlink::rtnl::{NetlinkError, Rtnl};
 use lazaret_netpolicy::hostlog::{self, HostEvent};
 use lazaret_netpolicy::policy::{HostAddress, Policy, MAX_HOST_ADDRESSES};
 
-/// The confinement's name (`lib/confinement/policies/lazaret-netpolicy-watch.json`).
+/// The confinement's name (`bin/netpolicy/src/lazaret-netpolicy-watch.json`).
 pub const CONFINEMENT: &str = "lazaret-netpolicy-watch";
 /// Exit code: the watch failed while serving (the Domain stops).
 pub const WATCH_FAILED: i32 = 7;
@@ -300,14 +300,14 @@ fn start(req: &WatchRequest) -> Result<Watcher, Failure> {
     let policy_fd = inherited(req.policy_fd, "policy memfd")?;
     let host_fd = inherited(req.host_fd, "host netlink socket")?;
     let log_fd = inherited(req.log_fd, "log")?;
-    let filters = lazaret_seccomp::filters(CONFINEMENT)
+    let filters = lazaret_seccomp::filters(crate::policies::POLICIES, CONFINEMENT)
         .map_err(|e| fail(exit::CONFINE_FAILED, "seccomp")(e.to_string()))?;
     let policy = read_policy(&policy_fd, &req.digest)?;
     drop(policy_fd);
     let host = host_socket(host_fd)?;
     let enforcement =
         Rtnl::open().map_err(|e| fail(exit::INSTALL_FAILED, "open handles")(e.to_string()))?;
-    lazaret_seccomp::binaries::netpolicy_watch()
+    crate::confinement::netpolicy_watch()
         .apply(&[], &filters)
         .map_err(|e| fail(exit::CONFINE_FAILED, crate::confine::stage(&e))(e.to_string()))?;
     let mut log = BoundedLog::new(std::fs::File::from(log_fd), hostlog::MAX_BYTES);

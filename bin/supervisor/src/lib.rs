@@ -9,6 +9,7 @@
 
 pub mod bridge;
 pub mod bundle;
+pub mod confinement;
 pub mod fdno;
 pub mod limits;
 pub mod memory;
@@ -27,4 +28,20 @@ pub mod exit {
     pub const START_FAILED: i32 = 3;
     /// runsc exited without being asked to.
     pub const SANDBOX_LOST: i32 = 4;
+}
+
+/// This crate's compiled seccomp policies (`build.rs`).
+pub mod policies {
+    include!(concat!(env!("OUT_DIR"), "/policies.rs"));
+
+    /// The policies are reviewed for x86_64: there each one compiles.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    #[test]
+    fn every_policy_is_compiled() {
+        assert!(!POLICIES.is_empty());
+        for p in POLICIES {
+            let prog = lazaret_seccomp::program(POLICIES, p.binary);
+            assert!(prog.is_some_and(|f| !f.is_empty()), "{}", p.binary);
+        }
+    }
 }

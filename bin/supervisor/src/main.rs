@@ -56,7 +56,7 @@ fn main() {
         lazaret_helpers::timeline::mark("supervisor", "start");
     }
     if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        lazaret_seccomp::binaries::print_and_exit("lazaret-supervisor");
+        lazaret_supervisor::confinement::supervisor().print_and_exit();
     }
     match args.get(1).map(String::as_str) {
         Some("--remove-tree") => std::process::exit(remove_tree(args.get(2).map(Path::new))),

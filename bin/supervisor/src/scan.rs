@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
 /// The confinement of `--scan-anchor`'s clone
-/// (`lazaret_seccomp::binaries::supervisor_scan`).
+/// (`lazaret_supervisor::confinement::supervisor_scan`).
 const SCAN_CONFINEMENT: &str = "lazaret-supervisor-scan";
 
 /// The most bytes of a scan summary read back from the clone.
@@ -23,8 +23,8 @@ fn confine_scan(
     lower: &Path,
     filters: &[(&'static str, lazaret_seccomp::BpfProgram)],
 ) -> Result<(), String> {
-    use lazaret_seccomp::binaries::{PLACE_SCAN_LOWER, PLACE_SCAN_UPPER};
     use lazaret_seccomp::ruleset::Place;
+    use lazaret_supervisor::confinement::{PLACE_SCAN_LOWER, PLACE_SCAN_UPPER};
     use rustix::fs::{Mode, OFlags};
     use std::os::fd::AsFd;
     let open = |p: &Path| {
@@ -46,7 +46,7 @@ fn confine_scan(
             fd: l.as_fd(),
         });
     }
-    lazaret_seccomp::binaries::supervisor_scan()
+    lazaret_supervisor::confinement::supervisor_scan()
         .apply(&places, filters)
         .map_err(|e| format!("cannot confine the scan: {e}"))
 }
@@ -82,13 +82,14 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
         }
     };
     // Decoded here: the clone's allow-list need not allow decoding.
-    let filters = match lazaret_seccomp::filters(SCAN_CONFINEMENT) {
-        Ok(f) => f,
-        Err(e) => {
-            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-            return exit::START_FAILED;
-        }
-    };
+    let filters =
+        match lazaret_seccomp::filters(lazaret_supervisor::policies::POLICIES, SCAN_CONFINEMENT) {
+            Ok(f) => f,
+            Err(e) => {
+                lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+                return exit::START_FAILED;
+            }
+        };
     let w_raw = w.as_raw_fd();
     // This process is single-threaded, so the clone may allocate.
     let child = userns::clone_mapped(&map, CloneFlags::empty(), || {

@@ -28,6 +28,16 @@ pub enum Capabilities {
     Unchanged(&'static str),
 }
 
+/// A binary's reviewed seccomp policy, as its `confinement.rs` names it:
+/// the file (relative to the workspace, for printing) and its text
+/// (`include_str!` of the file beside it). Its crate's `build.rs` compiles
+/// the same file to the BPF the binary installs.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicySource {
+    pub file: &'static str,
+    pub json: &'static str,
+}
+
 /// What one binary of the suite may do.
 #[derive(Debug, Clone)]
 pub struct Confinement {
@@ -43,8 +53,8 @@ pub struct Confinement {
     pub not_dumpable: bool,
     pub capabilities: Capabilities,
     pub landlock: Option<Landlock>,
-    /// Whether it installs its policy from `lib/confinement/policies/`.
-    pub seccomp: bool,
+    /// The seccomp policy it installs, if any.
+    pub seccomp: Option<PolicySource>,
     /// Anything else a reviewer must know, printed as is.
     pub notes: Vec<&'static str>,
 }
@@ -52,7 +62,8 @@ pub struct Confinement {
 impl Confinement {
     /// Capabilities, `no_new_privs`, not dumpable, landlock (each rule's
     /// place bound to the handles of that name in `places`), then the
-    /// seccomp `filters` (from [`crate::filters`], decoded beforehand).
+    /// seccomp `filters` (from [`crate::filters`] on its crate's compiled
+    /// policies, decoded beforehand).
     /// Descriptors are the caller's to close ([`crate::process`]), before
     /// it opens the handles.
     pub fn apply(
@@ -72,7 +83,7 @@ impl Confinement {
         if let Some(l) = &self.landlock {
             l.restrict_self(places)?;
         }
-        if self.seccomp {
+        if self.seccomp.is_some() {
             if filters.is_empty() {
                 return Err(ConfineError::NoPolicy {
                     binary: self.binary,
@@ -139,8 +150,8 @@ impl Confinement {
                 self.print_below(&mut s, l);
             }
         }
-        if self.seccomp {
-            print_seccomp(&mut s, self.binary);
+        if let Some(p) = self.seccomp {
+            print_seccomp(&mut s, self.binary, p);
         } else {
             let _ = writeln!(s, "seccomp: none");
         }
@@ -151,6 +162,21 @@ impl Confinement {
             let _ = writeln!(s, "reason: {reason}");
         }
         s
+    }
+
+    /// For `--print-confinement`: prints this confinement on stdout, then
+    /// what of it this kernel enforces, and exits 0 (125 for a bad
+    /// [`crate::abi::TEST_CAP_ENV`]).
+    pub fn print_and_exit(&self) -> ! {
+        print!("{}", self.print());
+        match Available::detect() {
+            Ok(a) => print!("{}", self.on_kernel(&a).unwrap_or_default()),
+            Err(e) => {
+                eprintln!("{}: {e}", self.binary);
+                std::process::exit(125)
+            }
+        }
+        std::process::exit(0)
     }
 
     /// [`Confinement::print`], then what of it this kernel enforces
@@ -169,7 +195,7 @@ impl Confinement {
     /// What seccomp does about `f`, which landlock lacks below its ABI:
     /// `Ok(why it is covered)`, or `Err(what is left uncovered)`.
     pub fn below(&self, f: Feature) -> Result<String, String> {
-        let allow = Allowed::of(self.binary);
+        let allow = Allowed::of(self.binary, self.seccomp);
         match f {
             Feature::Refer => Ok("the kernel then refuses every rename and link across directories (EXDEV), even beneath the places whose rules allow them: stricter than the rules".into()),
             Feature::Truncate if !allow.any("truncate") && !allow.any("ftruncate") => Ok("covered by seccomp: neither truncate(2) nor ftruncate(2) is allowed (O_TRUNC needs write_file, which landlock grants beneath the places only)".into()),
@@ -319,10 +345,10 @@ const SIGNAL_CALLS: &[&str] = &[
 struct Allowed(BTreeMap<String, Vec<Vec<CondJson>>>);
 
 impl Allowed {
-    fn of(binary: &str) -> Allowed {
+    fn of(binary: &str, policy: Option<PolicySource>) -> Allowed {
         let mut m: BTreeMap<String, Vec<Vec<CondJson>>> = BTreeMap::new();
         let filters: Option<BTreeMap<String, FilterJson>> =
-            crate::policy(binary).and_then(|p| serde_json::from_str(p.json).ok());
+            policy.and_then(|p| serde_json::from_str(p.json).ok());
         if let Some(f) = filters.and_then(|mut f| f.remove(binary)) {
             for r in f.filter {
                 m.entry(r.syscall).or_default().push(r.args);
@@ -488,14 +514,7 @@ fn condition(c: &CondJson) -> String {
 
 /// The policy's filters: actions, then the system calls sorted by name,
 /// each with its argument conditions (alternatives one per line).
-fn print_seccomp(s: &mut String, binary: &str) {
-    let Some(p) = crate::policy(binary) else {
-        let _ = writeln!(
-            s,
-            "seccomp: MISSING: no policy named {binary} in this build"
-        );
-        return;
-    };
+fn print_seccomp(s: &mut String, binary: &str, p: PolicySource) {
     let filters: BTreeMap<String, FilterJson> = match serde_json::from_str(p.json) {
         Ok(f) => f,
         Err(e) => {

@@ -1,50 +1,54 @@
-//! Confinement of the Lazaret binaries, as data.
+//! Confinement of the Lazaret binaries: the mechanism, and the suite.
 //!
-//! - [`POLICIES`]: one reviewed seccomp policy per binary
-//!   (`lib/confinement/policies/<binary>.json`), compiled to BPF by `build.rs` when
-//!   this crate is built; [`program`], [`filters`] and [`policy_json`] look
-//!   them up by binary name.
+//! - [`Confinement`]: what one binary may do, which applies itself
+//!   ([`Confinement::apply`]) and prints itself ([`Confinement::print`],
+//!   the output of every binary's `--print-confinement`). Each binary's
+//!   own is in its crate, `bin/<crate>/src/confinement.rs`, beside its
+//!   reviewed seccomp policy (`<binary>.json`), which that crate's
+//!   `build.rs` compiles to BPF (`compile.rs` here): [`Policy`],
+//!   [`filters`], [`install`].
 //! - [`ruleset`]: landlock rulesets from typed rules, each naming a place
 //!   ("the workspace") that the caller binds to a handle at run time.
 //! - [`caps`], [`process`]: capability sets, `no_new_privs`, not dumpable,
 //!   closing inherited descriptors.
-//! - [`Confinement`]: what one binary may do, which applies itself
-//!   ([`Confinement::apply`]) and prints itself ([`Confinement::print`],
-//!   the output of every binary's `--print-confinement`); [`binaries`]
-//!   holds the suite's, [`table`] turns their printed forms into the
-//!   README's authority table.
+//! - [`suite`]: every binary's confinement together (the same files,
+//!   compiled here a second time), for `lazaret doctor` and the
+//!   confinement tests; [`table`] turns their printed forms into the
+//!   authority table.
+
+// The binaries' `confinement.rs`, compiled into [`suite`], name this
+// crate as their dependency does.
+extern crate self as lazaret_seccomp;
 
 pub mod abi;
-pub mod binaries;
 pub mod caps;
 mod describe;
 pub mod process;
 pub mod ruleset;
+pub mod suite;
 pub mod table;
 
-pub use describe::{Capabilities, Confinement, Status};
+pub use describe::{Capabilities, Confinement, PolicySource, Status};
+/// The landlock types the binaries' `confinement.rs` name.
+pub use landlock;
 pub use seccompiler::BpfProgram;
 
-/// One binary's compiled policy.
+/// One binary's compiled policy, as its crate's `build.rs` writes it
+/// (`OUT_DIR/policies.rs`, see `compile.rs`).
 pub struct Policy {
     /// The binary's name, which is the policy file's stem.
     pub binary: &'static str,
-    /// The policy file, relative to the workspace (for printing).
-    pub file: &'static str,
-    /// The reviewed source.
-    pub json: &'static str,
     /// The compiled filters in installation order (the allow-list last);
     /// empty on an architecture without seccomp support here.
-    filters: &'static [Filter],
+    pub filters: &'static [Filter],
 }
 
-struct Filter {
-    name: &'static str,
+/// One compiled filter of a [`Policy`].
+pub struct Filter {
+    pub name: &'static str,
     /// `sock_filter`s, little endian, 8 bytes each.
-    bpf: &'static [u8],
+    pub bpf: &'static [u8],
 }
-
-include!(concat!(env!("OUT_DIR"), "/policies.rs"));
 
 /// Why confinement could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -66,21 +70,11 @@ pub enum ConfineError {
     MissingPlace(&'static str),
     #[error("seccomp: {0}")]
     Seccomp(String),
-    #[error("no seccomp policy for {binary} on {arch}; the policies are compiled into this binary at build time (lib/confinement/policies/)")]
+    #[error("no seccomp policy for {binary} on {arch}; the policies are compiled into this binary at build time (its crate's build.rs)")]
     NoPolicy {
         binary: &'static str,
         arch: &'static str,
     },
-}
-
-/// The policy of `binary`, if it has one.
-pub fn policy(binary: &str) -> Option<&'static Policy> {
-    POLICIES.iter().find(|p| p.binary == binary)
-}
-
-/// The reviewed JSON source of `binary`'s policy.
-pub fn policy_json(binary: &str) -> Option<&'static str> {
-    policy(binary).map(|p| p.json)
 }
 
 fn decode(bpf: &[u8]) -> BpfProgram {
@@ -94,24 +88,31 @@ fn decode(bpf: &[u8]) -> BpfProgram {
         .collect()
 }
 
-/// `binary`'s allow-list (the filter named after it), compiled for this
-/// architecture.
-pub fn program(binary: &str) -> Option<BpfProgram> {
-    let p = policy(binary)?;
+/// `binary`'s allow-list (the filter named after it) among `policies`,
+/// compiled for this architecture.
+pub fn program(policies: &[Policy], binary: &str) -> Option<BpfProgram> {
+    let p = policies.iter().find(|p| p.binary == binary)?;
     p.filters
         .iter()
         .find(|f| f.name == p.binary)
         .map(|f| decode(f.bpf))
 }
 
-/// All of `binary`'s filters in installation order, by name. Decode them
-/// before confining: the allow-lists need not allow what decoding does.
-pub fn filters(binary: &'static str) -> Result<Vec<(&'static str, BpfProgram)>, ConfineError> {
+/// All of `binary`'s filters among `policies` (its crate's `POLICIES`)
+/// in installation order, by name. Decode them before confining: the
+/// allow-lists need not allow what decoding does.
+pub fn filters(
+    policies: &'static [Policy],
+    binary: &'static str,
+) -> Result<Vec<(&'static str, BpfProgram)>, ConfineError> {
     let no = || ConfineError::NoPolicy {
         binary,
         arch: std::env::consts::ARCH,
     };
-    let p = policy(binary).ok_or_else(no)?;
+    let p = policies
+        .iter()
+        .find(|p| p.binary == binary)
+        .ok_or_else(no)?;
     if p.filters.is_empty() {
         return Err(no());
     }

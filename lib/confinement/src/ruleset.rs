@@ -212,3 +212,19 @@ pub fn fs_rights(r: BitFlags<AccessFs>) -> String {
 pub fn net_rights(r: BitFlags<AccessNet>) -> String {
     r.iter().map(snake).collect::<Vec<_>>().join(", ")
 }
+
+/// The Network Sidecar's long-lived helpers' landlock (`lazaret-dns-filter`,
+/// `lazaret-netpolicy watch`): no place at all, every file system and TCP
+/// right of `abi` handled, so none is granted.
+pub fn no_files_no_tcp(abi: ABI, opened_before: &'static str) -> Landlock {
+    Landlock {
+        abi,
+        fs: AccessFs::from_all(abi),
+        net: AccessNet::from_all(abi),
+        scoped: true,
+        rules: vec![],
+        require_full: true,
+        notes: vec![opened_before, "TCP: no bind, no connect"],
+        below: vec![],
+    }
+}

@@ -1,6 +1,7 @@
-//! Each confined binary's real confinement ([`lazaret_seccomp::binaries`],
-//! the same data and compiled policy the binary applies), applied in a
-//! forked child that then tries what it must not do:
+//! Each confined binary's real confinement ([`lazaret_seccomp::suite`]:
+//! the same data and policy the binary applies, the policy compiled here
+//! from the same reviewed file its crate's `build.rs` compiles), applied
+//! in a forked child that then tries what it must not do:
 //!
 //! - seccomp: a system call outside the allow-list kills it (SIGSYS);
 //! - landlock: a file outside its places is refused (EACCES), one inside
@@ -26,8 +27,8 @@
 //! Adding a binary: add its name to [`CONFINED`].
 
 use lazaret_seccomp::abi::{Feature, Kernel, TEST_CAP_ENV};
-use lazaret_seccomp::binaries;
 use lazaret_seccomp::ruleset::Place;
+use lazaret_seccomp::suite as binaries;
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -153,9 +154,40 @@ fn setup(binary: &str) -> Setup {
     }
 }
 
+fn policy(binary: &str) -> lazaret_seccomp::PolicySource {
+    binaries::get(binary)
+        .and_then(|c| c.seccomp)
+        .expect("a seccomp policy")
+}
+
+/// `binary`'s filters in installation order (the allow-list last), as its
+/// crate's `build.rs` compiles them (`lib/confinement/compile.rs`).
+fn compile(binary: &'static str) -> Vec<(&'static str, lazaret_seccomp::BpfProgram)> {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => seccompiler::TargetArch::x86_64,
+        "aarch64" => seccompiler::TargetArch::aarch64,
+        other => panic!("no seccomp target for {other}"),
+    };
+    let map = seccompiler::compile_from_json(policy(binary).json.as_bytes(), arch)
+        .expect("the policy compiles");
+    let mut names: Vec<String> = map.keys().cloned().collect();
+    names.sort_by_key(|n| (n == binary, n.clone()));
+    names
+        .into_iter()
+        .map(|n| {
+            let prog = map[&n].clone();
+            let name: &'static str = if n == binary {
+                binary
+            } else {
+                Box::leak(n.into_boxed_str())
+            };
+            (name, prog)
+        })
+        .collect()
+}
+
 fn allowed_syscalls(binary: &str) -> BTreeSet<String> {
-    let v: serde_json::Value =
-        serde_json::from_str(lazaret_seccomp::policy_json(binary).expect("policy")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(policy(binary).json).unwrap();
     v[binary]["filter"]
         .as_array()
         .expect("filter list")
@@ -240,14 +272,14 @@ fn child(binary: &'static str, check: Check, s: &Setup, forbidden: libc::c_long,
             fd: fd.as_fd(),
         })
         .collect();
-    let filters = lazaret_seccomp::filters(binary).expect("compiled filters");
+    let filters = compile(binary);
     let conf = binaries::get(binary).expect("described");
     // The landlock check opens files, which a filter without `openat`
     // (the DNS filter's) would kill it for: it is checked under landlock
     // alone; the seccomp check applies both.
     let mut conf = conf;
     if matches!(check, Check::Landlock | Check::Refused) {
-        conf.seccomp = false;
+        conf.seccomp = None;
     }
     let applied = conf.apply(&places, &filters);
     if let Check::Refused = check {

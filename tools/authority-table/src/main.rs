@@ -1,5 +1,5 @@
 //! `lazaret-authority-table [--check] BIN_DIR README`: runs every binary of
-//! the suite ([`lazaret_seccomp::binaries::SUITE`]) from BIN_DIR with
+//! the suite ([`lazaret_seccomp::suite::SUITE`]) from BIN_DIR with
 //! `--print-confinement` and writes the generated authority table into
 //! README between its markers; with `--check`, changes nothing and exits 1
 //! with both versions of the table when README differs.
@@ -29,7 +29,7 @@ fn main() {
 
 fn run(bin_dir: &Path, readme: &Path, check: bool) -> Result<bool, String> {
     let mut printed = Vec::new();
-    for b in lazaret_seccomp::binaries::SUITE {
+    for b in lazaret_seccomp::suite::SUITE {
         let p = bin_dir.join(b);
         let out = Command::new(&p)
             .arg("--print-confinement")

@@ -1,6 +1,6 @@
 //! The table of binaries and their authority in docs/security-model.md is
 //! what the built binaries print: it runs `lazaret-authority-table --check`
-//! (which runs every binary of `lazaret_seccomp::binaries::SUITE` with
+//! (which runs every binary of `lazaret_seccomp::suite::SUITE` with
 //! `--print-confinement`) against that file, and fails with both versions
 //! of the table when they differ. Regenerate with `scripts/authority-table`.
 //!
@@ -55,7 +55,7 @@ fn security_model_table_matches_the_binaries() {
 #[test]
 fn every_binary_reports_what_each_capped_abi_enforces() {
     use lazaret_seccomp::abi::{Available, Kernel, TEST_CAP_ENV};
-    use lazaret_seccomp::binaries;
+    use lazaret_seccomp::suite as binaries;
     let dir = target_dir();
     let gen = dir.join("lazaret-authority-table");
     if !gen.is_file() {

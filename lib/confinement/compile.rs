@@ -1,25 +1,26 @@
-//! Compiles every seccomp policy in `policies/` to BPF, firecracker's way:
-//! a policy that does not compile fails the build, not a start in the
-//! field, and no JSON compiler is linked into the confined binaries.
+//! Compiles a binary crate's reviewed seccomp policies to BPF at build
+//! time, firecracker's way: a policy that does not compile fails the
+//! build, not a start in the field, and no JSON compiler is linked into
+//! the confined binaries. Not part of the library: each confined binary's
+//! `build.rs` includes this file (`#[path]`) and calls [`policies`], with
+//! `seccompiler` (feature `json`) as its build dependency.
 //!
-//! `policies/<binary>.json` holds seccompiler JSON filters: one named
-//! after the binary (its allow-list, installed last) and optionally others
-//! (installed first, in name order, e.g. one that makes a syscall fail
-//! with `ENOSYS` so the C library falls back to one the allow-list checks).
-//! Adding a binary's policy is adding its file: this script lists the
-//! directory, and `OUT_DIR/policies.rs` (included by `src/lib.rs`) names
-//! every file found.
+//! `<binary>.json` (beside the crate's `src/confinement.rs`) holds
+//! seccompiler JSON filters: one named after the binary (its allow-list,
+//! installed last) and optionally others (installed first, in name order,
+//! e.g. one that makes a syscall fail with `ENOSYS` so the C library falls
+//! back to one the allow-list checks). `OUT_DIR/policies.rs`, which the
+//! crate includes, holds `POLICIES: &[lazaret_seccomp::Policy]`, one per
+//! file named.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-fn main() {
+/// Compiles `files` (relative to the crate's manifest directory) into
+/// `OUT_DIR/policies.rs`.
+pub fn policies(files: &[&str]) {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let dir = manifest.join("policies");
-    // A directory: cargo reruns when any file in it changes, or one is added.
-    println!("cargo:rerun-if-changed={}", dir.display());
-
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("target arch");
     let target = match arch.as_str() {
         "x86_64" => Some(seccompiler::TargetArch::x86_64),
@@ -27,17 +28,12 @@ fn main() {
         _ => None,
     };
 
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-
     let mut gen = String::from(
-        "/// Every policy in `policies/`, by binary name.\npub static POLICIES: &[Policy] = &[\n",
+        "/// This crate's compiled seccomp policies, by binary name.\npub static POLICIES: &[lazaret_seccomp::Policy] = &[\n",
     );
-    for file in &files {
+    for rel in files {
+        let file = manifest.join(rel);
+        println!("cargo:rerun-if-changed={}", file.display());
         let binary = file
             .file_stem()
             .and_then(|s| s.to_str())
@@ -53,7 +49,7 @@ fn main() {
                 )
             })
             .to_string();
-        let json = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let json = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let mut filters: Vec<(String, Vec<u8>)> = Vec::new();
         // The policies are reviewed for x86_64 (syscall names differ on
         // aarch64: no `open`, `stat`...): there a policy that does not
@@ -97,16 +93,14 @@ fn main() {
         }
         let _ = writeln!(
             gen,
-            "    Policy {{\n        binary: {binary:?},\n        file: {:?},\n        json: include_str!({:?}),\n        filters: &[",
-            format!("lib/confinement/policies/{binary}.json"),
-            path_str(file)
+            "    lazaret_seccomp::Policy {{\n        binary: {binary:?},\n        filters: &["
         );
         for (name, bytes) in filters {
             let bpf = out.join(format!("{binary}.{name}.bpf"));
             std::fs::write(&bpf, bytes).unwrap_or_else(|e| panic!("{}: {e}", bpf.display()));
             let _ = writeln!(
                 gen,
-                "            Filter {{ name: {name:?}, bpf: include_bytes!({:?}) }},",
+                "            lazaret_seccomp::Filter {{ name: {name:?}, bpf: include_bytes!({:?}) }},",
                 path_str(&bpf)
             );
         }
