@@ -238,7 +238,7 @@ fn the_layout_rules_hold() {
 fn each_rule_catches_its_violation() {
     let mut ws = workspace();
     let base = violations(&ws);
-    let mut expect = |ws: &BTreeMap<String, Krate>, rule: &str| {
+    let expect = |ws: &BTreeMap<String, Krate>, rule: &str| {
         let extra: Vec<_> = violations(ws)
             .difference(&base)
             .map(|(r, _, _)| r.clone())
