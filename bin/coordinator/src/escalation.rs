@@ -61,7 +61,6 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -280,9 +279,7 @@ impl Drop for Slot {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use lazaret_helpers::sync::lock;
 
 /// Drops from a by-creation-time map what the age window already refuses:
 /// a record created at `t` is accepted only while `now <= t + MAX_AGE_MS`.
@@ -485,14 +482,15 @@ impl Escalations {
                 (theirs.into(), mailbox::fdno::CHANNEL),
             ],
         );
-        // SAFETY: prctl is async-signal-safe. The reader must not outlive
-        // the coordinator that routes its records.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
+        // The reader must not outlive the coordinator that routes its
+        // records.
+        lazaret_helpers::child::set_signals(
+            &mut cmd,
+            lazaret_helpers::child::ChildSignals {
+                unblock_all: false,
+                die_with_parent: true,
+            },
+        );
         let child = cmd
             .spawn()
             .map_err(|source| ReaderError::Spawn { path, source })?;

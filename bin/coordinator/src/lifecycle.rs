@@ -777,15 +777,15 @@ fn start_sandbox(
             (theirs.into_fd(), lazaret_protocol::supervisor::CHANNEL_FD),
         ],
     );
-    // SAFETY: prctl is async-signal-safe. The supervisor dies with the
-    // thread that spawned it, which is this coordinator's main thread.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
+    // The supervisor dies with the thread that spawned it, which is this
+    // coordinator's main thread.
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: false,
+            die_with_parent: true,
+        },
+    );
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start lazaret-supervisor: {e}"))?;

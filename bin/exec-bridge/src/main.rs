@@ -20,7 +20,7 @@ mod confinement;
 
 use nix::sched::CloneFlags;
 use nix::sys::signal::{self, SigSet, Signal};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
 const HOLDER_PIDFD: i32 = 3;
@@ -96,16 +96,13 @@ fn main() {
         .unwrap_or_else(|e| fail(&e.to_string()));
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            SigSet::all()
-                .thread_unblock()
-                .map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: true,
+            die_with_parent: true,
+        },
+    );
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| fail(&format!("cannot start {}: {e}", argv[0])));

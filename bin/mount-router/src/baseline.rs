@@ -22,6 +22,7 @@
 //! Leaves to others: evaluating the rules (`rules`), noticing the
 //! sandbox's changes (`router`).
 
+use crate::router::lock;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -182,10 +183,6 @@ impl Baseline {
             );
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

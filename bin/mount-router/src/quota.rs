@@ -21,6 +21,7 @@
 //! the same time may each pass and together go past the bound by at most
 //! their own sizes (the kernel's FUSE writes are at most 1 MiB).
 
+use crate::router::lock;
 use fuser::Errno;
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RawDir, Stat};
@@ -48,10 +49,6 @@ pub struct Quota {
     /// File handles opened in the state store.
     handles: Mutex<HashSet<u64>>,
     logged: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What one entry counts against the bound.

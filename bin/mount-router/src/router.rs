@@ -231,7 +231,10 @@ pub struct Router {
     inside_owner: Option<(u32, u32)>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// The router's poison-tolerant lock (the one of `lazaret_helpers::sync`,
+/// kept here so the confined router does not link the helpers library
+/// for three lines).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -14,9 +14,7 @@ use lazaret_protocol::plan::SandboxPlan;
 use lazaret_protocol::supervisor::{
     valid_session_id, ExitStatus, SessionProcess, StartBridge, MAX_PROCESS,
 };
-use nix::sys::signal::{SigSet, Signal};
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -182,18 +180,15 @@ pub fn start(
         source,
     })?;
     fds::pass_fds(&mut cmd, vec![(holder, HOLDER_PIDFD), (spec, PROCESS_FD)]);
-    // SAFETY: between fork and exec only async-signal-safe calls
-    // (sigprocmask, prctl). The supervisor blocks the signals it takes
-    // through its signalfd; the bridge must start with none blocked.
-    unsafe {
-        cmd.pre_exec(|| {
-            SigSet::all()
-                .thread_unblock()
-                .map_err(std::io::Error::from)?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    // The supervisor blocks the signals it takes through its signalfd;
+    // the bridge must start with none blocked.
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: true,
+            die_with_parent: true,
+        },
+    );
     let child = cmd.spawn().map_err(|source| BridgeError::Spawn {
         path: plan.exec_bridge.clone(),
         source,

@@ -210,16 +210,13 @@ fn holder_start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Signals blocked here would stay blocked in runsc.
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            SigSet::all()
-                .thread_unblock()
-                .map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: true,
+            die_with_parent: false,
+        },
+    );
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;

@@ -28,7 +28,6 @@ use lazaret_helpers::pidfd::Tracked;
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{DnsFilterPlan, SandboxNetwork};
-use nix::sys::signal::{SigSet, Signal};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -42,17 +41,13 @@ const MTU: &str = "--mtu=65520";
 const SLIRP_READY: Duration = Duration::from_secs(20);
 
 fn unblock_and_die_with_parent(cmd: &mut Command) {
-    // SAFETY: between fork and exec this makes only async-signal-safe
-    // calls (sigprocmask, prctl).
-    unsafe {
-        cmd.pre_exec(|| {
-            SigSet::all()
-                .thread_unblock()
-                .map_err(std::io::Error::from)?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    lazaret_helpers::child::set_signals(
+        cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: true,
+            die_with_parent: true,
+        },
+    );
 }
 
 /// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS

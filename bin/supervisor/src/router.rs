@@ -5,10 +5,8 @@
 
 use lazaret_helpers::fds;
 use lazaret_protocol::plan::RouterPlan;
-use nix::sys::signal::SigSet;
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 pub fn start(r: &RouterPlan) -> Result<Child, String> {
@@ -50,16 +48,14 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
-    // SAFETY: only async-signal-safe calls between fork and exec: the
-    // holder blocks the signals it waits for, the router must not.
-    unsafe {
-        cmd.pre_exec(|| {
-            SigSet::all()
-                .thread_unblock()
-                .map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    // The holder blocks the signals it waits for; the router must not.
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: true,
+            die_with_parent: false,
+        },
+    );
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", r.binary.display()))?;

@@ -2,6 +2,7 @@
 //! each module small enough to audit on its own.
 
 pub mod channel;
+pub mod child;
 pub mod fault;
 pub mod fds;
 pub mod hostpath;
@@ -12,5 +13,6 @@ pub mod pidfd;
 pub mod runsc;
 pub mod sockpath;
 pub mod storage;
+pub mod sync;
 pub mod timeline;
 pub mod userns;

@@ -15,6 +15,7 @@
 //! line, never the writer: a full or read-only Storage Root must not end
 //! a Domain.
 
+use crate::sync::lock;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -48,10 +49,6 @@ pub struct LogFile {
 struct Current {
     file: File,
     id: (u64, u64),
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Renames `path` to `path.1`, `path.1` to `path.2`, ..., dropping

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -286,15 +285,15 @@ fn skopeo_copy(
         .stdin(Stdio::null())
         .stdout(Stdio::from(write))
         .stderr(Stdio::from(write2));
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is a plain system call, safe between
-    // fork and exec: skopeo dies with us and never writes into a staging
-    // directory that a later run cleans up.
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(std::io::Error::from)
-        });
-    }
+    // skopeo dies with us and never writes into a staging directory that
+    // a later run cleans up.
+    lazaret_helpers::child::set_signals(
+        &mut cmd,
+        lazaret_helpers::child::ChildSignals {
+            unblock_all: false,
+            die_with_parent: true,
+        },
+    );
     let spawned = cmd.spawn();
     drop(cmd);
     let mut child = match spawned {
