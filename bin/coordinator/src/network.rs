@@ -9,6 +9,7 @@
 
 use lazaret_netpolicy::record::{self, Evidence, NetworkRecord};
 use lazaret_netpolicy::{NetworkPlan, Policy};
+use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{
     CoordinatorInput, DnsFilterPlan, MountKind, MountPurpose, PlannedMount, SandboxNetwork,
 };
@@ -19,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// The sandbox path of the resolver file.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
-/// Largest helper report read back.
-const MAX_REPORT: u64 = 1 << 20;
+/// Largest helper report read back (as the supervisor bounds it).
+const MAX_REPORT: u64 = MAX_REPORT_BYTES as u64;
 
 /// The profile's `[network]`, as the CLI passed it.
 pub fn config(input: &CoordinatorInput) -> lazaret_config::Network {
@@ -195,24 +196,38 @@ fn write_file(p: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", p.display()))
 }
 
-fn read_report(p: &Path) -> serde_json::Value {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    match std::fs::File::open(p) {
-        Ok(f) => {
-            let _ = f.take(MAX_REPORT).read_to_end(&mut bytes);
-        }
-        Err(_) => return serde_json::Value::Null,
-    }
-    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+/// A report of the network helper as the holder left it: the JSON, kept
+/// verbatim as evidence, and the typed [`NetReport`] the decisions read
+/// (`None` when the file is missing or holds no report).
+struct Report {
+    raw: serde_json::Value,
+    typed: Option<NetReport>,
 }
 
-fn report_error(v: &serde_json::Value) -> Option<String> {
-    let err = v.get("error")?.as_str()?;
-    Some(match v.get("failed_stage").and_then(|s| s.as_str()) {
-        Some(stage) => format!("{stage}: {err}"),
-        None => err.to_string(),
-    })
+impl Report {
+    fn attestation(&self) -> Option<&lazaret_protocol::netreport::Attestation> {
+        self.typed.as_ref()?.attestation.as_ref()
+    }
+
+    fn error(&self) -> Option<String> {
+        let r = self.typed.as_ref()?;
+        let err = r.error.as_ref()?;
+        Some(match &r.failed_stage {
+            Some(stage) => format!("{stage}: {err}"),
+            None => err.clone(),
+        })
+    }
+}
+
+fn read_report(p: &Path) -> Report {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if let Ok(f) = std::fs::File::open(p) {
+        let _ = f.take(MAX_REPORT).read_to_end(&mut bytes);
+    }
+    let raw = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    let typed = serde_json::from_value(raw.clone()).ok();
+    Report { raw, typed }
 }
 
 /// Records the readiness evidence the holder left (FR-18, FR-19), after
@@ -233,14 +248,12 @@ pub fn record_evidence(
     let install = read_report(&dir.join("install.json"));
     let probe = read_report(&dir.join("probe.json"));
     // The attestation must name this generation's network attachment.
-    let attached = install
-        .pointer("/attestation/binding")
-        .and_then(|b| b.as_str());
+    let attached = install.attestation().map(|a| a.binding.as_str());
     let misattached = attached.is_some_and(|b| b != policy.binding);
-    let passed = probe.get("ok") == Some(&serde_json::Value::Bool(true)) && !misattached;
+    let passed = probe.typed.as_ref().is_some_and(|r| r.ok) && !misattached;
     let fingerprint = [&probe, &install]
         .iter()
-        .find_map(|v| v.pointer("/attestation/fingerprint")?.as_str())
+        .find_map(|r| Some(r.attestation()?.fingerprint.as_str()))
         .unwrap_or("")
         .to_string();
     let error = if passed {
@@ -252,8 +265,9 @@ pub fn record_evidence(
             policy.binding
         ))
     } else {
-        report_error(&probe)
-            .or_else(|| report_error(&install))
+        probe
+            .error()
+            .or_else(|| install.error())
             .or_else(|| start_error.cloned())
             .or_else(|| Some("the readiness probe did not run".into()))
     };
@@ -268,8 +282,8 @@ pub fn record_evidence(
         passed,
         error: error.clone(),
         recorded_at,
-        install_report: install.to_string(),
-        probe_report: probe.to_string(),
+        install_report: install.raw.to_string(),
+        probe_report: probe.raw.to_string(),
     };
     if let Err(e) = store.set_network_evidence(&ev) {
         crate::lifecycle::log(format!("cannot record the network evidence: {e}"));
@@ -281,8 +295,8 @@ pub fn record_evidence(
         error,
         recorded_at_ms: recorded_at.saturating_mul(1000),
         legacy_recorded_at_secs: None,
-        install,
-        probe,
+        install: install.raw,
+        probe: probe.raw,
     });
     let path = record_path(layout);
     if let Err(e) = record::write(&path, &rec) {
