@@ -31,6 +31,11 @@ use std::time::{Duration, Instant};
 /// sandbox gets at `/.lazaret/bin/lazaret-escalate`.
 pub static ESCALATE_STATIC: &[u8] = include_bytes!(env!("LAZARET_ESCALATE_STATIC"));
 
+/// `lazaret-port-relay`, statically linked (built by `build.rs`): what a
+/// sandbox whose Domain publishes ports gets at
+/// [`lazaret_protocol::plan::PORT_RELAY`].
+pub static PORT_RELAY_STATIC: &[u8] = include_bytes!(env!("LAZARET_PORT_RELAY_STATIC"));
+
 /// How long a started Domain waits for its first session before it stops.
 const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
@@ -621,9 +626,18 @@ fn prepare_control(
     // The static build embedded at compile time (see build.rs): it runs in
     // any image, with or without a C library.
     write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
-    let client = control.join("bin/lazaret-escalate");
-    std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("cannot make {} executable: {e}", client.display()))?;
+    let mut executables = vec!["bin/lazaret-escalate"];
+    // The sandbox's init starts it: published ports reach loopback
+    // listeners inside (see supervisor/src/ports.rs).
+    if !input.network.ports.is_empty() {
+        write("bin/lazaret-port-relay", PORT_RELAY_STATIC, 0o755)?;
+        executables.push("bin/lazaret-port-relay");
+    }
+    for name in executables {
+        let bin = control.join(name);
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot make {} executable: {e}", bin.display()))?;
+    }
     // On every PATH, login shells included: a link in a layer of ours.
     // Modes as in the image: the layer's directories show through.
     let link_dir = layout.run().join("control-lower/usr/local/bin");
@@ -1214,14 +1228,19 @@ fn wait_gone(pid: i32, start: u64) {
 
 #[cfg(test)]
 mod static_client_tests {
-    use super::ESCALATE_STATIC;
+    use super::{ESCALATE_STATIC, PORT_RELAY_STATIC};
 
     /// An ELF executable that asks for no program interpreter (no
     /// `PT_INTERP`) and has no dynamic section needing libraries runs
     /// without a C library in the image.
     #[test]
-    fn the_embedded_lazaret_escalate_is_static() {
-        let b = ESCALATE_STATIC;
+    fn the_embedded_lazaret_escalate_and_port_relay_are_static() {
+        for b in [ESCALATE_STATIC, PORT_RELAY_STATIC] {
+            assert_static(b);
+        }
+    }
+
+    fn assert_static(b: &[u8]) {
         assert_eq!(&b[..4], b"\x7fELF", "not an ELF file");
         assert_eq!(b[4], 2, "not 64-bit");
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
@@ -1231,7 +1250,7 @@ mod static_client_tests {
             let p_type = u32::from_le_bytes(b[phoff + i * phentsize..][..4].try_into().unwrap());
             assert_ne!(
                 p_type, 3,
-                "lazaret-escalate has a PT_INTERP: it is dynamically linked"
+                "an embedded binary has a PT_INTERP: it is dynamically linked"
             );
         }
     }
