@@ -1,17 +1,19 @@
 //! Builds the static `lazaret-escalate` that the coordinator installs in
-//! every sandbox, and the static `lazaret-port-relay` it installs where
-//! the Domain publishes ports, whatever the image's C library (or none:
+//! every sandbox, the static `lazaret-port-relay` it installs where the
+//! Domain publishes ports and the static `lazaret-sudo` it installs where
+//! the profile has a `user`, whatever the image's C library (or none:
 //! busybox).
 //!
 //! A plain `cargo build` links Rust binaries for the GNU target against
 //! the host's glibc dynamically, and cargo has no stable way to give one
 //! crate `-C target-feature=+crt-static` (as `RUSTFLAGS` it would reach
 //! proc-macro crates too, which the GNU target cannot build static). So
-//! this script runs cargo once more for those two packages, with an explicit
+//! this script runs cargo once more for those packages, with an explicit
 //! `--target` (so proc macros stay host builds) and `crt-static` (glibc's
 //! static `libc.a`, from `libc6-dev`), in a target directory of its own
 //! under `OUT_DIR`; the coordinator embeds the results
-//! (`LAZARET_ESCALATE_STATIC`, `LAZARET_PORT_RELAY_STATIC`). A musl build (`musl.toml`) gets the same,
+//! (`LAZARET_ESCALATE_STATIC`, `LAZARET_PORT_RELAY_STATIC`,
+//! `LAZARET_SUDO_STATIC`). A musl build (`musl.toml`) gets the same,
 //! static anyway.
 
 use std::path::PathBuf;
@@ -30,6 +32,7 @@ fn main() {
     for p in [
         "escalate",
         "port-relay",
+        "sudo",
         "protocol",
         "seccomp",
         "Cargo.lock",
@@ -47,6 +50,7 @@ fn main() {
             "--bin",
             "lazaret-port-relay",
         ])
+        .args(["--package", "lazaret-sudo", "--bin", "lazaret-sudo"])
         .args(["--profile", profile])
         .arg("--target")
         .arg(&target)
@@ -69,16 +73,17 @@ fn main() {
         );
     let status = cmd
         .status()
-        .expect("run cargo for the static lazaret-escalate and lazaret-port-relay");
+        .expect("run cargo for the static lazaret-escalate, lazaret-port-relay and lazaret-sudo");
     assert!(
         status.success(),
-        "building the static lazaret-escalate and lazaret-port-relay failed ({status}); the GNU target needs glibc's static libc.a (apt-get install libc6-dev)"
+        "building the static lazaret-escalate, lazaret-port-relay and lazaret-sudo failed ({status}); the GNU target needs glibc's static libc.a (apt-get install libc6-dev)"
     );
     let dir = if profile == "dev" { "debug" } else { "release" };
     let bins = target_dir.join(&target).join(dir);
     for (var, name) in [
         ("LAZARET_ESCALATE_STATIC", "lazaret-escalate"),
         ("LAZARET_PORT_RELAY_STATIC", "lazaret-port-relay"),
+        ("LAZARET_SUDO_STATIC", "lazaret-sudo"),
     ] {
         println!("cargo:rustc-env={var}={}", bins.join(name).display());
     }

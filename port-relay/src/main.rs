@@ -5,13 +5,12 @@
 //!
 //! ```text
 //! host ── supervisor relay ── slirp4netns B forward ── 10.0.2.100:LISTEN
-//!      ── lazaret-port-relay ── 127.0.0.1:TARGET, else [::1]:TARGET,
-//!                               else 10.0.2.100:TARGET
+//!      ── lazaret-port-relay ── 127.0.0.1:TARGET, else 10.0.2.100:TARGET
 //! ```
 //!
 //! Without it only a listener on the sandbox's address (`0.0.0.0`, or
 //! `--host`) is reachable: a loopback listener (a login's OAuth callback on
-//! `127.0.0.1:1455`, a dev server bound to `localhost`) takes connections
+//! `127.0.0.1:1455`, a dev server bound to 127.0.0.1) takes connections
 //! from its own sandbox's loopback only, and slirp4netns B's connections
 //! come from its gateway. So the relay connects from inside, where the
 //! loopback is.
@@ -27,7 +26,7 @@
 //! listening port cannot be bound; 2 on bad arguments.
 
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,13 +65,12 @@ fn parse(args: &[String]) -> Result<Vec<Pair>, String> {
 }
 
 /// Where a connection for `target` goes, in order: the loopback first (a
-/// listener on `0.0.0.0` takes those too), IPv6's next (`localhost` is
-/// `::1` for some servers), and last the address the connection arrived on
-/// (a listener bound to the sandbox's address only).
-fn targets(target: u16, arrived_on: SocketAddr) -> [SocketAddr; 3] {
+/// listener on `0.0.0.0` takes those too), then the address the
+/// connection arrived on (a listener bound to the sandbox's address
+/// only). Not IPv6's `::1`: the sandbox has no IPv6.
+fn targets(target: u16, arrived_on: SocketAddr) -> [SocketAddr; 2] {
     [
         SocketAddr::from((Ipv4Addr::LOCALHOST, target)),
-        SocketAddr::from((Ipv6Addr::LOCALHOST, target)),
         SocketAddr::new(arrived_on.ip(), target),
     ]
 }
@@ -200,13 +198,12 @@ mod tests {
     }
 
     #[test]
-    fn the_loopback_comes_first_then_ipv6_then_the_address_it_arrived_on() {
+    fn the_loopback_comes_first_then_the_address_it_arrived_on() {
         let arrived: SocketAddr = "10.0.2.100:61000".parse().unwrap();
         assert_eq!(
             targets(1455, arrived),
             [
                 "127.0.0.1:1455".parse().unwrap(),
-                "[::1]:1455".parse().unwrap(),
                 "10.0.2.100:1455".parse().unwrap(),
             ]
         );

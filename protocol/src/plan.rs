@@ -162,6 +162,10 @@ pub struct SandboxNetwork {
 /// ports: in the control directory, read-only; the sandbox's init starts it.
 pub const PORT_RELAY: &str = "/.lazaret/bin/lazaret-port-relay";
 
+/// Where the sandbox has `lazaret-sudo` when its profile has a `user`: the
+/// sandbox's init starts its service when it is there.
+pub const SUDO_SERVICE: &str = "/.lazaret/bin/lazaret-sudo";
+
 /// A published port (`lazaret run -p`, the profile's `ports`): host
 /// processes connecting to `host_addr:host_port` reach whatever listens
 /// on `sandbox_port` inside, on its loopback or the sandbox's address.

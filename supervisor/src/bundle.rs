@@ -36,7 +36,8 @@ pub fn capabilities() -> Value {
 /// The sandbox's init: it only waits, so that sessions can come and go,
 /// and, when the Domain publishes ports, keeps `lazaret-port-relay`
 /// running (restarted a second after it ends: the sandbox may stop it;
-/// see [`crate::ports`]). It ignores `SIGXFSZ`: the Sentry forwards to
+/// see [`crate::ports`]), and `lazaret-sudo`'s service where the
+/// coordinator installed it (a profile with a `user`). It ignores `SIGXFSZ`: the Sentry forwards to
 /// init the signal the host kernel sends it when the memory bound refuses
 /// to grow its memory file ([`crate::limits`]), and init must not die of
 /// it.
@@ -50,12 +51,15 @@ pub fn init_args(plan: &SandboxPlan) -> Vec<String> {
         ),
         _ => String::new(),
     };
+    // Only where the coordinator installed it: a profile with a `user`.
+    let sudo = format!(
+        "if [ -x {s} ]; then (while :; do {s} --serve; sleep 1; done) & fi; ",
+        s = lazaret_protocol::plan::SUDO_SERVICE
+    );
     vec![
         "/bin/sh".into(),
         "-c".into(),
-        format!(
-            "trap '' XFSZ; trap 'exit 0' TERM INT; {relay}while :; do sleep 3600 & wait $!; done"
-        ),
+        format!("trap '' XFSZ; trap 'exit 0' TERM INT; {relay}{sudo}while :; do sleep 3600 & wait $!; done"),
     ]
 }
 
@@ -296,7 +300,9 @@ mod tests {
         );
         // Still the init that ignores SIGXFSZ and waits.
         assert!(script.starts_with("trap '' XFSZ; trap 'exit 0' TERM INT; "));
-        assert!(script.ends_with("while :; do sleep 3600 & wait $!; done"));
+        assert!(script.ends_with(
+            "if [ -x /.lazaret/bin/lazaret-sudo ]; then (while :; do /.lazaret/bin/lazaret-sudo --serve; sleep 1; done) & fi; while :; do sleep 3600 & wait $!; done"
+        ));
     }
 
     #[test]

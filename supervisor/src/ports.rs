@@ -7,8 +7,8 @@
 //!                  ── 127.0.0.1:FORWARD_PORT in N1 (slirp4netns B's forward)
 //!                      ── 10.0.2.100:FORWARD_PORT in N2, from 10.0.2.2
 //!                         (slirp's gateway): lazaret-port-relay inside
-//!                          ── 127.0.0.1:SANDBOX_PORT (else [::1], else
-//!                             10.0.2.100): the sandbox's listener
+//!                          ── 127.0.0.1:SANDBOX_PORT (else 10.0.2.100):
+//!                             the sandbox's listener
 //! ```
 //!
 //! The supervisor binds the host sides before the holder exists, so a
@@ -29,7 +29,7 @@
 //! Inside, the forward arrives at `lazaret-port-relay` (started by the
 //! sandbox's init, [`crate::bundle::init_args`]) on the same port number,
 //! which connects from within the sandbox, where its loopback is: a login's
-//! OAuth callback on `127.0.0.1:1455` or a dev server bound to `localhost`
+//! OAuth callback on `127.0.0.1:1455` or a dev server bound to 127.0.0.1
 //! takes connections from its own loopback only. The relay is the
 //! sandbox's own process and holds nothing of the host's; stopping it
 //! breaks only the sandbox's own published ports.
