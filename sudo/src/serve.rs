@@ -97,8 +97,12 @@ fn spawn(
     unsafe {
         cmd.pre_exec(|| {
             // A session and process group of its own: the caller's signals
-            // reach the whole command, and nothing else.
-            rustix::process::setsid()?;
+            // reach the whole command, and nothing else. libc's, not
+            // rustix's: gVisor releases of 2022 return 0 for the new
+            // session, which rustix asserts against.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
@@ -124,17 +128,15 @@ fn watch(conn: &OwnedFd, mut child: std::process::Child) -> i32 {
         let _ = std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || loop {
-                let got = wire::recv(reader.as_fd(), 1);
+                let got = wire::recv_plain(reader.as_fd(), 1);
                 let sig = match &got {
-                    Ok((b, _)) if b.len() == 1 => FORWARDED
+                    Ok(b) if b.len() == 1 => FORWARDED
                         .iter()
                         .copied()
                         .find(|s| s.as_raw() == i32::from(b[0])),
-                    Ok((b, _)) if b.is_empty() => Some(Signal::HUP),
-                    Err(_) => Some(Signal::HUP),
-                    Ok(_) => None,
+                    Ok(_) | Err(_) => Some(Signal::HUP),
                 };
-                let gone = !matches!(&got, Ok((b, _)) if !b.is_empty());
+                let gone = !matches!(&got, Ok(b) if !b.is_empty());
                 let done = ended.lock().unwrap_or_else(|p| p.into_inner());
                 if *done {
                     return;
@@ -150,15 +152,10 @@ fn watch(conn: &OwnedFd, mut child: std::process::Child) -> i32 {
     }
     // Waits for the end without reaping, so the pid stays the command's
     // while a forwarded signal may still be on its way.
-    loop {
-        match rustix::process::waitid(
-            rustix::process::WaitId::Pid(pid),
-            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            _ => break,
-        }
-    }
+    while let Err(rustix::io::Errno::INTR) = rustix::process::waitid(
+        rustix::process::WaitId::Pid(pid),
+        rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
+    ) {}
     *ended.lock().unwrap_or_else(|p| p.into_inner()) = true;
     match child.wait() {
         Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
@@ -203,7 +200,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(300));
             wire::send(ours.as_fd(), &[s.as_raw() as u8], &[]).unwrap();
         }
-        let (status, _) = wire::recv(ours.as_fd(), 4).unwrap();
+        let status = wire::recv_plain(ours.as_fd(), 4).unwrap();
         server.join().unwrap();
         let read = |fd: OwnedFd| {
             let mut s = String::new();
