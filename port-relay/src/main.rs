@@ -136,6 +136,9 @@ fn serve(listener: TcpListener, target: u16, active: Arc<AtomicUsize>) {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-port-relay");
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let pairs = match parse(&args) {
         Ok(p) => p,

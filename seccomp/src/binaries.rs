@@ -20,6 +20,8 @@ pub const SUITE: &[&str] = &[
     "lazaret-netpolicy",
     "lazaret-dns-filter",
     "lazaret-escalate",
+    "lazaret-port-relay",
+    "lazaret-sudo",
 ];
 
 /// `binary`'s confinement, for the binaries described here.
@@ -36,6 +38,8 @@ pub fn get(binary: &str) -> Option<Confinement> {
         "lazaret-netpolicy-watch" => netpolicy_watch(),
         "lazaret-dns-filter" => dns_filter(),
         "lazaret-escalate" => escalate(),
+        "lazaret-port-relay" => port_relay(),
+        "lazaret-sudo" => sudo(),
         _ => return None,
     })
 }
@@ -530,6 +534,41 @@ pub fn escalate() -> Confinement {
         seccomp: false,
         notes: vec![],
     }
+}
+
+/// A program of ours that runs inside the Agent Sandbox as the sandbox's
+/// own: what it holds is the sandbox's, so a filter on itself binds
+/// nothing the sandbox could not undo.
+fn inside(binary: &'static str, runs_as: &'static str, reason: &'static str) -> Confinement {
+    Confinement {
+        binary,
+        runs_as,
+        status: Status::Unconfined { reason },
+        namespaces: "the sandbox's (gVisor)",
+        closes_fds: None,
+        no_new_privs: false,
+        not_dumpable: false,
+        capabilities: Capabilities::Unchanged("the sandbox's root's, inside gVisor"),
+        landlock: None,
+        seccomp: false,
+        notes: vec![],
+    }
+}
+
+pub fn port_relay() -> Confinement {
+    inside(
+        "lazaret-port-relay",
+        "root inside the Agent Sandbox (gVisor), started by the sandbox's init when the Domain publishes ports",
+        "it holds nothing of the host's and only connects within the sandbox: root inside can stop or replace it, breaking only its own published ports; gVisor confines the whole sandbox, and the host side only ever connects towards it",
+    )
+}
+
+pub fn sudo() -> Confinement {
+    inside(
+        "lazaret-sudo",
+        "root inside the Agent Sandbox (gVisor), its service started by the sandbox's init when the profile has a `user`",
+        "it gives root inside to any process inside that asks, which has no more than a root session has; it holds nothing of the host's and never talks to the host; gVisor confines the whole sandbox",
+    )
 }
 
 #[cfg(test)]

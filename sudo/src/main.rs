@@ -31,6 +31,9 @@ mod wire;
 use std::os::unix::ffi::OsStrExt;
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        lazaret_seccomp::binaries::print_and_exit("lazaret-sudo");
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let code = match args.first().map(|a| a.as_bytes()) {
         Some(b"--serve") if args.len() == 1 => match serve::serve() {
