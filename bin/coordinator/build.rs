@@ -1,15 +1,19 @@
 //! Builds the static `lazaret-escalate` that the coordinator installs in
-//! every sandbox, whatever the image's C library (or none: busybox).
+//! every sandbox, the static `lazaret-port-relay` it installs where the
+//! Domain publishes ports and the static `lazaret-sudo` it installs where
+//! the profile has a `user`, whatever the image's C library (or none:
+//! busybox).
 //!
 //! A plain `cargo build` links Rust binaries for the GNU target against
 //! the host's glibc dynamically, and cargo has no stable way to give one
 //! crate `-C target-feature=+crt-static` (as `RUSTFLAGS` it would reach
 //! proc-macro crates too, which the GNU target cannot build static). So
-//! this script runs cargo once more for that one package, with an explicit
+//! this script runs cargo once more for those packages, with an explicit
 //! `--target` (so proc macros stay host builds) and `crt-static` (glibc's
 //! static `libc.a`, from `libc6-dev`), in a target directory of its own
-//! under `OUT_DIR`; the coordinator embeds the result
-//! (`LAZARET_ESCALATE_STATIC`). A musl build (`musl.toml`) gets the same,
+//! under `OUT_DIR`; the coordinator embeds the results
+//! (`LAZARET_ESCALATE_STATIC`, `LAZARET_PORT_RELAY_STATIC`,
+//! `LAZARET_SUDO_STATIC`). A musl build (`musl.toml`) gets the same,
 //! static anyway.
 
 use std::path::PathBuf;
@@ -36,6 +40,8 @@ fn main() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for p in [
         "bin/escalate",
+        "bin/port-relay",
+        "bin/sudo",
         "lib/protocol",
         "lib/confinement",
         "Cargo.lock",
@@ -45,8 +51,16 @@ fn main() {
     let target_dir = out.join("static-target");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
-        .args(["build", "--locked", "--package", "lazaret-escalate"])
-        .args(["--bin", "lazaret-escalate", "--profile", profile])
+        .args(["build", "--locked"])
+        .args(["--package", "lazaret-escalate", "--bin", "lazaret-escalate"])
+        .args([
+            "--package",
+            "lazaret-port-relay",
+            "--bin",
+            "lazaret-port-relay",
+        ])
+        .args(["--package", "lazaret-sudo", "--bin", "lazaret-sudo"])
+        .args(["--profile", profile])
         .arg("--target")
         .arg(&target)
         .arg("--target-dir")
@@ -68,12 +82,18 @@ fn main() {
         );
     let status = cmd
         .status()
-        .expect("run cargo for the static lazaret-escalate");
+        .expect("run cargo for the static lazaret-escalate, lazaret-port-relay and lazaret-sudo");
     assert!(
         status.success(),
-        "building the static lazaret-escalate failed ({status}); the GNU target needs glibc's static libc.a (apt-get install libc6-dev)"
+        "building the static lazaret-escalate, lazaret-port-relay and lazaret-sudo failed ({status}); the GNU target needs glibc's static libc.a (apt-get install libc6-dev)"
     );
     let dir = if profile == "dev" { "debug" } else { "release" };
-    let bin = target_dir.join(&target).join(dir).join("lazaret-escalate");
-    println!("cargo:rustc-env=LAZARET_ESCALATE_STATIC={}", bin.display());
+    let bins = target_dir.join(&target).join(dir);
+    for (var, name) in [
+        ("LAZARET_ESCALATE_STATIC", "lazaret-escalate"),
+        ("LAZARET_PORT_RELAY_STATIC", "lazaret-port-relay"),
+        ("LAZARET_SUDO_STATIC", "lazaret-sudo"),
+    ] {
+        println!("cargo:rustc-env={var}={}", bins.join(name).display());
+    }
 }

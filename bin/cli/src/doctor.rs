@@ -313,7 +313,7 @@ fn runsc_detail(info: &RunscInfo) -> String {
     );
     if !info.allow_suid() {
         detail.push_str(
-            ", set-user-ID programs ignored (no --allow-suid: `sudo` fails for a profile's `user`)",
+            ", set-user-ID programs ignored (no --allow-suid: a profile's `user` has Lazaret's `sudo`, not the image's)",
         );
     }
     let mut workarounds = Vec::new();
@@ -1513,7 +1513,7 @@ mod tests {
             c.detail,
             "/usr/bin/runsc version 0.0~20221219.0, platform ptrace (offered: kvm, ptrace), \
              file access: every file through the gofer (no directfs), mounts shared, \
-             set-user-ID programs ignored (no --allow-suid: `sudo` fails for a profile's `user`), \
+             set-user-ID programs ignored (no --allow-suid: a profile's `user` has Lazaret's `sudo`, not the image's), \
              workarounds: statx shim (this release rejects AT_NO_AUTOMOUNT), /proc/sys/net tmpfs \
              (a fresh network namespace here shows net.core.rmem_default, which runsc's root-namespace \
              check takes for the root one); a newer runsc (20240729, Debian's bookworm-backports) would add \
@@ -1552,7 +1552,7 @@ mod tests {
             c.detail,
             "/usr/bin/runsc version 0.0~20240729.0, platform systrap (offered: systrap, ptrace, kvm), \
              file access: directfs, mounts shared, set-user-ID programs ignored (no --allow-suid: \
-             `sudo` fails for a profile's `user`), workarounds: /proc/sys/net tmpfs \
+             a profile's `user` has Lazaret's `sudo`, not the image's), workarounds: /proc/sys/net tmpfs \
              (a fresh network namespace here shows net.core.rmem_default, which runsc's root-namespace \
              check takes for the root one)"
         );

@@ -31,6 +31,20 @@ use std::time::{Duration, Instant};
 /// sandbox gets at `/.lazaret/bin/lazaret-escalate`.
 pub static ESCALATE_STATIC: &[u8] = include_bytes!(env!("LAZARET_ESCALATE_STATIC"));
 
+/// `lazaret-port-relay`, statically linked (built by `build.rs`): what a
+/// sandbox whose Domain publishes ports gets at
+/// [`lazaret_protocol::plan::PORT_RELAY`].
+pub static PORT_RELAY_STATIC: &[u8] = include_bytes!(env!("LAZARET_PORT_RELAY_STATIC"));
+
+/// Lazaret's `sudo` for a profile's `user`, at `/.lazaret/bin/sudo` and
+/// linked at `/usr/local/bin/sudo`: it parses sudo's options and asks
+/// `lazaret-sudo`'s service, which the sandbox's init starts.
+const SUDO_SCRIPT: &str = include_str!("sudo.sh");
+
+/// `lazaret-sudo`, statically linked (built by `build.rs`): what a sandbox
+/// whose profile has a `user` gets at [`lazaret_protocol::plan::SUDO_SERVICE`].
+pub static SUDO_STATIC: &[u8] = include_bytes!(env!("LAZARET_SUDO_STATIC"));
+
 /// How long a started Domain waits for its first session before it stops.
 const FIRST_SESSION_GRACE: Duration = Duration::from_secs(30);
 
@@ -621,9 +635,24 @@ fn prepare_control(
     // The static build embedded at compile time (see build.rs): it runs in
     // any image, with or without a C library.
     write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
-    let client = control.join("bin/lazaret-escalate");
-    std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("cannot make {} executable: {e}", client.display()))?;
+    let mut executables = vec!["bin/lazaret-escalate"];
+    // The sandbox's init starts it: published ports reach loopback
+    // listeners inside (see bin/supervisor/src/ports.rs).
+    if !input.network.ports.is_empty() {
+        write("bin/lazaret-port-relay", PORT_RELAY_STATIC, 0o755)?;
+        executables.push("bin/lazaret-port-relay");
+    }
+    // The profile's user reaches root with Lazaret's `sudo` (see sudo.sh).
+    if input.user.is_some() {
+        write("bin/sudo", SUDO_SCRIPT.as_bytes(), 0o755)?;
+        write("bin/lazaret-sudo", SUDO_STATIC, 0o755)?;
+        executables.extend(["bin/sudo", "bin/lazaret-sudo"]);
+    }
+    for name in executables {
+        let bin = control.join(name);
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot make {} executable: {e}", bin.display()))?;
+    }
     // On every PATH, login shells included: a link in a layer of ours.
     // Modes as in the image: the layer's directories show through.
     let link_dir = layout.run().join("control-lower/usr/local/bin");
@@ -645,6 +674,12 @@ fn prepare_control(
         link_dir.join("lazaret-escalate"),
     )
     .map_err(|e| format!("cannot create the lazaret-escalate link: {e}"))?;
+    if input.user.is_some() {
+        // Ahead of an image's own sudo on PATH, which set-user-ID cannot
+        // run on a runsc without --allow-suid.
+        std::os::unix::fs::symlink(format!("{}/sudo", esc_paths::BIN), link_dir.join("sudo"))
+            .map_err(|e| format!("cannot create the sudo link: {e}"))?;
+    }
     write_agents_text(&layout.run().join("control-lower"))?;
     Ok(vec![
         PlannedMount {
@@ -1213,15 +1248,124 @@ fn wait_gone(pid: i32, start: u64) {
 }
 
 #[cfg(test)]
+mod sudo_tests {
+    use super::SUDO_SCRIPT;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// `sudo ARGS` with a `lazaret-sudo` that prints what it was given, one
+    /// word a line, and an `id` that says uid 1000, name agent: the
+    /// command line Lazaret's sudo builds, and its exit status.
+    fn sudo(args: &[&str]) -> (String, String, i32) {
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path();
+        let tool = |name: &str, body: &str| {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        tool("lazaret-sudo", "printf '%s\\n' \"$@\"");
+        tool(
+            "id",
+            "case $1 in -un) echo agent;; -u) echo 1000;; -g) echo 1000;; esac",
+        );
+        let script = SUDO_SCRIPT.replace(
+            "/.lazaret/bin/lazaret-sudo",
+            &bin.join("lazaret-sudo").display().to_string(),
+        );
+        assert_ne!(
+            script, SUDO_SCRIPT,
+            "the script no longer asks lazaret-sudo"
+        );
+        std::fs::write(bin.join("sudo"), script).unwrap();
+        let out = std::process::Command::new("/bin/sh")
+            .arg(bin.join("sudo"))
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("SHELL", "/bin/zsh")
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    const ROOT: &str = "--run\n--\nenv\n";
+    const RESET: &str = "HOME=/root\nUSER=root\nLOGNAME=root\n";
+    const SUDO_VARS: &str = "SUDO_USER=agent\nSUDO_UID=1000\nSUDO_GID=1000\n";
+
+    #[test]
+    fn a_command_runs_as_root_with_roots_home_and_sudos_variables() {
+        let (out, err, code) = sudo(&["apt-get", "install", "-y", "make"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out,
+            format!("{ROOT}{RESET}{SUDO_VARS}apt-get\ninstall\n-y\nmake\n")
+        );
+        // -E keeps the caller's environment; -n asks nothing anyway;
+        // grouped short options and -u root are taken.
+        let (out, _, code) = sudo(&["-nE", "-u", "root", "--", "FOO=bar", "make", "-j2"]);
+        assert_eq!(code, 0);
+        assert_eq!(out, format!("{ROOT}{SUDO_VARS}FOO=bar\nmake\n-j2\n"));
+        let (out, _, _) = sudo(&["-uroot", "true"]);
+        assert_eq!(out, format!("{ROOT}{RESET}{SUDO_VARS}true\n"));
+    }
+
+    #[test]
+    fn shells_take_the_words_quoted_as_their_command() {
+        let (out, _, code) = sudo(&["-s", "echo", "a b", "it's"]);
+        assert_eq!(code, 0);
+        assert_eq!(
+            out,
+            format!("{ROOT}{RESET}{SUDO_VARS}/bin/zsh\n-c\n'echo' 'a b' 'it'\\''s'\n")
+        );
+        let (out, _, _) = sudo(&["-i"]);
+        assert!(
+            out.ends_with("cd /root 2>/dev/null || cd /; exec \"$0\" -l \"$@\"\n/bin/sh\n")
+                || out
+                    .ends_with("cd /root 2>/dev/null || cd /; exec \"$0\" -l \"$@\"\n/bin/bash\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn other_users_unknown_options_and_no_command_are_refused() {
+        for args in [
+            &["-u", "nobody", "true"][..],
+            &["--user=postgres", "true"],
+            &["-x", "true"],
+            &["--askpass", "true"],
+            &[],
+            &["FOO=bar"],
+            &["-u"],
+        ] {
+            let (out, err, code) = sudo(args);
+            assert_eq!(code, 1, "{args:?}: {out}");
+            assert!(out.is_empty(), "{args:?} ran: {out}");
+            assert!(
+                err.starts_with("sudo: ") || err.starts_with("usage: sudo"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 mod static_client_tests {
-    use super::ESCALATE_STATIC;
+    use super::{ESCALATE_STATIC, PORT_RELAY_STATIC, SUDO_STATIC};
 
     /// An ELF executable that asks for no program interpreter (no
     /// `PT_INTERP`) and has no dynamic section needing libraries runs
     /// without a C library in the image.
     #[test]
-    fn the_embedded_lazaret_escalate_is_static() {
-        let b = ESCALATE_STATIC;
+    fn the_embedded_binaries_are_static() {
+        for b in [ESCALATE_STATIC, PORT_RELAY_STATIC, SUDO_STATIC] {
+            assert_static(b);
+        }
+    }
+
+    fn assert_static(b: &[u8]) {
         assert_eq!(&b[..4], b"\x7fELF", "not an ELF file");
         assert_eq!(b[4], 2, "not 64-bit");
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
@@ -1231,7 +1375,7 @@ mod static_client_tests {
             let p_type = u32::from_le_bytes(b[phoff + i * phentsize..][..4].try_into().unwrap());
             assert_ne!(
                 p_type, 3,
-                "lazaret-escalate has a PT_INTERP: it is dynamically linked"
+                "an embedded binary has a PT_INTERP: it is dynamically linked"
             );
         }
     }

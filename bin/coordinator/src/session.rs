@@ -263,7 +263,9 @@ pub fn inside_owner(input: &CoordinatorInput) -> Option<(u32, u32)> {
 /// `sudo` asks none). Its home is beneath the `/home` State Anchor, so it
 /// persists; `sudo` for it asks nothing. Then the command runs as it
 /// (`setpriv`, util-linux), with the sandbox's capabilities left only in
-/// the bounding set, from where `sudo` takes them back.
+/// the bounding set: Lazaret's `sudo` (`sudo.sh`, first on `PATH`) asks
+/// `lazaret-sudo`'s service, root inside; the image's own set-user-ID sudo
+/// works where runsc runs those.
 const AS_USER: &str = r#"u=$1; shift; id=1000
 if ! grep -q "^$u:" /etc/passwd; then
   sh=/bin/sh; [ -x /bin/bash ] && sh=/bin/bash

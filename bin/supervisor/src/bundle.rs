@@ -33,15 +33,35 @@ pub fn capabilities() -> Value {
     })
 }
 
-/// The sandbox's init: it only waits, so that sessions can come and go.
-/// It ignores `SIGXFSZ`: the Sentry forwards to init the signal the host
-/// kernel sends it when the memory bound refuses to grow its memory file
-/// ([`crate::limits`]), and init must not die of it.
-pub const INIT_ARGS: &[&str] = &[
-    "/bin/sh",
-    "-c",
-    "trap '' XFSZ; trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
-];
+/// The sandbox's init: it only waits, so that sessions can come and go,
+/// and, when the Domain publishes ports, keeps `lazaret-port-relay`
+/// running (restarted a second after it ends: the sandbox may stop it;
+/// see [`crate::ports`]), and `lazaret-sudo`'s service where the
+/// coordinator installed it (a profile with a `user`). It ignores `SIGXFSZ`: the Sentry forwards to
+/// init the signal the host kernel sends it when the memory bound refuses
+/// to grow its memory file ([`crate::limits`]), and init must not die of
+/// it.
+pub fn init_args(plan: &SandboxPlan) -> Vec<String> {
+    let relay = match plan.network.as_ref().map(|n| &n.ports) {
+        // The arguments are ours, digits and `=` only.
+        Some(ports) if !ports.is_empty() => format!(
+            "(while :; do {} {}; sleep 1; done) & ",
+            lazaret_protocol::plan::PORT_RELAY,
+            crate::ports::relay_args(ports).join(" ")
+        ),
+        _ => String::new(),
+    };
+    // Only where the coordinator installed it: a profile with a `user`.
+    let sudo = format!(
+        "if [ -x {s} ]; then (while :; do {s} --serve; sleep 1; done) & fi; ",
+        s = lazaret_protocol::plan::SUDO_SERVICE
+    );
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("trap '' XFSZ; trap 'exit 0' TERM INT; {relay}{sudo}while :; do sleep 3600 & wait $!; done"),
+    ]
+}
 
 /// `netns`: the sandbox network namespace (`/proc/K/ns/net` of the
 /// holder's keeper child) when the plan has a network; otherwise the
@@ -92,7 +112,7 @@ pub fn config_json(plan: &SandboxPlan, netns: Option<&str>) -> Value {
         "process": {
             "terminal": false,
             "user": {"uid": 0, "gid": 0},
-            "args": INIT_ARGS,
+            "args": init_args(plan),
             "env": plan.env,
             "cwd": "/",
             "capabilities": capabilities(),
@@ -243,6 +263,46 @@ mod tests {
             !caps.iter().any(|c| c == "CAP_SYS_RESOURCE"),
             "the sandbox could raise its limits"
         );
+    }
+
+    #[test]
+    fn init_starts_the_port_relay_only_when_the_domain_publishes_ports() {
+        let mut p = plan();
+        assert!(!init_args(&p)[2].contains("lazaret-port-relay"));
+        p.network = Some(SandboxNetwork {
+            policy: vec![],
+            digest: String::new(),
+            helper: "/h".into(),
+            slirp4netns: "/s".into(),
+            resolv_conf: "/r".into(),
+            evidence_dir: "/e".into(),
+            hide_proc_sys_net: false,
+            domain_id: "d".into(),
+            attachment: "a".into(),
+            dns_filter: None,
+            host_watch_log: "/l".into(),
+            ports: vec![],
+            api_socket_dir: "/n".into(),
+        });
+        assert!(!init_args(&p)[2].contains("lazaret-port-relay"));
+        let port = |host_port, sandbox_port| PublishedPort {
+            host_addr: std::net::Ipv4Addr::LOCALHOST,
+            host_port,
+            sandbox_port,
+        };
+        p.network.as_mut().unwrap().ports = vec![port(8080, 3000), port(1455, 1455)];
+        let script = &init_args(&p)[2];
+        assert!(
+            script.contains(
+                "(while :; do /.lazaret/bin/lazaret-port-relay 61000=1455 61001=3000; sleep 1; done) & "
+            ),
+            "{script}"
+        );
+        // Still the init that ignores SIGXFSZ and waits.
+        assert!(script.starts_with("trap '' XFSZ; trap 'exit 0' TERM INT; "));
+        assert!(script.ends_with(
+            "if [ -x /.lazaret/bin/lazaret-sudo ]; then (while :; do /.lazaret/bin/lazaret-sudo --serve; sleep 1; done) & fi; while :; do sleep 3600 & wait $!; done"
+        ));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! host client ── HOST_ADDR:HOST_PORT  (bound by the supervisor in the host's netns)
 //!              └ relay (threads of the holder, in N1)
 //!                  ── 127.0.0.1:FORWARD_PORT in N1 (slirp4netns B's forward)
-//!                      ── 10.0.2.100:SANDBOX_PORT in N2 (the sandbox's listener),
-//!                         from 10.0.2.2 (slirp's gateway)
+//!                      ── 10.0.2.100:FORWARD_PORT in N2, from 10.0.2.2
+//!                         (slirp's gateway): lazaret-port-relay inside
+//!                          ── 127.0.0.1:SANDBOX_PORT (else 10.0.2.100):
+//!                             the sandbox's listener
 //! ```
 //!
 //! The supervisor binds the host sides before the holder exists, so a
@@ -24,6 +26,14 @@
 //! answer a connection, never open one: the relay only accepts on the
 //! host side and only connects to the fixed forward in N1.
 //!
+//! Inside, the forward arrives at `lazaret-port-relay` (started by the
+//! sandbox's init, [`crate::bundle::init_args`]) on the same port number,
+//! which connects from within the sandbox, where its loopback is: a login's
+//! OAuth callback on `127.0.0.1:1455` or a dev server bound to 127.0.0.1
+//! takes connections from its own loopback only. The relay is the
+//! sandbox's own process and holds nothing of the host's; stopping it
+//! breaks only the sandbox's own published ports.
+//!
 //! slirp4netns B's API socket lives in the Domain's run directory (never
 //! mounted into the sandbox) only while the forwards are added; it is
 //! removed after, so nothing can add forwards later (ports are set when
@@ -40,8 +50,10 @@ use std::time::Duration;
 
 /// Where slirp4netns B's forwards listen in N1: its loopback.
 const N1_ADDR: Ipv4Addr = Ipv4Addr::LOCALHOST;
-/// The forwards' ports in N1: above the kernel's ephemeral range
-/// (32768-60999), so no outbound socket of slirp4netns B holds one.
+/// The forwards' ports in N1, and the same numbers inside, where
+/// `lazaret-port-relay` listens: above Linux's ephemeral range
+/// (32768-60999), so no outbound socket of slirp4netns B holds one, and
+/// bound inside by the init before any session starts.
 const FORWARD_BASE: u16 = 61000;
 /// slirp4netns B's API socket, in `SandboxNetwork::api_socket_dir`.
 pub const API_SOCKET: &str = "slirp-b.sock";
@@ -82,12 +94,20 @@ pub fn from_raw(fds: &[RawFd]) -> Vec<TcpListener> {
 }
 
 /// One forward of slirp4netns B per distinct sandbox port:
-/// `(sandbox port, its port in N1)`.
+/// `(sandbox port, its port in N1 and lazaret-port-relay's inside)`.
 pub fn forwards(ports: &[PublishedPort]) -> Vec<(u16, u16)> {
     let mut sandbox: Vec<u16> = ports.iter().map(|p| p.sandbox_port).collect();
     sandbox.sort_unstable();
     sandbox.dedup();
     sandbox.into_iter().zip(FORWARD_BASE..).collect()
+}
+
+/// `lazaret-port-relay`'s arguments: `FORWARD_PORT=SANDBOX_PORT` each.
+pub fn relay_args(ports: &[PublishedPort]) -> Vec<String> {
+    forwards(ports)
+        .into_iter()
+        .map(|(sandbox, forward)| format!("{forward}={sandbox}"))
+        .collect()
 }
 
 #[derive(serde::Deserialize)]
@@ -105,6 +125,8 @@ struct ApiAnswer {
 
 /// One `add_hostfwd` request to slirp4netns B's API socket: one request
 /// per connection, ended by `shutdown(SHUT_WR)`, as slirp4netns wants.
+/// `n1_port` in N1 goes to the same port inside, `lazaret-port-relay`'s
+/// for `sandbox_port`.
 fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), String> {
     let short = lazaret_helpers::sockpath::short(dir, API_SOCKET)
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
@@ -128,7 +150,7 @@ fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), String
             "proto": "tcp",
             "host_addr": N1_ADDR.to_string(),
             "host_port": n1_port,
-            "guest_port": sandbox_port,
+            "guest_port": n1_port,
         }
     });
     s.write_all(request.to_string().as_bytes())
@@ -239,6 +261,10 @@ mod tests {
             [(80, 61000), (3000, 61001)]
         );
         assert!(forwards(&[]).is_empty());
+        assert_eq!(
+            relay_args(&[p(8080, 3000), p(8081, 80), p(8082, 3000)]),
+            ["61000=80", "61001=3000"]
+        );
     }
 
     #[test]

@@ -60,6 +60,29 @@ pub struct Confinement {
 }
 
 impl Confinement {
+    /// A program of ours that runs inside the Agent Sandbox as the
+    /// sandbox's own: what it holds is the sandbox's, so a filter on
+    /// itself binds nothing the sandbox could not undo.
+    pub fn inside_sandbox(
+        binary: &'static str,
+        runs_as: &'static str,
+        reason: &'static str,
+    ) -> Confinement {
+        Confinement {
+            binary,
+            runs_as,
+            status: Status::Unconfined { reason },
+            namespaces: "the sandbox's (gVisor)",
+            closes_fds: None,
+            no_new_privs: false,
+            not_dumpable: false,
+            capabilities: Capabilities::Unchanged("the sandbox's root's, inside gVisor"),
+            landlock: None,
+            seccomp: None,
+            notes: vec![],
+        }
+    }
+
     /// Capabilities, `no_new_privs`, not dumpable, landlock (each rule's
     /// place bound to the handles of that name in `places`), then the
     /// seccomp `filters` (from [`crate::filters`] on its crate's compiled

@@ -23,6 +23,10 @@ pub mod mailbox;
 pub mod mount_router;
 #[path = "../../../bin/netpolicy/src/confinement.rs"]
 pub mod netpolicy;
+#[path = "../../../bin/port-relay/src/confinement.rs"]
+pub mod port_relay;
+#[path = "../../../bin/sudo/src/confinement.rs"]
+pub mod sudo;
 #[path = "../../../bin/supervisor/src/confinement.rs"]
 pub mod supervisor;
 
@@ -39,6 +43,8 @@ pub const SUITE: &[&str] = &[
     "lazaret-netpolicy",
     "lazaret-dns-filter",
     "lazaret-escalate",
+    "lazaret-port-relay",
+    "lazaret-sudo",
 ];
 
 /// `binary`'s confinement, for the binaries described here.
@@ -55,6 +61,8 @@ pub fn get(binary: &str) -> Option<Confinement> {
         "lazaret-netpolicy-watch" => netpolicy::netpolicy_watch(),
         "lazaret-dns-filter" => dns_filter::dns_filter(),
         "lazaret-escalate" => escalate::escalate(),
+        "lazaret-port-relay" => port_relay::port_relay(),
+        "lazaret-sudo" => sudo::sudo(),
         _ => return None,
     })
 }

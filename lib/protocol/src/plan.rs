@@ -158,9 +158,18 @@ pub struct SandboxNetwork {
     pub api_socket_dir: PathBuf,
 }
 
+/// Where the sandbox has `lazaret-port-relay` when its Domain publishes
+/// ports: in the control directory, read-only; the sandbox's init starts it.
+pub const PORT_RELAY: &str = "/.lazaret/bin/lazaret-port-relay";
+
+/// Where the sandbox has `lazaret-sudo` when its profile has a `user`: the
+/// sandbox's init starts its service when it is there.
+pub const SUDO_SERVICE: &str = "/.lazaret/bin/lazaret-sudo";
+
 /// A published port (`lazaret run -p`, the profile's `ports`): host
 /// processes connecting to `host_addr:host_port` reach whatever listens
-/// on `sandbox_port` inside, on the sandbox's address. TCP only.
+/// on `sandbox_port` inside, on its loopback or the sandbox's address.
+/// TCP only.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PublishedPort {
     pub host_addr: std::net::Ipv4Addr,

@@ -3,7 +3,8 @@
 //! developer's `PATH` and the profile's `escalation.pass_env` from the
 //! requesting CLI's environment, never the sandbox's; and the attacks on
 //! each (links out, ignored directories, a `PATH` entry the sandbox can
-//! fill, a bare-looking repository with a hook).
+//! fill, a bare-looking repository with a hook); and an approved push over
+//! the developer's ssh-agent, from a subdirectory.
 
 use lazaret_tests::{assert_domain_gone, require_env, text, Workspace};
 use std::ffi::OsString;
@@ -229,6 +230,100 @@ fn an_approved_push_from_a_subdirectory_reaches_the_remote() {
         "{}",
         text(&log.stderr)
     );
+}
+
+/// An sshd and an ssh-agent run by the test user, killed when dropped.
+struct SshRemote<'a> {
+    env: &'a lazaret_tests::TestEnv,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for SshRemote<'_> {
+    fn drop(&mut self) {
+        let _ = self.env.sh(&format!(
+            "cd '{}' && kill $(cat sshd.pid) $(cat agent.pid) 2>/dev/null",
+            self.dir.display()
+        ));
+    }
+}
+
+/// The developer's side of [`an_approved_push_over_the_developers_ssh_agent_reaches_the_remote`],
+/// as the test user in `{d}`, for the repository in `{w}`: an sshd on
+/// the loopback (admitting that user only), a key held only by the
+/// ssh-agent, the repository's remote over ssh.
+const SSH_REMOTE: &str = r#"set -e
+mkdir -p '{d}' && cd '{d}'
+ssh-keygen -q -t ed25519 -N '' -f hostkey
+ssh-keygen -q -t ed25519 -N '' -f userkey
+cp userkey.pub authorized_keys
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '%s\n' "Port $port" "ListenAddress 127.0.0.1" "HostKey {d}/hostkey" \
+  "AuthorizedKeysFile {d}/authorized_keys" "PidFile {d}/sshd.pid" "StrictModes no" \
+  "UsePAM no" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
+  "LogLevel VERBOSE" > sshd_config
+/usr/sbin/sshd -f '{d}/sshd_config' -E '{d}/sshd.log'
+eval "$(ssh-agent -a '{d}/agent.sock')" >/dev/null
+echo "$SSH_AGENT_PID" > agent.pid
+SSH_AUTH_SOCK='{d}/agent.sock' ssh-add -q userkey
+rm userkey
+echo "[127.0.0.1]:$port $(cat hostkey.pub)" > known_hosts
+git init -q --bare remote.git
+cd '{w}'
+git remote add origin "ssh://$(id -un)@127.0.0.1:$port{d}/remote.git"
+git config core.sshCommand "ssh -o UserKnownHostsFile={d}/known_hosts -o BatchMode=yes"
+"#;
+
+#[test]
+fn an_approved_push_over_the_developers_ssh_agent_reaches_the_remote() {
+    let env = require_env!();
+    if !std::path::Path::new("/usr/sbin/sshd").exists() {
+        lazaret_tests::skip("no /usr/sbin/sshd (openssh-server) for the test remote");
+        return;
+    }
+    let ws = env.workspace("esc-host-ssh");
+    commit_dirs(&ws, &["sub"], "");
+    let dir = ws.base.join("ssh");
+    let setup = SSH_REMOTE
+        .replace("{d}", &dir.display().to_string())
+        .replace("{w}", &ws.path.display().to_string());
+    let out = env.sh(&setup);
+    let _remote = SshRemote {
+        env,
+        dir: dir.clone(),
+    };
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    ws.write_config(
+        "[profiles.default.escalation]\npass_env = [\"SSH_AUTH_SOCK\"]\n\
+         [[profiles.default.escalation.auto_approve]]\nargv = [\"git\", \"push\", \"origin\", \"HEAD:refs/heads/over-ssh\"]\n",
+    );
+    let sock = dir.join("agent.sock").display().to_string();
+    let (code, out, err) = run_with(
+        &ws,
+        "",
+        &[("SSH_AUTH_SOCK", &sock)],
+        "cd /workspace/sub && echo change > file && git add file && \
+         git -c user.name=A -c user.email=a@b commit -qm 'over ssh from the sandbox' && \
+         lazaret-escalate -- git push origin HEAD:refs/heads/over-ssh",
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let log = env.sh(&format!(
+        "git --git-dir='{}' log -1 --format=%s over-ssh",
+        dir.join("remote.git").display()
+    ));
+    assert_eq!(
+        text(&log.stdout),
+        "over ssh from the sandbox\n",
+        "{}",
+        text(&log.stderr)
+    );
+    // The key that let it in was the agent's: its only copy.
+    let sshd_log = std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default();
+    assert!(sshd_log.contains("Accepted publickey"), "{sshd_log}");
 }
 
 #[test]

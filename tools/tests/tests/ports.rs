@@ -2,8 +2,10 @@
 //! the unprivileged user: `lazaret run -p` and the profile's `ports` let
 //! host processes reach a listener the agent starts later inside; a taken
 //! host port or a bad spec refuses the start and leaves nothing running;
-//! `lazaret ps` shows the ports; and the sandbox reaches neither the
-//! host-side sockets nor any host service through them.
+//! `lazaret ps` shows the ports; a listener on the sandbox's own loopback
+//! (an OAuth callback, a dev server bound to 127.0.0.1) is reachable too;
+//! and the sandbox reaches neither the host-side sockets nor any host
+//! service through them.
 //!
 //! Every `lazaret run` runs inside the test's own network namespace (see
 //! [`TestNet`]), which stands for the host: its loopback, its interface
@@ -72,8 +74,13 @@ fn keep_up(ws: &Workspace, net: &TestNet, args: &[&str]) -> Child {
 /// A session serving `/hello` (holding `token`) on the sandbox's address,
 /// port 3000, as a dev server started with `--host` does.
 fn serve_inside(ws: &Workspace, net: &TestNet, token: &str) -> Child {
+    serve_inside_on(ws, net, token, "0.0.0.0", 3000)
+}
+
+/// A session serving `/hello` (holding `token`) on `bind:port` inside.
+fn serve_inside_on(ws: &Workspace, net: &TestNet, token: &str, bind: &str, port: u16) -> Child {
     let script = format!(
-        "mkdir -p /tmp/srv && echo {token} > /tmp/srv/hello && exec python3 -m http.server 3000 --directory /tmp/srv"
+        "mkdir -p /tmp/srv-{port} && echo {token} > /tmp/srv-{port}/hello && exec python3 -m http.server {port} --bind {bind} --directory /tmp/srv-{port}"
     );
     ws.lazaret_in(net, &["run", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
@@ -170,6 +177,57 @@ fn a_server_started_later_inside_is_reachable_at_the_published_port() {
     // The host side went with the Domain.
     assert!(host_port_free(&net, 18080));
     assert!(fetch(&ws, &net, url).starts_with("ERR"));
+}
+
+#[test]
+fn listeners_on_the_sandboxs_loopback_are_reachable_at_the_published_ports() {
+    let env = require_env!();
+    let Some(net) = test_net() else { return };
+    let ws = env.workspace("ports-loopback");
+    let id = ws.domain_id("default");
+    // Codex's "Sign in with ChatGPT" callback listens on 127.0.0.1:1455
+    // inside; a server may bind the sandbox's address only, too.
+    let first = keep_up(&ws, &net, &["-p", "1455:1455", "-p", "18173:5173"]);
+    assert!(eventually(Duration::from_secs(60), || {
+        row(&ps_json(&ws, &net), &id).is_some_and(|r| r["session_count"] == 1)
+    }));
+    let callback = "http://127.0.0.1:1455/hello";
+    let dev = "http://127.0.0.1:18173/hello";
+    assert!(fetch(&ws, &net, callback).starts_with("ERR"));
+    let v4 = serve_inside_on(&ws, &net, "LOOPBACK-V4-51e0", "127.0.0.1", 1455);
+    let own = serve_inside_on(&ws, &net, "OWN-ADDRESS-0c7a", "10.0.2.100", 5173);
+    assert!(
+        eventually(Duration::from_secs(30), || fetch(&ws, &net, callback)
+            == "LOOPBACK-V4-51e0"),
+        "the host never reached the loopback listener: {}",
+        fetch(&ws, &net, callback)
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || fetch(&ws, &net, dev)
+            == "OWN-ADDRESS-0c7a"),
+        "the host never reached the listener on the sandbox's address: {}",
+        fetch(&ws, &net, dev)
+    );
+    // The in-sandbox relay belongs to the sandbox: killed from inside, it
+    // is back within a few seconds, and it breaks nothing but these ports.
+    let out = ws.run_sh_in(
+        &net,
+        "for p in /proc/[0-9]*; do e=$(tr '\\0' '\\n' < $p/cmdline | head -n1); if [ \"$e\" = /.lazaret/bin/lazaret-port-relay ]; then kill -9 ${p#/proc/} && echo KILLED; else echo \"seen $p $e\"; fi; done",
+    );
+    assert!(
+        text(&out.stdout).contains("KILLED"),
+        "no lazaret-port-relay inside: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || fetch(&ws, &net, callback)
+            == "LOOPBACK-V4-51e0"),
+        "the relay did not come back: {}",
+        fetch(&ws, &net, callback)
+    );
+    stop(&ws, &net, vec![first, v4, own]);
+    assert!(host_port_free(&net, 1455));
 }
 
 #[test]

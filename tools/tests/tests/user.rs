@@ -52,10 +52,56 @@ fn sessions_run_as_the_profile_user_with_a_persistent_home() {
 }
 
 #[test]
+fn sudo_takes_the_user_to_root_asking_nothing() {
+    let env = require_env!();
+    let ws = env.workspace("user-sudo");
+    ws.write_config(AGENT);
+    // As the user it cannot write root's files; with sudo (Lazaret's, on
+    // a runsc that runs no set-user-ID program) it is root, its input,
+    // output, variables and exit status carried.
+    let out = inside(
+        &ws,
+        "command -v sudo; \
+         touch /etc/by-agent 2>/dev/null && echo AGENT-WROTE-ETC; \
+         sudo id -u; sudo -n -E sh -c 'echo $SUDO_USER $HOME'; sudo sh -c 'echo $HOME'; \
+         sudo -n sh -c 'echo r > /etc/by-sudo' && stat -c '%U' /etc/by-sudo; \
+         echo piped | sudo cat; sudo FOO=bar sh -c 'echo FOO=$FOO'; \
+         sudo -i pwd; sudo -s echo 'a b'; \
+         sudo sh -c 'exit 7'; echo status=$?; \
+         sudo -u nobody true; echo other-user=$?; sudo --frobnicate true; echo bad-option=$?; \
+         id -u",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "/usr/local/bin/sudo",
+            "0",
+            "agent /home/agent",
+            "/root",
+            "root",
+            "piped",
+            "FOO=bar",
+            "/root",
+            "a b",
+            "status=7",
+            "other-user=1",
+            "bad-option=1",
+            "1000",
+        ],
+        "{out}"
+    );
+}
+
+#[test]
 fn without_the_key_sessions_are_root() {
     let env = require_env!();
     let ws = env.workspace("user-root");
-    let out = inside(&ws, "id -un; echo $HOME; touch /workspace/byroot");
+    let out = inside(
+        &ws,
+        "id -un; echo $HOME; touch /workspace/byroot; \
+         [ -e /.lazaret/bin/sudo ] && echo LAZARET-SUDO; true",
+    );
     assert_eq!(out, "root\n/root\n");
     let m = std::fs::metadata(ws.path.join("byroot")).unwrap();
     assert_eq!(m.uid(), env.uid);
