@@ -28,6 +28,7 @@
 
 pub mod fence;
 pub mod sandbox;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -214,11 +215,7 @@ impl Manifest {
 
     /// This object as one YAML document, its comment first.
     pub fn to_yaml(&self) -> Result<String, ExportError> {
-        let body = serde_norway::to_string(&self.value).map_err(|e| ExportError::Encode {
-            kind: self.kind,
-            name: self.name.clone(),
-            why: e.to_string(),
-        })?;
+        let body = yaml::to_string(&self.value);
         let mut out = String::new();
         for line in self.comment.iter().flat_map(|c| c.lines()) {
             out.push_str(if line.is_empty() { "#" } else { "# " });
