@@ -93,8 +93,18 @@ mod tests {
     fn probes(p: &Policy) -> Vec<Ipv4Addr> {
         let mut out = Vec::new();
         for r in &p.rules {
-            let (lo, hi) = (u32::from(r.prefix.network()), u32::from(r.prefix.broadcast()));
-            for a in [lo.wrapping_sub(1), lo, lo + 1, hi - 1, hi, hi.wrapping_add(1)] {
+            let (lo, hi) = (
+                u32::from(r.prefix.network()),
+                u32::from(r.prefix.broadcast()),
+            );
+            for a in [
+                lo.wrapping_sub(1),
+                lo,
+                lo + 1,
+                hi - 1,
+                hi,
+                hi.wrapping_add(1),
+            ] {
                 out.push(Ipv4Addr::from(a));
             }
         }

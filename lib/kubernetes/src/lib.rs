@@ -58,8 +58,8 @@ use lazaret_config::Profile;
 use lazaret_netpolicy::policy::Policy;
 use lazaret_netpolicy::NetworkPlan;
 use sandbox::{
-    EmbeddedMetadata, InjectionPolicy, NetworkPolicyManagement, PodTemplate,
-    SandboxNetworkPolicy, SandboxTemplate, SandboxTemplateSpec, VolumeClaimTemplate,
+    EmbeddedMetadata, InjectionPolicy, NetworkPolicyManagement, PodTemplate, SandboxNetworkPolicy,
+    SandboxTemplate, SandboxTemplateSpec, VolumeClaimTemplate,
 };
 use sha2::{Digest, Sha256};
 
@@ -315,17 +315,21 @@ pub fn export(profile: &Profile, opts: &Options) -> Result<Export, ExportError> 
     // machine, and the private ranges already hold theirs.
     let net = &profile.network;
     let binding = format!("kubernetes:{}", opts.profile_name);
-    let policy = match lazaret_netpolicy::derive(
-        net,
-        &lazaret_netpolicy::options_for(net, &binding)?,
-    )? {
-        NetworkPlan::None => None,
-        NetworkPlan::Policy(p) => Some(p),
-    };
+    let policy =
+        match lazaret_netpolicy::derive(net, &lazaret_netpolicy::options_for(net, &binding)?)? {
+            NetworkPlan::None => None,
+            NetworkPlan::Policy(p) => Some(p),
+        };
     let names = Names::new(&opts.profile_name);
     let mut notes = notes(profile);
     let mut manifests = vec![runtime_class(profile, opts)?];
-    manifests.push(template(profile, opts, &names, policy.is_some(), &mut notes)?);
+    manifests.push(template(
+        profile,
+        opts,
+        &names,
+        policy.is_some(),
+        &mut notes,
+    )?);
     manifests.push(agent_network_policy(opts, &names, policy.is_some())?);
     for (i, path) in profile.shared_paths.iter().enumerate() {
         manifests.push(shared_claim(opts, &names, i, path)?);
@@ -358,7 +362,10 @@ fn notes(p: &Profile) -> Vec<String> {
         out.push("escalation: Host Escalation is off in a cluster (no mailbox, no helper); its rules are not exported".into());
     }
     if p.trust_host_ca {
-        out.push("trust_host_ca: this machine's CA bundle is not exported; build it into the image".into());
+        out.push(
+            "trust_host_ca: this machine's CA bundle is not exported; build it into the image"
+                .into(),
+        );
     }
     if p.keep_alive.is_some() || p.detach_on_hangup {
         out.push("keep_alive and detach_on_hangup: a Sandbox lives until it is deleted or its shutdownTime (the controller's lifecycle)".into());
@@ -536,7 +543,14 @@ fn seed_container(image: &str, paths: &[String]) -> Container {
         command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
         volume_mounts: Some(
             (0..paths.len())
-                .map(|i| mount(&format!("persist-{i}"), &format!("/lazaret/persist/{i}"), false, None))
+                .map(|i| {
+                    mount(
+                        &format!("persist-{i}"),
+                        &format!("/lazaret/persist/{i}"),
+                        false,
+                        None,
+                    )
+                })
                 .collect(),
         ),
         ..Container::default()
@@ -630,7 +644,12 @@ fn template(
         volumes.push(empty_dir("git-dir", None));
         volumes.push(empty_dir("git-hooks", Some(Quantity("1Mi".into()))));
         mounts.push(mount("git-dir", "/workspace/.git", false, None));
-        mounts.push(mount("git-dir", "/workspace/.git/config", true, Some("config")));
+        mounts.push(mount(
+            "git-dir",
+            "/workspace/.git/config",
+            true,
+            Some("config"),
+        ));
         mounts.push(mount("git-hooks", "/workspace/.git/hooks", true, None));
         init.push(clone_container(opts, repo));
     } else {
@@ -736,10 +755,7 @@ fn template(
         metadata: EmbeddedMetadata {
             name: None,
             labels,
-            annotations: BTreeMap::from([(
-                "lazaret.dev/host-escalation".into(),
-                "off".into(),
-            )]),
+            annotations: BTreeMap::from([("lazaret.dev/host-escalation".into(), "off".into())]),
         },
         spec,
     };
@@ -814,19 +830,13 @@ fn shared_claim(
 ) -> Result<Manifest, ExportError> {
     let name = format!("{}-shared-{i}", names.template);
     let mut meta = names.meta(&name, "agent", &opts.namespace);
-    meta.annotations = Some(BTreeMap::from([(
-        "lazaret.dev/path".into(),
-        path.into(),
-    )]));
+    meta.annotations = Some(BTreeMap::from([("lazaret.dev/path".into(), path.into())]));
     let pvc = PersistentVolumeClaim {
         metadata: meta,
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteMany".into()]),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".into(),
-                    Quantity("1Gi".into()),
-                )])),
+                requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
                 ..VolumeResourceRequirements::default()
             }),
             ..PersistentVolumeClaimSpec::default()

@@ -161,14 +161,55 @@ mod tests {
     #[test]
     fn yaml_1_1_words_and_numbers_are_quoted() {
         for s in [
-            "off", "On", "yes", "NO", "y", "n", "true", "null", "~", "1", "1.0", "0755", "0x1f",
-            "1e3", ".inf", "1_000", "12:30", "2001-12-14", "", " x", "a: b", "#c", "-", "- x",
-            "*a", "&a", "!t", "@x", "%x", "{", "[", "'q", "\"q", "<<", "=", "+1", "nan",
+            "off",
+            "On",
+            "yes",
+            "NO",
+            "y",
+            "n",
+            "true",
+            "null",
+            "~",
+            "1",
+            "1.0",
+            "0755",
+            "0x1f",
+            "1e3",
+            ".inf",
+            "1_000",
+            "12:30",
+            "2001-12-14",
+            "",
+            " x",
+            "a: b",
+            "#c",
+            "-",
+            "- x",
+            "*a",
+            "&a",
+            "!t",
+            "@x",
+            "%x",
+            "{",
+            "[",
+            "'q",
+            "\"q",
+            "<<",
+            "=",
+            "+1",
+            "nan",
         ] {
             let text = round_trip(&json!({ "k": s }));
             assert_eq!(text, format!("k: {}\n", quoted(s)), "{s:?}");
         }
-        for s in ["runsc", "lazaret-gvisor", "/workspace", "v1", "apps/v1", "a.b_c-d"] {
+        for s in [
+            "runsc",
+            "lazaret-gvisor",
+            "/workspace",
+            "v1",
+            "apps/v1",
+            "a.b_c-d",
+        ] {
             assert_eq!(round_trip(&json!({ "k": s })), format!("k: {s}\n"));
         }
     }
@@ -182,7 +223,14 @@ mod tests {
         let text = round_trip(&json!({ "s": "a\n\nb\n" }));
         assert!(text.starts_with("s: |\n"), "{text}");
         // What a block cannot say exactly is quoted.
-        for s in [" lead\nx", "a\nb\n\n", "trail \nx", "ctl\u{7}\nx", "\nx", "a\r\nb"] {
+        for s in [
+            " lead\nx",
+            "a\nb\n\n",
+            "trail \nx",
+            "ctl\u{7}\nx",
+            "\nx",
+            "a\r\nb",
+        ] {
             let text = round_trip(&json!({ "s": s }));
             assert!(text.starts_with("s: \""), "{s:?}: {text}");
         }

@@ -34,7 +34,10 @@ const ROOTS: [(&str, &str); 12] = [
     ),
     // What the SandboxTemplate embeds.
     ("PodSpec", "io.k8s.api.core.v1.PodSpec"),
-    ("ObjectMeta", "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+    (
+        "ObjectMeta",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+    ),
     (
         "PersistentVolumeClaimSpec",
         "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
@@ -208,7 +211,9 @@ fn object(kind: &str, name: Option<&str>) -> Value {
 /// Renames `from` to `to` in the object at `path` (JSON pointer).
 fn rename(v: &mut Value, path: &str, from: &str, to: &str) {
     let m = v.pointer_mut(path).unwrap().as_object_mut().unwrap();
-    let x = m.remove(from).unwrap_or_else(|| panic!("no {from} at {path}"));
+    let x = m
+        .remove(from)
+        .unwrap_or_else(|| panic!("no {from} at {path}"));
     m.insert(to.into(), x);
 }
 
@@ -228,12 +233,18 @@ fn a_misspelt_or_misplaced_field_fails() {
     );
     let errs = s.check("SandboxTemplate", &t);
     assert!(
-        errs.iter().any(|e| e.contains("automountServiceAcountToken")),
+        errs.iter()
+            .any(|e| e.contains("automountServiceAcountToken")),
         "{errs:#?}"
     );
     // Misspelt in the template's own fields.
     let mut t = template.clone();
-    rename(&mut t, "/spec", "networkPolicyManagement", "networkPolicyManagment");
+    rename(
+        &mut t,
+        "/spec",
+        "networkPolicyManagement",
+        "networkPolicyManagment",
+    );
     assert!(!s.check("SandboxTemplate", &t).is_empty());
     // Misplaced: the RuntimeClass named in the container, not the Pod.
     let mut t = template.clone();
@@ -264,7 +275,11 @@ fn a_misspelt_or_misplaced_field_fails() {
     assert!(!s.check("NetworkPolicy", &bad).is_empty());
     let mut bad = np;
     // `policyTypes` belongs in the spec, not the metadata.
-    let pt = bad["spec"].as_object_mut().unwrap().remove("policyTypes").unwrap();
+    let pt = bad["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("policyTypes")
+        .unwrap();
     bad["metadata"]
         .as_object_mut()
         .unwrap()
@@ -274,7 +289,12 @@ fn a_misspelt_or_misplaced_field_fails() {
     let d = object("Deployment", None);
     assert!(s.check("Deployment", &d).is_empty());
     let mut bad = d;
-    rename(&mut bad, "/spec/template/spec/containers/0", "image", "imagee");
+    rename(
+        &mut bad,
+        "/spec/template/spec/containers/0",
+        "image",
+        "imagee",
+    );
     assert!(!s.check("Deployment", &bad).is_empty());
 
     let rc = object("RuntimeClass", None);

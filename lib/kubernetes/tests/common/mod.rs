@@ -89,7 +89,11 @@ pub fn profiles() -> Vec<(String, Profile)> {
         Profile {
             network: Network {
                 allow: vec!["10.1.0.0/16".into(), "10.1.2.3".into()],
-                deny: vec!["10.1.2.0/24".into(), "198.51.100.0/24".into(), "2001:db8::/32".into()],
+                deny: vec![
+                    "10.1.2.0/24".into(),
+                    "198.51.100.0/24".into(),
+                    "2001:db8::/32".into(),
+                ],
                 dns: vec!["10.9.9.9".into(), "1.1.1.1".into()],
                 ..Network::default()
             },
