@@ -13,6 +13,13 @@
 //! region's excepts (the denial is longer, hence strictly inside). The
 //! tests check this against `Policy::verdict_for` on every boundary.
 //!
+//! With `allow_hosts` the default is `deny`, but the filtering resolver
+//! routes the addresses of allowed names unless a rule denies them (a
+//! private range, a `deny` entry): those addresses are reachable, by name
+//! ([`reachable`]). The fence then allows them all and the egress Pod's
+//! proxy checks the name; an address literal gets only what the rules
+//! allow.
+//!
 //! The slirp link (10.0.2.0/24) has no meaning in a cluster: its device
 //! route is not carried over, its rules (inside 10/8) are kept as plain
 //! denials.
@@ -34,11 +41,19 @@ impl Block {
     }
 }
 
-/// The blocks whose union allows exactly what `policy` allows (off the
-/// slirp link), in the policy's rule order.
+/// May the sandbox reach `addr`, locally? When the policy allows it, or,
+/// with `allow_hosts`, when only the default denies it (the filter routes
+/// it for an allowed name: `dns-filter`'s answer handling).
+pub fn reachable(policy: &Policy, addr: std::net::Ipv4Addr) -> bool {
+    let d = policy.verdict_for(addr);
+    d.verdict == Verdict::Allow || (policy.hosts.is_some() && d.origin.is_none())
+}
+
+/// The blocks whose union allows exactly the [`reachable`] addresses (off
+/// the slirp link), in the policy's rule order.
 pub fn blocks(policy: &Policy) -> Vec<Block> {
     let mut regions: Vec<Ipv4Net> = Vec::new();
-    if policy.default == Verdict::Allow {
+    if policy.default == Verdict::Allow || policy.hosts.is_some() {
         regions.push(Ipv4Net::default());
     }
     regions.extend(
@@ -117,7 +132,7 @@ mod tests {
         let p = policy(net);
         let b = blocks(&p);
         for a in probes(&p) {
-            let local = p.verdict_for(a).verdict == Verdict::Allow;
+            let local = reachable(&p, a);
             let fence = b.iter().any(|b| b.allows(a));
             assert_eq!(local, fence, "{a}: local {local}, fence {fence}; {b:?}");
         }
@@ -150,6 +165,21 @@ mod tests {
             deny: vec!["203.0.113.128/25".into()],
             ..Network::default()
         });
+    }
+
+    #[test]
+    fn names_reach_what_no_rule_denies() {
+        let net = Network {
+            default: NetworkDefault::Deny,
+            allow_hosts: vec!["github.com".into()],
+            deny: vec!["198.51.100.0/24".into()],
+            ..Network::default()
+        };
+        agree(&net);
+        let p = policy(&net);
+        assert!(reachable(&p, Ipv4Addr::new(140, 82, 112, 3)));
+        assert!(!reachable(&p, Ipv4Addr::new(198, 51, 100, 7)));
+        assert!(!reachable(&p, Ipv4Addr::new(10, 1, 1, 1)));
     }
 
     #[test]

@@ -872,6 +872,11 @@ fn upstream_is_cluster_dns(policy: &Policy) -> bool {
 
 fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest>, ExportError> {
     let json = policy_json(policy);
+    let cluster_dns = upstream_is_cluster_dns(policy);
+    let upstream_list = match &policy.hosts {
+        Some(h) => h.upstream.clone(),
+        None => policy.resolvers.clone(),
+    };
     let digest = hex_sha256(json.as_bytes());
     let cm = ConfigMap {
         metadata: names.meta(&names.egress, "egress", &opts.namespace),
@@ -956,6 +961,14 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
                     runtime_class_name: Some(RUNTIME_CLASS.into()),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
+                    // Its resolver and proxy look names up as the local
+                    // filter does: with the profile's `dns`, or the
+                    // cluster's (the host's resolver, locally).
+                    dns_policy: (!cluster_dns).then(|| "None".into()),
+                    dns_config: (!cluster_dns).then(|| PodDNSConfig {
+                        nameservers: Some(upstream_list.iter().map(|a| a.to_string()).collect()),
+                        ..PodDNSConfig::default()
+                    }),
                     containers: vec![container],
                     volumes: Some(vec![Volume {
                         name: "policy".into(),
@@ -1024,7 +1037,7 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ports: None,
         });
     }
-    let upstream: Vec<NetworkPolicyPeer> = if upstream_is_cluster_dns(policy) {
+    let upstream: Vec<NetworkPolicyPeer> = if cluster_dns {
         vec![NetworkPolicyPeer {
             namespace_selector: Some(LabelSelector {
                 match_labels: Some(BTreeMap::from([(
@@ -1040,11 +1053,8 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ..NetworkPolicyPeer::default()
         }]
     } else {
-        let list = match &policy.hosts {
-            Some(h) => h.upstream.clone(),
-            None => policy.resolvers.clone(),
-        };
-        list.iter()
+        upstream_list
+            .iter()
             .map(|a| NetworkPolicyPeer {
                 ip_block: Some(IPBlock {
                     cidr: format!("{a}/32"),
