@@ -16,7 +16,7 @@
 //! With `allow_hosts` the default is `deny`, but the filtering resolver
 //! routes the addresses of allowed names unless a rule denies them (a
 //! private range, a `deny` entry): those addresses are reachable, by name
-//! ([`reachable`]). The fence then allows them all and the egress Pod's
+//! (`Policy::reachable`). The fence then allows them all and the egress Pod's
 //! proxy checks the name; an address literal gets only what the rules
 //! allow.
 //!
@@ -41,15 +41,8 @@ impl Block {
     }
 }
 
-/// May the sandbox reach `addr`, locally? When the policy allows it, or,
-/// with `allow_hosts`, when only the default denies it (the filter routes
-/// it for an allowed name: `dns-filter`'s answer handling).
-pub fn reachable(policy: &Policy, addr: std::net::Ipv4Addr) -> bool {
-    let d = policy.verdict_for(addr);
-    d.verdict == Verdict::Allow || (policy.hosts.is_some() && d.origin.is_none())
-}
-
-/// The blocks whose union allows exactly the [`reachable`] addresses (off
+/// The blocks whose union allows exactly the addresses the sandbox may
+/// reach locally, `Policy::reachable` (off
 /// the slirp link), in the policy's rule order.
 pub fn blocks(policy: &Policy) -> Vec<Block> {
     let mut regions: Vec<Ipv4Net> = Vec::new();
@@ -132,7 +125,7 @@ mod tests {
         let p = policy(net);
         let b = blocks(&p);
         for a in probes(&p) {
-            let local = reachable(&p, a);
+            let local = p.reachable(a);
             let fence = b.iter().any(|b| b.allows(a));
             assert_eq!(local, fence, "{a}: local {local}, fence {fence}; {b:?}");
         }
@@ -177,9 +170,9 @@ mod tests {
         };
         agree(&net);
         let p = policy(&net);
-        assert!(reachable(&p, Ipv4Addr::new(140, 82, 112, 3)));
-        assert!(!reachable(&p, Ipv4Addr::new(198, 51, 100, 7)));
-        assert!(!reachable(&p, Ipv4Addr::new(10, 1, 1, 1)));
+        assert!(p.reachable(Ipv4Addr::new(140, 82, 112, 3)));
+        assert!(!p.reachable(Ipv4Addr::new(198, 51, 100, 7)));
+        assert!(!p.reachable(Ipv4Addr::new(10, 1, 1, 1)));
     }
 
     #[test]
