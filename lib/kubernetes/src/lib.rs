@@ -597,8 +597,21 @@ fn template(
     networked: bool,
     notes: &mut Vec<String>,
 ) -> Result<Manifest, ExportError> {
-    let image = opts.image.clone().unwrap_or_else(|| profile.image.clone());
-    if opts.image.is_none() && (image.starts_with("local:") || image.starts_with("lazaret:")) {
+    // `docker://REGISTRY/NAME:TAG` is the one kind of reference a
+    // cluster pulls as it is; the others name this machine's store.
+    let image = opts.image.clone().unwrap_or_else(|| {
+        let i = &profile.image;
+        i.strip_prefix("docker://").unwrap_or(i).to_string()
+    });
+    let local_store = [
+        "local:",
+        "lazaret:",
+        "oci:",
+        "oci-archive:",
+        "docker-archive:",
+        "containers-storage:",
+    ];
+    if opts.image.is_none() && local_store.iter().any(|p| image.starts_with(p)) {
         notes.push(format!(
             "image {image:?} is in this machine's Lazaret image store: push it to a registry the cluster pulls from and pass --image"
         ));
@@ -1182,4 +1195,88 @@ fn admission_policy() -> Result<Vec<Manifest>, ExportError> {
 
 fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template_of(e: &Export) -> &serde_json::Value {
+        &e.manifests
+            .iter()
+            .find(|m| m.kind == "SandboxTemplate")
+            .unwrap()
+            .value
+    }
+
+    #[test]
+    fn quantities_are_binary_units() {
+        assert_eq!(quantity(Some(4 << 30)), Some(Quantity("4Gi".into())));
+        assert_eq!(quantity(Some(1536 << 20)), Some(Quantity("1536Mi".into())));
+        assert_eq!(quantity(Some(1000)), Some(Quantity("1000".into())));
+        assert_eq!(quantity(None), None);
+    }
+
+    #[test]
+    fn registry_images_are_pulled_as_they_are_and_local_ones_noted() {
+        let p = Profile {
+            image: "docker://ghcr.io/team/agent:1".into(),
+            ..Profile::default()
+        };
+        let e = export(&p, &Options::new("p")).unwrap();
+        let c = &template_of(&e)["spec"]["podTemplate"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "ghcr.io/team/agent:1");
+        assert!(!e.notes.iter().any(|n| n.contains("image store")));
+        let e = export(&Profile::default(), &Options::new("p")).unwrap();
+        assert!(e.notes.iter().any(|n| n.contains("\"lazaret:default\"")));
+        let mut o = Options::new("p");
+        o.image = Some("registry.example.com/a:b".into());
+        let e = export(&Profile::default(), &o).unwrap();
+        let c = &template_of(&e)["spec"]["podTemplate"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "registry.example.com/a:b");
+    }
+
+    #[test]
+    fn what_does_not_map_is_said() {
+        let p = Profile {
+            ports: vec!["8080:80".into()],
+            trust_host_ca: true,
+            escalation: lazaret_config::Escalation {
+                pass_env: vec!["SSH_AUTH_SOCK".into()],
+                ..Default::default()
+            },
+            ..Profile::default()
+        };
+        let notes = export(&p, &Options::new("p")).unwrap().notes.join("\n");
+        for word in [
+            "ports",
+            "trust_host_ca",
+            "Host Escalation is off",
+            "processes",
+        ] {
+            assert!(notes.contains(word), "{word}: {notes}");
+        }
+    }
+
+    #[test]
+    fn no_secret_value_and_no_token_reach_the_manifests() {
+        let p = Profile {
+            pass_env: vec!["OPENAI_API_KEY".into()],
+            ..Profile::default()
+        };
+        let e = export(&p, &Options::new("p")).unwrap();
+        let t = template_of(&e);
+        let spec = &t["spec"]["podTemplate"]["spec"];
+        assert_eq!(spec["automountServiceAccountToken"], false);
+        let env = spec["containers"][0]["env"].as_array().unwrap();
+        let key = env.iter().find(|v| v["name"] == "OPENAI_API_KEY").unwrap();
+        assert!(key.get("value").is_none());
+        assert_eq!(key["valueFrom"]["secretKeyRef"]["name"], "lazaret-p-env");
+        assert!(!e.manifests.iter().any(|m| m.kind == "Secret"));
+        for m in &e.manifests {
+            if let Some(s) = m.value.pointer("/spec/template/spec") {
+                assert_eq!(s["automountServiceAccountToken"], false, "{}", m.name);
+            }
+        }
+    }
 }
