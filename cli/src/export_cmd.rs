@@ -109,3 +109,60 @@ pub fn run(cmd: ExportCmd, g: &Global) -> Result<i32, CliError> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Top {
+        #[command(subcommand)]
+        cmd: ExportCmd,
+    }
+
+    fn global(config: &std::path::Path, profile: &str) -> Global {
+        Global {
+            config: Some(config.into()),
+            profile: Some(profile.into()),
+            workspace: None,
+        }
+    }
+
+    #[test]
+    fn the_profile_is_loaded_as_run_loads_it_and_written_one_file_per_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.toml");
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/codex.toml");
+        std::fs::copy(example, &config).unwrap();
+        let out = dir.path().join("k8s");
+        let top = Top::parse_from([
+            "export",
+            "kubernetes",
+            "--repo",
+            "https://git.example.com/app.git",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(run(top.cmd, &global(&config, "codex")).unwrap(), 0);
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(files[0], "01-runtimeclass-lazaret-gvisor.yaml");
+        assert!(files.contains(&"02-sandboxtemplate-lazaret-codex.yaml".to_string()));
+        let t = std::fs::read_to_string(out.join("02-sandboxtemplate-lazaret-codex.yaml")).unwrap();
+        assert!(t.contains("name: lazaret-codex-env"), "{t}");
+        assert!(
+            t.contains("value: \"https://git.example.com/app.git\""),
+            "{t}"
+        );
+
+        // An unknown profile names the ones there are.
+        let top = Top::parse_from(["export", "kubernetes"]);
+        let e = run(top.cmd, &global(&config, "nope")).unwrap_err();
+        assert!(e.to_string().contains("codex-setup"), "{e}");
+        assert_eq!(e.exit_code(), crate::error::LAZARET_FAILED);
+    }
+}
