@@ -69,9 +69,14 @@ pub const RUNTIME_CLASS: &str = "lazaret-gvisor";
 pub const HANDLER: &str = "runsc";
 /// Where the agent sees its workspace, as in a local sandbox.
 pub const WORKSPACE: &str = "/workspace";
-/// The egress Pod's DNS port and its forwarding (HTTP CONNECT) proxy's.
+/// The egress Service's DNS port, and its forwarding (HTTP CONNECT)
+/// proxy's.
 pub const DNS_PORT: i32 = 53;
 pub const PROXY_PORT: i32 = 3128;
+/// The egress container's DNS port: unprivileged, so it needs no
+/// capability (the Service maps 53 to it). NetworkPolicies name the Pod's
+/// ports, so they say this one.
+pub const DNS_POD_PORT: i32 = 5353;
 /// Where the egress container reads its policy (the ConfigMap's key).
 pub const POLICY_DIR: &str = "/etc/lazaret";
 pub const POLICY_KEY: &str = "policy.json";
@@ -572,8 +577,8 @@ fn port(protocol: &str, number: i32) -> NetworkPolicyPort {
     }
 }
 
-fn dns_ports() -> Vec<NetworkPolicyPort> {
-    vec![port("UDP", DNS_PORT), port("TCP", DNS_PORT)]
+fn dns_ports(number: i32) -> Vec<NetworkPolicyPort> {
+    vec![port("UDP", number), port("TCP", number)]
 }
 
 /// The agent Pod's egress: the egress Pod's resolver and proxy, nothing
@@ -582,7 +587,7 @@ fn agent_egress(names: &Names, networked: bool) -> Vec<NetworkPolicyEgressRule> 
     if !networked {
         return Vec::new();
     }
-    let mut ports = dns_ports();
+    let mut ports = dns_ports(DNS_POD_PORT);
     ports.push(port("TCP", PROXY_PORT));
     vec![NetworkPolicyEgressRule {
         to: Some(vec![egress_peer(names)]),
@@ -906,17 +911,19 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             format!("{POLICY_DIR}/{POLICY_KEY}"),
             "--digest".into(),
             digest.clone(),
+            "--dns".into(),
+            format!("0.0.0.0:{DNS_POD_PORT}"),
         ]),
         ports: Some(vec![
             ContainerPort {
                 name: Some("dns-udp".into()),
-                container_port: DNS_PORT,
+                container_port: DNS_POD_PORT,
                 protocol: Some("UDP".into()),
                 ..ContainerPort::default()
             },
             ContainerPort {
                 name: Some("dns-tcp".into()),
-                container_port: DNS_PORT,
+                container_port: DNS_POD_PORT,
                 protocol: Some("TCP".into()),
                 ..ContainerPort::default()
             },
@@ -947,7 +954,7 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities {
                 drop: Some(vec!["ALL".into()]),
-                add: Some(vec!["NET_BIND_SERVICE".into()]),
+                add: None,
             }),
             ..SecurityContext::default()
         }),
@@ -1007,12 +1014,14 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
                 ServicePort {
                     name: Some("dns-udp".into()),
                     port: DNS_PORT,
+                    target_port: Some(IntOrString::Int(DNS_POD_PORT)),
                     protocol: Some("UDP".into()),
                     ..ServicePort::default()
                 },
                 ServicePort {
                     name: Some("dns-tcp".into()),
                     port: DNS_PORT,
+                    target_port: Some(IntOrString::Int(DNS_POD_PORT)),
                     protocol: Some("TCP".into()),
                     ..ServicePort::default()
                 },
@@ -1079,9 +1088,9 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
     };
     out_rules.push(NetworkPolicyEgressRule {
         to: Some(upstream),
-        ports: Some(dns_ports()),
+        ports: Some(dns_ports(DNS_PORT)),
     });
-    let mut in_ports = dns_ports();
+    let mut in_ports = dns_ports(DNS_POD_PORT);
     in_ports.push(port("TCP", PROXY_PORT));
     let fence = NetworkPolicy {
         metadata: names.meta(&names.egress, "egress", &opts.namespace),
