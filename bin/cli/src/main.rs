@@ -15,6 +15,7 @@ mod confirm;
 mod df_cmd;
 mod doctor;
 mod error;
+mod export_cmd;
 mod global;
 mod host_ca;
 mod host_command;
@@ -89,6 +90,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the profile as manifests for another platform (Kubernetes)
+    #[command(subcommand)]
+    Export(export_cmd::ExportCmd),
     /// Check this machine's prerequisites, one line each
     Doctor {
         /// One JSON document with every check, its status and its fix
@@ -194,6 +198,7 @@ fn main() {
         Cmd::Escalations { which, json } => report(state_cmd::escalations(which, &g, json)),
         Cmd::Changes(args) => report(changes_cmd::run(args, &g)),
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
+        Cmd::Export(cmd) => report(export_cmd::run(cmd, &g)),
         Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
             let env = lazaret_config::EnvVars::from_process();
             let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw());

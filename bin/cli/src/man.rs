@@ -103,6 +103,13 @@ pub fn examples(name: &str) -> &'static [(&'static str, &'static str)] {
             ("lazaret net show --json", "as one JSON document"),
         ],
         "lazaret-net-log" => &[("lazaret net log", "refused lookups, routed and expired addresses")],
+        "lazaret-export" | "lazaret-export-kubernetes" => &[
+            ("lazaret export kubernetes --profile codex", "the profile's manifests, one YAML stream"),
+            (
+                "lazaret export kubernetes --profile codex --repo https://git.example.com/app.git --ref main --out k8s",
+                "the workspace cloned from a repository; one file per object in k8s/",
+            ),
+        ],
         "lazaret-df" => &[
             ("lazaret df", "disk used by images, Domains and shared paths"),
             ("lazaret df --json", "as one JSON document"),

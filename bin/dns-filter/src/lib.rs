@@ -1,7 +1,8 @@
 //! `lazaret-dns-filter`, the Network Sidecar's filtering resolver for a
 //! profile's `allow_hosts` (see [`serve`] for the order of one lookup):
 //!
-//! - [`judge`]: what it decides about each query and answer;
+//! - `lazaret_netpolicy::judge`: what it decides about each query and
+//!   answer (shared with the egress Pod of `lazaret export kubernetes`);
 //! - [`grants`]: which addresses are routed, on which ports, until when;
 //! - [`routes`]: the routes and rules it writes for them;
 //! - [`inuse`]: which of them still carry a connection when they expire;
@@ -14,7 +15,6 @@
 pub mod confinement;
 pub mod grants;
 pub mod inuse;
-pub mod judge;
 pub mod routes;
 pub mod serve;
 

@@ -14,13 +14,13 @@ use std::os::unix::fs::FileExt;
 
 use crate::grants::{Change, Grants};
 use crate::inuse;
-use crate::judge::{self as hosts, AnswerVerdict, QueryVerdict, ResponseCode};
 use crate::routes::DnsRoutes;
 pub use lazaret_netlink::log::now_ms;
 use lazaret_netlink::log::BoundedLog;
 use lazaret_netlink::Rtnl;
 use lazaret_netpolicy::dnslog::{self, DnsEvent};
 use lazaret_netpolicy::hosts::AllowHosts;
+use lazaret_netpolicy::judge::{self as hosts, AnswerVerdict, QueryVerdict, ResponseCode};
 use lazaret_netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
 
 /// Queries waiting for the upstream, at most.

@@ -29,6 +29,7 @@ pub mod derive;
 pub mod dnslog;
 pub mod hostlog;
 pub mod hosts;
+pub mod judge;
 pub mod policy;
 pub mod record;
 

@@ -803,6 +803,16 @@ impl Policy {
         best
     }
 
+    /// May the sandbox reach `addr` at all: when a rule or the default
+    /// allows it, or, with `allow_hosts`, when only the default denies it
+    /// (the filtering resolver routes such an address of an allowed
+    /// name; one a rule denies, a private range or a `deny` entry, never).
+    /// What the egress Pod of a cluster export checks, by name or not.
+    pub fn reachable(&self, addr: Ipv4Addr) -> bool {
+        let d = self.verdict_for(addr);
+        d.verdict == Verdict::Allow || (self.hosts.is_some() && d.origin.is_none())
+    }
+
     /// The main routing table of the enforcement namespace, sorted.
     pub fn routes(&self) -> Vec<RouteSpec> {
         let via = |prefix| RouteSpec::Via {

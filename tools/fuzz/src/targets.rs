@@ -186,8 +186,8 @@ pub fn fuzz_allow_hosts() -> lazaret_netpolicy::hosts::AllowHosts {
 /// resolver of `allow_hosts` will judge them.
 pub fn dns_filter(bytes: &[u8]) {
     let allow = fuzz_allow_hosts();
-    let _ = lazaret_dns_filter::judge::judge_query(&allow, bytes);
-    let _ = lazaret_dns_filter::judge::judge_answer(&allow, "github.com", bytes);
+    let _ = lazaret_netpolicy::judge::judge_query(&allow, bytes);
+    let _ = lazaret_netpolicy::judge::judge_answer(&allow, "github.com", bytes);
 }
 
 /// An index the sandbox's Git puts in place, as the mount router

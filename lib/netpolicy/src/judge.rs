@@ -1,15 +1,17 @@
 //! What the filtering resolver decides about each query from the sandbox
 //! and each answer from upstream, against the policy's `allow_hosts`
-//! ([`AllowHosts`]): pure, table-tested, fuzzed (`lazaret-fuzz`).
+//! ([`AllowHosts`]): pure, table-tested, fuzzed (`lazaret-fuzz`). Here,
+//! not in `bin/dns-filter`, because the egress Pod of `lazaret export
+//! kubernetes` (`bin/egress`) decides the same way.
 //!
 //! A query for a name no entry matches is answered NXDOMAIN here and never
 //! leaves; an answer is accepted only if every name of its CNAME chain is
 //! allowed, and only the addresses of names on the chain count.
 
+use crate::hosts::{normalize, AllowHosts};
 pub use hickory_proto::op::ResponseCode;
 use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::{RData, RecordType};
-use lazaret_netpolicy::hosts::{normalize, AllowHosts};
 use std::net::IpAddr;
 
 /// What the filter does with a query from the sandbox.
