@@ -92,8 +92,9 @@ fn spawn(
     cmd.stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(err));
-    // SAFETY: between fork and exec the child only calls setsid, which is
-    // async-signal-safe and touches no memory of the parent's.
+    // SAFETY: between fork and exec the child only calls setsid, signal
+    // and sigprocmask, which are async-signal-safe and touch no memory of
+    // the parent's (the set is on the child's stack).
     unsafe {
         cmd.pre_exec(|| {
             // A session and process group of its own: the caller's signals
@@ -103,6 +104,18 @@ fn spawn(
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // The command starts as a sudo'd command would, whatever the
+            // service inherited: the init starts it in the background,
+            // where a shell ignores SIGINT and SIGQUIT, and an ignored
+            // signal stays ignored across exec (^C would reach nothing).
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }
@@ -238,7 +251,15 @@ mod tests {
 
     #[test]
     fn a_forwarded_signal_reaches_the_command() {
+        // As in the sandbox, where the init starts the service in the
+        // background: SIGINT ignored in the service, which the command
+        // must not inherit. (No other test here uses SIGINT.)
+        // SAFETY: sets this process's SIGINT disposition to ignore; no
+        // handler runs, so nothing races with it.
+        let before = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
         let (_, _, code) = call(&["sleep", "30"], "/", Some(Signal::INT));
+        // SAFETY: as above, putting back what was there.
+        unsafe { libc::signal(libc::SIGINT, before) };
         assert_eq!(code, 128 + 2);
     }
 }

@@ -68,6 +68,7 @@ fn sudo_takes_the_user_to_root_asking_nothing() {
          echo piped | sudo cat; sudo FOO=bar sh -c 'echo FOO=$FOO'; \
          sudo -i pwd; sudo -s echo 'a b'; \
          sudo sh -c 'exit 7'; echo status=$?; \
+         sudo sleep 30 & p=$!; sleep 1; kill -TERM $p; wait $p; echo term=$?; \
          sudo -u nobody true; echo other-user=$?; sudo --frobnicate true; echo bad-option=$?; \
          id -u",
     );
@@ -85,6 +86,7 @@ fn sudo_takes_the_user_to_root_asking_nothing() {
             "/root",
             "a b",
             "status=7",
+            "term=143",
             "other-user=1",
             "bad-option=1",
             "1000",
