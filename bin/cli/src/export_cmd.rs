@@ -133,7 +133,7 @@ mod tests {
     fn the_profile_is_loaded_as_run_loads_it_and_written_one_file_per_object() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.toml");
-        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/codex.toml");
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/codex.toml");
         std::fs::copy(example, &config).unwrap();
         let out = dir.path().join("k8s");
         let top = Top::parse_from([
