@@ -632,24 +632,25 @@ fn prepare_control(
     if let Some(pem) = &input.host_ca {
         write(HOST_CA_NAME, pem, 0o644)?;
     }
-    // The static build embedded at compile time (see build.rs): it runs in
-    // any image, with or without a C library.
-    write("bin/lazaret-escalate", ESCALATE_STATIC, 0o755)?;
-    let mut executables = vec!["bin/lazaret-escalate"];
-    // The sandbox's init starts it: published ports reach loopback
-    // listeners inside (see bin/supervisor/src/ports.rs).
+    // The static builds embedded at compile time (see build.rs): they run
+    // in any image, with or without a C library. The port relay only where
+    // ports are published (the sandbox's init starts it: see
+    // bin/supervisor/src/ports.rs); `sudo` and its service only for a
+    // profile's user (see sudo.sh).
+    let mut executables: Vec<(&str, &[u8])> = vec![("lazaret-escalate", ESCALATE_STATIC)];
     if !input.network.ports.is_empty() {
-        write("bin/lazaret-port-relay", PORT_RELAY_STATIC, 0o755)?;
-        executables.push("bin/lazaret-port-relay");
+        executables.push(("lazaret-port-relay", PORT_RELAY_STATIC));
     }
-    // The profile's user reaches root with Lazaret's `sudo` (see sudo.sh).
     if input.user.is_some() {
-        write("bin/sudo", SUDO_SCRIPT.as_bytes(), 0o755)?;
-        write("bin/lazaret-sudo", SUDO_STATIC, 0o755)?;
-        executables.extend(["bin/sudo", "bin/lazaret-sudo"]);
+        executables.extend([
+            ("sudo", SUDO_SCRIPT.as_bytes()),
+            ("lazaret-sudo", SUDO_STATIC),
+        ]);
     }
-    for name in executables {
-        let bin = control.join(name);
+    for (name, bytes) in executables {
+        let rel = format!("bin/{name}");
+        write(&rel, bytes, 0o755)?;
+        let bin = control.join(rel);
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("cannot make {} executable: {e}", bin.display()))?;
     }
@@ -669,16 +670,15 @@ fn prepare_control(
         let _ =
             std::fs::set_permissions(layout.run().join(d), std::fs::Permissions::from_mode(0o755));
     }
-    std::os::unix::fs::symlink(
-        format!("{}/lazaret-escalate", esc_paths::BIN),
-        link_dir.join("lazaret-escalate"),
-    )
-    .map_err(|e| format!("cannot create the lazaret-escalate link: {e}"))?;
-    if input.user.is_some() {
-        // Ahead of an image's own sudo on PATH, which set-user-ID cannot
-        // run on a runsc without --allow-suid.
-        std::os::unix::fs::symlink(format!("{}/sudo", esc_paths::BIN), link_dir.join("sudo"))
-            .map_err(|e| format!("cannot create the sudo link: {e}"))?;
+    // `sudo` ahead of an image's own on PATH, which set-user-ID cannot run
+    // on a runsc without --allow-suid.
+    let linked: &[&str] = match input.user {
+        Some(_) => &["lazaret-escalate", "sudo"],
+        None => &["lazaret-escalate"],
+    };
+    for name in linked {
+        std::os::unix::fs::symlink(format!("{}/{name}", esc_paths::BIN), link_dir.join(name))
+            .map_err(|e| format!("cannot create the {name} link: {e}"))?;
     }
     write_agents_text(&layout.run().join("control-lower"))?;
     Ok(vec![

@@ -75,8 +75,8 @@ fn run_inner(argv: &[OsString]) -> Result<i32, String> {
         .map_err(|e| format!("cannot ask Lazaret's sudo service: {e}"))?;
     drop(fds);
     forward_signals(&sock);
-    match wire::recv_plain(sock.as_fd(), 4) {
-        Ok(b) => wire::status_of(&b)
+    match wire::recv(sock.as_fd(), 4) {
+        Ok((b, _)) => wire::status_of(&b)
             .map(|c| c & 0xff)
             .ok_or_else(|| "Lazaret's sudo service ended without a status".into()),
         Err(e) => Err(format!("Lazaret's sudo service: {e}")),

@@ -141,15 +141,15 @@ fn watch(conn: &OwnedFd, mut child: std::process::Child) -> i32 {
         let _ = std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || loop {
-                let got = wire::recv_plain(reader.as_fd(), 1);
+                let got = wire::recv(reader.as_fd(), 1);
                 let sig = match &got {
-                    Ok(b) if b.len() == 1 => FORWARDED
+                    Ok((b, _)) if b.len() == 1 => FORWARDED
                         .iter()
                         .copied()
                         .find(|s| s.as_raw() == i32::from(b[0])),
                     Ok(_) | Err(_) => Some(Signal::HUP),
                 };
-                let gone = !matches!(&got, Ok(b) if !b.is_empty());
+                let gone = !matches!(&got, Ok((b, _)) if !b.is_empty());
                 let done = ended.lock().unwrap_or_else(|p| p.into_inner());
                 if *done {
                     return;
@@ -213,7 +213,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(300));
             wire::send(ours.as_fd(), &[s.as_raw() as u8], &[]).unwrap();
         }
-        let status = wire::recv_plain(ours.as_fd(), 4).unwrap();
+        let (status, _) = wire::recv(ours.as_fd(), 4).unwrap();
         server.join().unwrap();
         let read = |fd: OwnedFd| {
             let mut s = String::new();

@@ -139,25 +139,6 @@ pub fn recv(fd: BorrowedFd<'_>, limit: usize) -> rustix::io::Result<(Vec<u8>, Ve
     Ok((buf, fds))
 }
 
-/// One message of at most `limit` bytes, without descriptors (a signal,
-/// a status); empty when the other end is gone. Plain `recv`: gVisor
-/// releases of 2022 attach credentials with pid 0 to such messages, which
-/// rustix's ancillary parsing takes for a broken invariant.
-pub fn recv_plain(fd: BorrowedFd<'_>, limit: usize) -> rustix::io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; limit + 1];
-    let n = loop {
-        match rustix::net::recv(fd, &mut buf, RecvFlags::empty()) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other?.0,
-        }
-    };
-    if n > limit {
-        return Err(rustix::io::Errno::MSGSIZE);
-    }
-    buf.truncate(n);
-    Ok(buf)
-}
-
 /// The status word: the exit code, or 128 + the signal that ended it.
 pub fn status_bytes(code: i32) -> [u8; 4] {
     code.to_le_bytes()
