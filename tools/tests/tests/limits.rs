@@ -179,7 +179,13 @@ fn memory_bound_fails_a_big_allocation_and_a_big_tmp_write_and_the_domain_surviv
 fn a_command_that_ran_out_of_memory_is_told_the_limit_and_how_to_raise_it() {
     let env = require_env!();
     let ws = env.workspace("lim-mem-note");
-    ws.write_config("[profiles.default.limits]\nmemory = \"2GiB\"\n");
+    // keep_alive: the commands below run in one generation whatever the
+    // machine's speed (without it, the next `lazaret run` joins the same
+    // sandbox only if it connects before the coordinator sees the last
+    // session leave).
+    ws.write_config(
+        "[profiles.default]\nkeep_alive = \"5m\"\n[profiles.default.limits]\nmemory = \"2GiB\"\n",
+    );
     let run = |script: &str| {
         ws.lazaret(&["run", "--", "sh", "-c", script])
             .output()
@@ -219,6 +225,13 @@ fn a_command_that_ran_out_of_memory_is_told_the_limit_and_how_to_raise_it() {
         "{}",
         text(&logs.stdout)
     );
+    let log = text(&logs.stdout);
+    assert!(
+        log.contains("generation 1 ready") && !log.contains("generation 2 begins"),
+        "the commands did not share one generation:\n{log}"
+    );
+    let out = ws.lazaret(&["stop"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
