@@ -102,6 +102,17 @@ pub fn main() -> i32 {
         }
     };
     crate::logs::init(&input.domain_root);
+    // A panicking thread (a connection's, the supervisor link's) says so
+    // in coordinator.log, with its name, before it unwinds.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        log(format!(
+            "panic in thread {}: {info}",
+            thread.name().unwrap_or("unnamed")
+        ));
+        default_hook(info);
+    }));
     match run(&input, &mut ready, leader.as_ref()) {
         Ok(()) => exit::OK,
         Err(msg) => {

@@ -438,12 +438,14 @@ pub fn workdir_env(workdir: &str) -> Option<String> {
     (workdir != "/workspace").then(|| format!("{WORKDIR_ENV}={workdir}"))
 }
 
-struct Guard<'a> {
-    ctx: &'a SessionCtx,
+/// One accepted connection's place in [`SessionCtx`]: counted in `active`
+/// and named in the stage map from before its thread starts until it ends.
+struct Guard {
+    ctx: Arc<SessionCtx>,
     id: String,
 }
 
-impl Drop for Guard<'_> {
+impl Drop for Guard {
     fn drop(&mut self) {
         self.ctx.bridges.lock().unwrap().remove(&self.id);
         self.ctx.link.forget(&self.id);
@@ -462,35 +464,48 @@ impl Drop for Counted<'_> {
 }
 
 pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
-    // Counted before the thread starts, so that the serve loop never sees a
-    // moment with an accepted connection and no active session.
+    let mut id = [0u8; 16];
+    if let Err(e) = getrandom::getrandom(&mut id) {
+        log(format!("refused a control connection: no Session ID: {e}"));
+        return;
+    }
+    // Counted and staged before the thread starts, so that the serve loop
+    // never sees a moment with an accepted connection and no active
+    // session, and every counted connection is named in the stage map
+    // (what the lingering note lists). A thread that cannot start drops
+    // its closure, and with it the Guard.
     ctx.active.fetch_add(1, Ordering::SeqCst);
-    std::thread::spawn(move || {
-        let mut id = [0u8; 16];
-        getrandom::getrandom(&mut id).expect("getrandom");
-        let guard = Guard {
-            ctx: &ctx,
-            id: hex::encode(id),
-        };
-        ctx.stage(&guard.id, "authenticating");
-        let stream = match ctx.trust.accept(stream, &guard.id) {
-            Ok(s) => {
-                ctx.stage(&guard.id, "before its first request");
-                lazaret_helpers::timeline::mark("coordinator", "session-authenticated");
-                s
+    let guard = Guard {
+        ctx: ctx.clone(),
+        id: hex::encode(id),
+    };
+    ctx.stage(&guard.id, "starting");
+    let started = std::thread::Builder::new()
+        .name(format!("conn-{}", &guard.id[..8]))
+        .spawn(move || {
+            let guard = guard;
+            ctx.stage(&guard.id, "authenticating");
+            let stream = match ctx.trust.accept(stream, &guard.id) {
+                Ok(s) => {
+                    ctx.stage(&guard.id, "before its first request");
+                    lazaret_helpers::timeline::mark("coordinator", "session-authenticated");
+                    s
+                }
+                Err(e) => {
+                    log(format!(
+                        "refused a control connection (Session ID {}): {e}",
+                        &guard.id[..8]
+                    ));
+                    return;
+                }
+            };
+            if let Err(e) = serve(&ctx, &guard.id, stream) {
+                log(format!("session {}: {e}", &guard.id[..8]));
             }
-            Err(e) => {
-                log(format!(
-                    "refused a control connection (Session ID {}): {e}",
-                    &guard.id[..8]
-                ));
-                return;
-            }
-        };
-        if let Err(e) = serve(&ctx, &guard.id, stream) {
-            log(format!("session {}: {e}", &guard.id[..8]));
-        }
-    });
+        });
+    if let Err(e) = started {
+        log(format!("refused a control connection: no thread for it: {e}"));
+    }
 }
 
 fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> {
