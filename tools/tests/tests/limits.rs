@@ -184,7 +184,7 @@ fn a_command_that_ran_out_of_memory_is_told_the_limit_and_how_to_raise_it() {
     // sandbox only if it connects before the coordinator sees the last
     // session leave).
     ws.write_config(
-        "[profiles.default]\nkeep_alive = \"5m\"\n[profiles.default.limits]\nmemory = \"2GiB\"\n",
+        "[profiles.default]\nkeep_alive = \"60s\"\n[profiles.default.limits]\nmemory = \"2GiB\"\n",
     );
     let run = |script: &str| {
         ws.lazaret(&["run", "--", "sh", "-c", script])
