@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::CliError;
 use crate::global::Global;
@@ -89,13 +89,7 @@ pub fn run(cmd: ExportCmd, g: &Global) -> Result<i32, CliError> {
                 source,
             };
             std::fs::create_dir_all(dir).map_err(storage)?;
-            for (file, text) in export.files().map_err(encode)? {
-                let path = dir.join(&file);
-                std::fs::write(&path, text).map_err(|source| CliError::Storage {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            }
+            write_manifests(dir, &export.files().map_err(encode)?)?;
             eprintln!(
                 "lazaret: wrote {} manifests into {}; apply them with `kubectl apply -f {}`",
                 export.manifests.len(),
@@ -108,6 +102,67 @@ pub fn run(cmd: ExportCmd, g: &Global) -> Result<i32, CliError> {
         eprintln!("lazaret: note: {n}");
     }
     Ok(0)
+}
+
+/// Writes each `(name, text)` into `dir` without following a link: the
+/// directory itself must not be a symbolic link, and each file is written
+/// under a temporary name and renamed over its own, so a link, FIFO or
+/// hard link left at a manifest's name (`--out` may well be inside a
+/// workspace the sandbox writes) is replaced, never written through.
+fn write_manifests(dir: &Path, files: &[(String, String)]) -> Result<(), CliError> {
+    use rustix::fs::{Mode, OFlags};
+    let failed = |path: &Path, e: rustix::io::Errno| CliError::Storage {
+        path: path.display().to_string(),
+        source: e.into(),
+    };
+    let d = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => CliError::Usage(format!(
+            "--out {} is a symbolic link or not a directory: name the directory itself",
+            dir.display()
+        )),
+        e => failed(dir, e),
+    })?;
+    for (name, text) in files {
+        let path = dir.join(name);
+        if name.contains('/') || name.starts_with('.') {
+            return Err(CliError::Usage(format!(
+                "{name:?} is no manifest file name"
+            )));
+        }
+        let tmp = format!(".{name}.lazaret-tmp");
+        let create =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mode = Mode::from_raw_mode(0o644);
+        let fd = match rustix::fs::openat(&d, tmp.as_str(), create, mode) {
+            // Left by an interrupted export, or put there: it goes.
+            Err(rustix::io::Errno::EXIST) => {
+                rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty())
+                    .map_err(|e| failed(&path, e))?;
+                rustix::fs::openat(&d, tmp.as_str(), create, mode)
+            }
+            r => r,
+        }
+        .map_err(|e| failed(&path, e))?;
+        let mut f = std::fs::File::from(fd);
+        if let Err(source) = f.write_all(text.as_bytes()) {
+            let _ = rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty());
+            return Err(CliError::Storage {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+        drop(f);
+        rustix::fs::renameat(&d, tmp.as_str(), &d, name.as_str()).map_err(|e| {
+            let _ = rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty());
+            failed(&path, e)
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -158,6 +213,57 @@ mod tests {
             t.contains("value: \"https://git.example.com/app.git\""),
             "{t}"
         );
+
+        // What the sandbox may leave at --out (inside a workspace) is
+        // replaced, never written through: a link to a file outside, a
+        // FIFO.
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "mine\n").unwrap();
+        let template = out.join("02-sandboxtemplate-lazaret-codex.yaml");
+        std::fs::remove_file(&template).unwrap();
+        std::os::unix::fs::symlink(&outside, &template).unwrap();
+        let runtime = out.join("01-runtimeclass-lazaret-gvisor.yaml");
+        std::fs::remove_file(&runtime).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &runtime,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        std::fs::write(
+            out.join(".01-runtimeclass-lazaret-gvisor.yaml.lazaret-tmp"),
+            "x",
+        )
+        .unwrap();
+        let again = |out: &std::path::Path| {
+            let top = Top::parse_from(["export", "kubernetes", "--out", out.to_str().unwrap()]);
+            run(top.cmd, &global(&config, "codex"))
+        };
+        assert_eq!(again(&out).unwrap(), 0);
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+        for f in [&template, &runtime] {
+            let m = std::fs::symlink_metadata(f).unwrap();
+            assert!(m.file_type().is_file(), "{}: {m:?}", f.display());
+        }
+        assert!(std::fs::read_to_string(&template)
+            .unwrap()
+            .contains("kind: SandboxTemplate"));
+        let left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // --out itself a link: refused, nothing written where it points.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = dir.path().join("k8s-link");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let e = again(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 
         // An unknown profile names the ones there are.
         let top = Top::parse_from(["export", "kubernetes"]);
