@@ -191,11 +191,7 @@ fn rename(paths: &mut BTreeMap<Vec<u8>, State>, from: &[u8], to: &[u8], t: u64) 
     moved.renamed_from.get_or_insert_with(|| from.to_vec());
     moved.last = t;
     // What lay beneath a renamed directory moves with it.
-    let under: Vec<Vec<u8>> = paths
-        .keys()
-        .filter(|k| beneath(k, from))
-        .cloned()
-        .collect();
+    let under: Vec<Vec<u8>> = paths.keys().filter(|k| beneath(k, from)).cloned().collect();
     for k in under {
         if let Some(v) = paths.remove(&k) {
             let mut nk = to.to_vec();

@@ -207,7 +207,12 @@ pub fn execute(
 /// The command for `program args`: the setting's environment, stdin from
 /// `/dev/null`, output piped, in a process group of its own, started in
 /// `place` and killed when the thread that waits for it dies.
-fn command(program: &str, args: &[String], setting: &Setting, place: &crate::host_dir::Place) -> Command {
+fn command(
+    program: &str,
+    args: &[String],
+    setting: &Setting,
+    place: &crate::host_dir::Place,
+) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()

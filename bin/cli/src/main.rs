@@ -245,7 +245,10 @@ fn main() {
         Cmd::Changes(args) => report(changes_cmd::run(args, &g)),
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
         Cmd::Export(cmd) => report(export_cmd::run(cmd, &g)),
-        Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| run_doctor(&g, json))),
+        Cmd::Doctor { json } => report(
+            g.check("doctor", Uses::Config)
+                .map(|()| run_doctor(&g, json)),
+        ),
         Cmd::Df { json } => report(
             g.check("df", Uses::Config)
                 .and_then(|()| df_cmd::run(g.config.clone(), json)),

@@ -1139,9 +1139,7 @@ fn inspect(which: Which, json: bool, paths: bool) -> Result<i32, CliError> {
     if json {
         println!(
             "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&v).expect("json")
-            )
+            lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
         );
         return Ok(0);
     }
@@ -1555,7 +1553,11 @@ fn add_package_set(
 
 /// Switches each target to a new, empty generation and records the new
 /// generations in meta.json.
-fn reset_anchors(domain: &Domain, anchors: &Anchors<'_>, targets: &[String]) -> Result<(), CliError> {
+fn reset_anchors(
+    domain: &Domain,
+    anchors: &Anchors<'_>,
+    targets: &[String],
+) -> Result<(), CliError> {
     let switches = anchors
         .reset(targets, &mut |p: &Path| remove_tree(p))
         .map_err(|e| CliError::Session(e.to_string()))?;
