@@ -146,7 +146,7 @@ const EXAMPLES: &[(&[&str], &[Example])] = &[
 /// `lazaret-state-list`, ...): (command, what it does).
 pub fn examples(name: &str) -> &'static [Example] {
     match EXAMPLES.iter().find(|(names, _)| names.contains(&name)) {
-        Some((_, e)) => *e,
+        Some((_, e)) => e,
         None => &[],
     }
 }
