@@ -88,13 +88,46 @@ fn beneath(path: &[u8], dir: &[u8]) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
+impl State {
+    /// A path first seen changed or removed: it was there before.
+    fn existing() -> State {
+        State {
+            existed_before: true,
+            ..State::default()
+        }
+    }
+
+    /// The path's net change, if any.
+    fn change(self, path: Vec<u8>) -> Option<Change> {
+        let kind = if self.beneath {
+            Kind::ChangedBeneath
+        } else if self.removed {
+            if self.created {
+                Kind::Transient
+            } else {
+                Kind::Deleted
+            }
+        } else if self.created {
+            Kind::Created
+        } else if self.modified || self.attr || self.renamed_from.is_some() {
+            Kind::Modified
+        } else {
+            return None;
+        };
+        Some(Change {
+            path,
+            kind,
+            attr: self.attr,
+            renamed_from: self.renamed_from,
+            last_unix_ms: self.last,
+        })
+    }
+}
+
 /// The net change of each path over `events` at or after `since_ms`.
 pub fn summarize(events: &[Event], since_ms: u64) -> Vec<Change> {
     let mut paths: BTreeMap<Vec<u8>, State> = BTreeMap::new();
-    let pre = || State {
-        existed_before: true,
-        ..State::default()
-    };
+    let pre = State::existing;
     for e in events.iter().filter(|e| e.time_unix_ms >= since_ms) {
         let t = e.time_unix_ms;
         match e.op {
@@ -134,34 +167,7 @@ pub fn summarize(events: &[Event], since_ms: u64) -> Vec<Change> {
             }
             Op::Rename => {
                 let Some(to) = &e.to else { continue };
-                let mut moved = paths.remove(&e.path).unwrap_or_else(pre);
-                moved.renamed_from.get_or_insert_with(|| e.path.clone());
-                moved.last = t;
-                // What lay beneath a renamed directory moves with it.
-                let under: Vec<Vec<u8>> = paths
-                    .keys()
-                    .filter(|k| beneath(k, &e.path))
-                    .cloned()
-                    .collect();
-                for k in under {
-                    if let Some(v) = paths.remove(&k) {
-                        let mut nk = to.clone();
-                        nk.extend_from_slice(&k[e.path.len()..]);
-                        paths.insert(nk, v);
-                    }
-                }
-                if moved.existed_before {
-                    let gone = paths.entry(e.path.clone()).or_insert_with(pre);
-                    gone.removed = true;
-                    gone.last = t;
-                }
-                // Replacing a path that was there counts as a change of it.
-                if let Some(old) = paths.get(to) {
-                    if old.existed_before || old.created {
-                        moved.modified = true;
-                    }
-                }
-                paths.insert(to.clone(), moved);
+                rename(&mut paths, &e.path, to, t);
             }
             Op::Beneath => {
                 let s = paths.entry(e.path.clone()).or_insert_with(pre);
@@ -172,32 +178,121 @@ pub fn summarize(events: &[Event], since_ms: u64) -> Vec<Change> {
     }
     paths
         .into_iter()
-        .filter_map(|(path, s)| {
-            let kind = if s.beneath {
-                Kind::ChangedBeneath
-            } else if s.removed {
-                if s.created {
-                    Kind::Transient
-                } else {
-                    Kind::Deleted
-                }
-            } else if s.created {
-                Kind::Created
-            } else if s.modified || s.attr || s.renamed_from.is_some() {
-                Kind::Modified
-            } else {
-                return None;
-            };
-            Some(Change {
-                path,
-                kind,
-                attr: s.attr,
-                renamed_from: s.renamed_from,
-                last_unix_ms: s.last,
-            })
-        })
+        .filter_map(|(path, s)| s.change(path))
         .collect()
 }
+
+/// A rename of `from` to `to` at `t`: what lay beneath a renamed
+/// directory moves with it, a `from` that was there before is removed,
+/// and replacing a `to` that was there counts as a change of it.
+fn rename(paths: &mut BTreeMap<Vec<u8>, State>, from: &[u8], to: &[u8], t: u64) {
+    let pre = State::existing;
+    let mut moved = paths.remove(from).unwrap_or_else(pre);
+    moved.renamed_from.get_or_insert_with(|| from.to_vec());
+    moved.last = t;
+    // What lay beneath a renamed directory moves with it.
+    let under: Vec<Vec<u8>> = paths.keys().filter(|k| beneath(k, from)).cloned().collect();
+    for k in under {
+        if let Some(v) = paths.remove(&k) {
+            let mut nk = to.to_vec();
+            nk.extend_from_slice(&k[from.len()..]);
+            paths.insert(nk, v);
+        }
+    }
+    if moved.existed_before {
+        let gone = paths.entry(from.to_vec()).or_insert_with(pre);
+        gone.removed = true;
+        gone.last = t;
+    }
+    // Replacing a path that was there counts as a change of it.
+    if let Some(old) = paths.get(to) {
+        if old.existed_before || old.created {
+            moved.modified = true;
+        }
+    }
+    paths.insert(to.to_vec(), moved);
+}
+
+/// The files host tools run or load on their own, by name, and which tool.
+const HOST_TOOL_FILES: &[(&[u8], &str)] = &[
+    (b".envrc", "direnv loads it on cd"),
+    (b".env", "dotenv loaders and compose read it"),
+    (b"Makefile", "make runs it"),
+    (b"makefile", "make runs it"),
+    (b"GNUmakefile", "make runs it"),
+    (b"package.json", "npm/yarn/pnpm run its scripts"),
+    (b".npmrc", "npm reads it (script-shell, hooks)"),
+    (b".yarnrc", "yarn reads it"),
+    (b".yarnrc.yml", "yarn reads it (yarnPath)"),
+    (b".pnpmfile.cjs", "pnpm runs it"),
+    (b"conftest.py", "pytest loads it"),
+    (b"pytest.ini", "pytest reads it (plugins)"),
+    (b"tox.ini", "tox and pytest read it"),
+    (b"noxfile.py", "nox runs it"),
+    (b"setup.py", "pip and setuptools run it"),
+    (b"setup.cfg", "setuptools and pytest read it"),
+    (
+        b"pyproject.toml",
+        "pip and pytest read it (build backends, plugins)",
+    ),
+    (b"sitecustomize.py", "Python loads it at start"),
+    (b"usercustomize.py", "Python loads it at start"),
+    (b"Cargo.toml", "cargo reads it (build scripts)"),
+    (b"build.rs", "cargo runs it"),
+    (b"rust-toolchain", "rustup reads it (toolchain)"),
+    (b"rust-toolchain.toml", "rustup reads it (toolchain)"),
+    (b"go.mod", "go reads it (toolchain)"),
+    (b"go.work", "go reads it"),
+    (b"Gemfile", "bundler runs it"),
+    (b"Rakefile", "rake runs it"),
+    (b"justfile", "just runs it"),
+    (b"Justfile", "just runs it"),
+    (b"Taskfile.yml", "task runs it"),
+    (b"Taskfile.yaml", "task runs it"),
+    (b"CMakeLists.txt", "cmake runs it"),
+    (b"meson.build", "meson runs it"),
+    (b"configure", "./configure runs it"),
+    (b"build.gradle", "gradle runs it"),
+    (b"build.gradle.kts", "gradle runs it"),
+    (b"settings.gradle", "gradle runs it"),
+    (b"settings.gradle.kts", "gradle runs it"),
+    (b"gradlew", "gradle's wrapper"),
+    (b"pom.xml", "maven reads it (plugins)"),
+    (b"mvnw", "maven's wrapper"),
+    (b".pre-commit-config.yaml", "pre-commit runs its hooks"),
+    (b"lefthook.yml", "lefthook runs it"),
+    (b".lefthook.yml", "lefthook runs it"),
+    (b"lefthook-local.yml", "lefthook runs it"),
+    (b".overcommit.yml", "overcommit runs it"),
+    (
+        b".gitattributes",
+        "Git applies its filters and diff drivers",
+    ),
+    (b".gitmodules", "Git reads submodule URLs from it"),
+    (b".tool-versions", "asdf reads it"),
+    (b"mise.toml", "mise runs its tasks and hooks"),
+    (b".mise.toml", "mise runs its tasks and hooks"),
+    (b".nvmrc", "nvm reads it"),
+    (b"flake.nix", "nix and direnv evaluate it"),
+    (b"shell.nix", "nix and direnv evaluate it"),
+    (b".devcontainer.json", "devcontainer tools run its commands"),
+    (b"Dockerfile", "docker builds run it"),
+    (b"docker-compose.yml", "docker compose reads it"),
+    (b"compose.yaml", "docker compose reads it"),
+];
+
+/// The directories whose files host tools run or load on their own.
+const HOST_TOOL_DIRS: &[(&[u8], &str)] = &[
+    (b".husky/", "husky's Git hooks"),
+    (b".githooks/", "Git hooks (core.hooksPath)"),
+    (b".vscode/", "VS Code runs its tasks and reads its settings"),
+    (b".idea/", "JetBrains IDEs run its configurations"),
+    (b".devcontainer/", "devcontainer tools run its commands"),
+    (b".cargo/", "cargo reads it (runners, wrappers)"),
+    (b".mvn/", "maven reads it"),
+    (b".github/workflows/", "CI runs it"),
+    (b".git/hooks/", "Git hooks"),
+];
 
 /// What runs or loads `path` on the host on its own, if anything: the
 /// files a developer's tools act on without being told to.
@@ -209,87 +304,10 @@ pub fn host_tool(path: &[u8]) -> Option<&'static str> {
                 .windows(dir.len() + 1)
                 .any(|w| w[0] == b'/' && &w[1..] == dir)
     };
-    let by_name: &[(&[u8], &str)] = &[
-        (b".envrc", "direnv loads it on cd"),
-        (b".env", "dotenv loaders and compose read it"),
-        (b"Makefile", "make runs it"),
-        (b"makefile", "make runs it"),
-        (b"GNUmakefile", "make runs it"),
-        (b"package.json", "npm/yarn/pnpm run its scripts"),
-        (b".npmrc", "npm reads it (script-shell, hooks)"),
-        (b".yarnrc", "yarn reads it"),
-        (b".yarnrc.yml", "yarn reads it (yarnPath)"),
-        (b".pnpmfile.cjs", "pnpm runs it"),
-        (b"conftest.py", "pytest loads it"),
-        (b"pytest.ini", "pytest reads it (plugins)"),
-        (b"tox.ini", "tox and pytest read it"),
-        (b"noxfile.py", "nox runs it"),
-        (b"setup.py", "pip and setuptools run it"),
-        (b"setup.cfg", "setuptools and pytest read it"),
-        (
-            b"pyproject.toml",
-            "pip and pytest read it (build backends, plugins)",
-        ),
-        (b"sitecustomize.py", "Python loads it at start"),
-        (b"usercustomize.py", "Python loads it at start"),
-        (b"Cargo.toml", "cargo reads it (build scripts)"),
-        (b"build.rs", "cargo runs it"),
-        (b"rust-toolchain", "rustup reads it (toolchain)"),
-        (b"rust-toolchain.toml", "rustup reads it (toolchain)"),
-        (b"go.mod", "go reads it (toolchain)"),
-        (b"go.work", "go reads it"),
-        (b"Gemfile", "bundler runs it"),
-        (b"Rakefile", "rake runs it"),
-        (b"justfile", "just runs it"),
-        (b"Justfile", "just runs it"),
-        (b"Taskfile.yml", "task runs it"),
-        (b"Taskfile.yaml", "task runs it"),
-        (b"CMakeLists.txt", "cmake runs it"),
-        (b"meson.build", "meson runs it"),
-        (b"configure", "./configure runs it"),
-        (b"build.gradle", "gradle runs it"),
-        (b"build.gradle.kts", "gradle runs it"),
-        (b"settings.gradle", "gradle runs it"),
-        (b"settings.gradle.kts", "gradle runs it"),
-        (b"gradlew", "gradle's wrapper"),
-        (b"pom.xml", "maven reads it (plugins)"),
-        (b"mvnw", "maven's wrapper"),
-        (b".pre-commit-config.yaml", "pre-commit runs its hooks"),
-        (b"lefthook.yml", "lefthook runs it"),
-        (b".lefthook.yml", "lefthook runs it"),
-        (b"lefthook-local.yml", "lefthook runs it"),
-        (b".overcommit.yml", "overcommit runs it"),
-        (
-            b".gitattributes",
-            "Git applies its filters and diff drivers",
-        ),
-        (b".gitmodules", "Git reads submodule URLs from it"),
-        (b".tool-versions", "asdf reads it"),
-        (b"mise.toml", "mise runs its tasks and hooks"),
-        (b".mise.toml", "mise runs its tasks and hooks"),
-        (b".nvmrc", "nvm reads it"),
-        (b"flake.nix", "nix and direnv evaluate it"),
-        (b"shell.nix", "nix and direnv evaluate it"),
-        (b".devcontainer.json", "devcontainer tools run its commands"),
-        (b"Dockerfile", "docker builds run it"),
-        (b"docker-compose.yml", "docker compose reads it"),
-        (b"compose.yaml", "docker compose reads it"),
-    ];
-    if let Some((_, why)) = by_name.iter().find(|(n, _)| *n == name) {
+    if let Some((_, why)) = HOST_TOOL_FILES.iter().find(|(n, _)| *n == name) {
         return Some(why);
     }
-    let by_dir: &[(&[u8], &str)] = &[
-        (b".husky/", "husky's Git hooks"),
-        (b".githooks/", "Git hooks (core.hooksPath)"),
-        (b".vscode/", "VS Code runs its tasks and reads its settings"),
-        (b".idea/", "JetBrains IDEs run its configurations"),
-        (b".devcontainer/", "devcontainer tools run its commands"),
-        (b".cargo/", "cargo reads it (runners, wrappers)"),
-        (b".mvn/", "maven reads it"),
-        (b".github/workflows/", "CI runs it"),
-        (b".git/hooks/", "Git hooks"),
-    ];
-    if let Some((_, why)) = by_dir.iter().find(|(d, _)| under(d)) {
+    if let Some((_, why)) = HOST_TOOL_DIRS.iter().find(|(d, _)| under(d)) {
         return Some(why);
     }
     if name.ends_with(b".mk") {

@@ -159,8 +159,62 @@ pub fn execute(
         };
     };
     let place = setting.place(cwd);
+    let mut cmd = command(program, &argv[1..], setting, &place);
+    let spawned = cmd.spawn();
+    drop(place.fd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::Failed {
+                reason: format!("cannot run {} on the host: {e}", display::quoted(program)),
+            }
+        }
+    };
+    let out = capture(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = capture(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let status = match wait_exit(&mut child, timeout, cancel) {
+        Ok(s) => s,
+        Err(o) => return o,
+    };
+    let (stdout, t1) = out.join().unwrap_or_default();
+    let (mut stderr, t2) = err.join().unwrap_or_default();
+    if let Some(note) = place.note {
+        let mut s = format!("lazaret: {note}\n").into_bytes();
+        s.append(&mut stderr);
+        stderr = s;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Outcome::Completed {
+        status: status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        stdout,
+        stderr,
+        truncated: t1 || t2,
+    }
+}
+
+/// The command for `program args`: the setting's environment, stdin from
+/// `/dev/null`, output piped, in a process group of its own, started in
+/// `place` and killed when the thread that waits for it dies.
+fn command(
+    program: &str,
+    args: &[String],
+    setting: &Setting,
+    place: &crate::host_dir::Place,
+) -> Command {
     let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
+    cmd.args(args)
         .env_clear()
         .envs(setting.environment(&|k| std::env::var_os(k)))
         .stdin(Stdio::null())
@@ -188,43 +242,35 @@ pub fn execute(
             Ok(())
         });
     }
-    let spawned = cmd.spawn();
-    drop(place.fd);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("cannot run {} on the host: {e}", display::quoted(program)),
-            }
-        }
-    };
-    let capture = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let Some(mut r) = r else {
-                return (Vec::new(), false);
-            };
-            let mut kept = Vec::new();
-            let _ = (&mut r).take(esc::MAX_OUTPUT as u64).read_to_end(&mut kept);
-            // Drain the rest so the command never blocks on a full pipe.
-            let dropped = std::io::copy(&mut r, &mut std::io::sink()).unwrap_or(0);
-            (kept, dropped > 0)
-        })
-    };
-    let out = capture(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err = capture(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
+    cmd
+}
+
+/// Reads one output stream on a thread of its own: up to
+/// [`esc::MAX_OUTPUT`] kept, and whether more was dropped.
+fn capture(r: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
+    std::thread::spawn(move || {
+        let Some(mut r) = r else {
+            return (Vec::new(), false);
+        };
+        let mut kept = Vec::new();
+        let _ = (&mut r).take(esc::MAX_OUTPUT as u64).read_to_end(&mut kept);
+        // Drain the rest so the command never blocks on a full pipe.
+        let dropped = std::io::copy(&mut r, &mut std::io::sink()).unwrap_or(0);
+        (kept, dropped > 0)
+    })
+}
+
+/// Waits for `child` to exit, killing its group when it is cancelled or
+/// times out (the outcome then), and once it exited: the group may have
+/// left children behind, and they end with the request.
+fn wait_exit(
+    child: &mut std::process::Child,
+    timeout: Option<Instant>,
+    cancel: &AtomicBool,
+) -> Result<std::process::ExitStatus, Outcome> {
     // Its exit wakes the wait below at once (without a pidfd, the wait
     // polls at the pace of the cancellation checks).
-    let pidfd = lazaret_helpers::pidfd::of_child(&child).ok();
+    let pidfd = lazaret_helpers::pidfd::of_child(child).ok();
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
     let kill = || {
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
@@ -235,20 +281,20 @@ pub fn execute(
             Ok(None) => {}
             Err(e) => {
                 kill();
-                return Outcome::Failed {
+                return Err(Outcome::Failed {
                     reason: e.to_string(),
-                };
+                });
             }
         }
         if cancel.load(Ordering::SeqCst) {
             kill();
             let _ = child.wait();
-            return Outcome::Cancelled;
+            return Err(Outcome::Cancelled);
         }
         if timeout.is_some_and(|d| Instant::now() > d) {
             kill();
             let _ = child.wait();
-            return Outcome::TimedOut;
+            return Err(Outcome::TimedOut);
         }
         match &pidfd {
             Some(fd) => {
@@ -257,24 +303,8 @@ pub fn execute(
             None => std::thread::sleep(CHECK_EVERY),
         }
     };
-    // The group may have left children behind: they end with the request.
     kill();
-    let (stdout, t1) = out.join().unwrap_or_default();
-    let (mut stderr, t2) = err.join().unwrap_or_default();
-    if let Some(note) = place.note {
-        let mut s = format!("lazaret: {note}\n").into_bytes();
-        s.append(&mut stderr);
-        stderr = s;
-    }
-    use std::os::unix::process::ExitStatusExt;
-    Outcome::Completed {
-        status: status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-        stdout,
-        stderr,
-        truncated: t1 || t2,
-    }
+    Ok(status)
 }
 
 #[cfg(test)]

@@ -186,144 +186,167 @@ fn store(args: &ImageArgs, need_ids: bool) -> Result<(Store, lazaret_config::Loa
 
 fn run_inner(args: ImageArgs, g: &Global) -> Result<(), CliError> {
     match &args.cmd {
-        ImageCmd::Prepare { reference } => {
-            let (store, loaded) = store(&args, true)?;
-            let runsc = crate::leader::detect_runsc(
-                store.storage_root(),
-                loaded.config.runtime.runsc.as_deref(),
-            )?;
-            let opts = PrepareOptions {
-                statx_shim: runsc.needs_statx_shim(),
-            };
-            let mut report = Report::new();
-            let result = store.prepare_with(reference, &opts, &mut report);
-            report.done();
-            let image = result.map_err(|e| CliError::from(e).with_storage(store.storage_root()))?;
-            println!("{}", image.id);
+        ImageCmd::Prepare { reference } => prepare(&args, reference),
+        ImageCmd::List { json } => list(&args, *json),
+        ImageCmd::Rm { id, yes } => rm(&args, id, *yes),
+        ImageCmd::Commit { name, domain } => commit(&args, g, name, domain.clone()),
+        ImageCmd::Gc { all, yes } => gc(&args, *all, *yes),
+    }
+}
+
+/// `image prepare REF`: prints the prepared-artifact ID.
+fn prepare(args: &ImageArgs, reference: &str) -> Result<(), CliError> {
+    let (store, loaded) = store(args, true)?;
+    let runsc =
+        crate::leader::detect_runsc(store.storage_root(), loaded.config.runtime.runsc.as_deref())?;
+    let opts = PrepareOptions {
+        statx_shim: runsc.needs_statx_shim(),
+    };
+    let mut report = Report::new();
+    let result = store.prepare_with(reference, &opts, &mut report);
+    report.done();
+    let image = result.map_err(|e| CliError::from(e).with_storage(store.storage_root()))?;
+    println!("{}", image.id);
+    Ok(())
+}
+
+/// `image list`: a table, or JSON.
+fn list(args: &ImageArgs, json: bool) -> Result<(), CliError> {
+    let (store, _) = store(args, false)?;
+    let listed = store.list()?;
+    if json {
+        let text = serde_json::to_string_pretty(&listed)
+            .map_err(|e| CliError::Session(format!("cannot encode the list: {e}")))?;
+        println!("{}", lazaret_protocol::display::ascii_json(&text));
+        return Ok(());
+    }
+    println!("{:<12}  {:>10}  {:>6}  SOURCE", "ID", "SIZE", "LEASES");
+    for l in &listed {
+        let r = &l.record;
+        println!(
+            "{:<12}  {:>10}  {:>6}  {} ({})",
+            &r.id[..12.min(r.id.len())],
+            human(r.size),
+            l.leases.len(),
+            r.reference,
+            r.manifest_digest
+        );
+    }
+    Ok(())
+}
+
+/// `image rm ID`: the images it names, after asking.
+fn rm(args: &ImageArgs, id: &str, yes: bool) -> Result<(), CliError> {
+    let (store, _) = store(args, true)?;
+    let ids = store.resolve_named(id)?;
+    let listed = store.list()?;
+    for id in &ids {
+        match listed.iter().find(|l| &l.record.id == id) {
+            Some(l) => println!("{}", row(l)),
+            None => println!("{id}  (on disk only, not in the catalog)"),
         }
-        ImageCmd::List { json } => {
-            let (store, _) = store(&args, false)?;
-            let listed = store.list()?;
-            if *json {
-                let text = serde_json::to_string_pretty(&listed)
-                    .map_err(|e| CliError::Session(format!("cannot encode the list: {e}")))?;
-                println!("{}", lazaret_protocol::display::ascii_json(&text));
-                return Ok(());
-            }
-            println!("{:<12}  {:>10}  {:>6}  SOURCE", "ID", "SIZE", "LEASES");
-            for l in &listed {
-                let r = &l.record;
-                println!(
-                    "{:<12}  {:>10}  {:>6}  {} ({})",
-                    &r.id[..12.min(r.id.len())],
-                    human(r.size),
-                    l.leases.len(),
-                    r.reference,
-                    r.manifest_digest
-                );
-            }
+    }
+    confirmed(&format!("Remove {} image(s)?", ids.len()), yes)?;
+    for id in &ids {
+        let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
+        println!("removed {id}");
+    }
+    Ok(())
+}
+
+/// `image commit NAME`: a Domain's image and State Anchors as `local:NAME`.
+fn commit(
+    args: &ImageArgs,
+    g: &Global,
+    name: &str,
+    domain: Option<String>,
+) -> Result<(), CliError> {
+    let name = name
+        .strip_prefix(lazaret_image::commit::LOCAL_PREFIX)
+        .unwrap_or(name);
+    lazaret_image::commit::check_name(name)?;
+    let (store, _) = store(args, true)?;
+    let which = crate::state_cmd::Which::new(domain, g)?;
+    let d = crate::state_cmd::for_commit(&which, store.storage_root())?;
+    let paths: Vec<&str> = d.layers.iter().map(|l| l.path.as_str()).collect();
+    eprintln!(
+        "lazaret: committing Domain {} (profile {}, workspace {}): image {} and State Anchors {}",
+        d.id,
+        d.meta.profile,
+        lazaret_protocol::display::message(&d.meta.workspace),
+        d.meta.image,
+        paths.join(", ")
+    );
+    eprintln!(
+        "lazaret: everything those paths hold goes into the image, credentials stored there included (keep logins in `shared_paths`)"
+    );
+    let mut report = Report::new();
+    let result = store.commit(
+        &d.base,
+        &d.layers,
+        name,
+        lazaret_image::Limits::default(),
+        &mut report,
+    );
+    report.done();
+    let (image, done) = result?;
+    eprintln!(
+        "lazaret: committed as local:{name}: {} entries, {} from the State Anchors; use it with `image = \"local:{name}\"` in any profile",
+        done.entries,
+        human(done.bytes)
+    );
+    println!("{}", image.id);
+    Ok(())
+}
+
+/// `image gc`: lists what is kept (and why) and what is removed, asks,
+/// then removes only what it listed.
+fn gc(args: &ImageArgs, all: bool, yes: bool) -> Result<(), CliError> {
+    let (store, loaded) = store(args, true)?;
+    let listed = store.list()?;
+    let keep = if all {
+        Default::default()
+    } else {
+        needed(&store, &loaded.config, &listed)
+    };
+    let domains = store.storage_root().join("domains");
+    let leased = |l: &Listed| {
+        l.leases
+            .iter()
+            .any(|lease| domains.join(&lease.domain_id).is_dir())
+    };
+    let mut doomed = Vec::new();
+    for l in &listed {
+        if leased(l) {
+            println!("keep    {}  (leased by a Domain)", row(l));
+        } else if let Some(why) = keep.get(&l.record.id) {
+            println!("keep    {}  ({why}; --all removes it)", row(l));
+        } else {
+            println!("remove  {}", row(l));
+            doomed.push(l.record.id.clone());
         }
-        ImageCmd::Rm { id, yes } => {
-            let (store, _) = store(&args, true)?;
-            let ids = store.resolve_named(id)?;
-            let listed = store.list()?;
-            for id in &ids {
-                match listed.iter().find(|l| &l.record.id == id) {
-                    Some(l) => println!("{}", row(l)),
-                    None => println!("{id}  (on disk only, not in the catalog)"),
-                }
-            }
-            confirmed(&format!("Remove {} image(s)?", ids.len()), *yes)?;
-            for id in &ids {
-                let id = store.remove_artifact(id, &mut |l| eprintln!("  {l}"))?;
-                println!("removed {id}");
-            }
-        }
-        ImageCmd::Commit { name, domain } => {
-            let name = name
-                .strip_prefix(lazaret_image::commit::LOCAL_PREFIX)
-                .unwrap_or(name);
-            lazaret_image::commit::check_name(name)?;
-            let (store, _) = store(&args, true)?;
-            let which = crate::state_cmd::Which::new(domain.clone(), g)?;
-            let d = crate::state_cmd::for_commit(&which, store.storage_root())?;
-            let paths: Vec<&str> = d.layers.iter().map(|l| l.path.as_str()).collect();
-            eprintln!(
-                "lazaret: committing Domain {} (profile {}, workspace {}): image {} and State Anchors {}",
-                d.id,
-                d.meta.profile,
-                lazaret_protocol::display::message(&d.meta.workspace),
-                d.meta.image,
-                paths.join(", ")
-            );
-            eprintln!(
-                "lazaret: everything those paths hold goes into the image, credentials stored there included (keep logins in `shared_paths`)"
-            );
-            let mut report = Report::new();
-            let result = store.commit(
-                &d.base,
-                &d.layers,
-                name,
-                lazaret_image::Limits::default(),
-                &mut report,
-            );
-            report.done();
-            let (image, done) = result?;
-            eprintln!(
-                "lazaret: committed as local:{name}: {} entries, {} from the State Anchors; use it with `image = \"local:{name}\"` in any profile",
-                done.entries,
-                human(done.bytes)
-            );
-            println!("{}", image.id);
-        }
-        ImageCmd::Gc { all, yes } => {
-            let (store, loaded) = store(&args, true)?;
-            let listed = store.list()?;
-            let keep = if *all {
-                Default::default()
-            } else {
-                needed(&store, &loaded.config, &listed)
-            };
-            let domains = store.storage_root().join("domains");
-            let leased = |l: &Listed| {
-                l.leases
-                    .iter()
-                    .any(|lease| domains.join(&lease.domain_id).is_dir())
-            };
-            let mut doomed = Vec::new();
-            for l in &listed {
-                if leased(l) {
-                    println!("keep    {}  (leased by a Domain)", row(l));
-                } else if let Some(why) = keep.get(&l.record.id) {
-                    println!("keep    {}  ({why}; --all removes it)", row(l));
-                } else {
-                    println!("remove  {}", row(l));
-                    doomed.push(l.record.id.clone());
-                }
-            }
-            if !doomed.is_empty() {
-                confirmed(&format!("Remove {} image(s)?", doomed.len()), *yes)?;
-            } else {
-                println!("no image to remove");
-            }
-            // Only what was listed for removal (and confirmed): an image
-            // prepared meanwhile is not touched.
-            let report = store.gc(&|id| doomed.iter().any(|d| d == id), &mut |l| {
-                eprintln!("  {l}")
-            })?;
-            for id in &report.removed {
-                println!("removed {id}");
-            }
-            for id in &report.kept {
-                println!("kept {id} (leased)");
-            }
-            if report.leftovers > 0 {
-                println!(
-                    "removed {} leftover(s) of interrupted preparations",
-                    report.leftovers
-                );
-            }
-        }
+    }
+    if !doomed.is_empty() {
+        confirmed(&format!("Remove {} image(s)?", doomed.len()), yes)?;
+    } else {
+        println!("no image to remove");
+    }
+    // Only what was listed for removal (and confirmed): an image
+    // prepared meanwhile is not touched.
+    let report = store.gc(&|id| doomed.iter().any(|d| d == id), &mut |l| {
+        eprintln!("  {l}")
+    })?;
+    for id in &report.removed {
+        println!("removed {id}");
+    }
+    for id in &report.kept {
+        println!("kept {id} (leased)");
+    }
+    if report.leftovers > 0 {
+        println!(
+            "removed {} leftover(s) of interrupted preparations",
+            report.leftovers
+        );
     }
     Ok(())
 }

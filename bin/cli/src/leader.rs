@@ -42,18 +42,7 @@ pub(crate) fn libexec() -> Result<PathBuf, CliError> {
 }
 
 pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
-    let lock_path = r.domain_root.join("startup.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|source| CliError::Storage {
-            path: lock_path.display().to_string(),
-            source,
-        })?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
+    let _lock = startup_lock(r)?;
     // Another leader may have started the Domain while we waited.
     if crate::run::listening(&r.domain_root) {
         return Ok(());
@@ -71,14 +60,50 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     crate::ports::check_free(&r.ports)?;
     network.ports = r.ports.clone();
     let id_map = userns::current_id_map()?;
+    let image = prepare_image(r, &runsc, &id_map)?;
+    lazaret_helpers::timeline::mark("cli", "image-prepared");
+
+    let input = coordinator_input(r, &image, &runsc, id_map, network)?;
+    if let Some(max) = input.limits.anchor {
+        check_anchors_bound(r, max)?;
+    }
+    lazaret_helpers::timeline::mark("cli", "input-ready");
+    spawn_coordinator(r, &input)
+}
+
+/// The Domain's start-up lock, held by the leader until the coordinator
+/// is ready (or the start failed).
+fn startup_lock(r: &Resolved) -> Result<std::fs::File, CliError> {
+    let lock_path = r.domain_root.join("startup.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| CliError::Storage {
+            path: lock_path.display().to_string(),
+            source,
+        })?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
+    Ok(lock)
+}
+
+/// The profile's image, prepared (built on first use, with progress on
+/// stderr: one updating line on a terminal).
+fn prepare_image(
+    r: &Resolved,
+    runsc: &RunscInfo,
+    id_map: &lazaret_protocol::plan::IdMap,
+) -> Result<lazaret_image::PreparedImage, CliError> {
     let images = lazaret_image::Store::new(&r.storage_root, id_map.clone());
     let opts = PrepareOptions {
         statx_shim: runsc.needs_statx_shim(),
     };
-    let reference = r.profile.image.clone();
+    let reference = &r.profile.image;
     let interactive = std::io::stderr().is_terminal();
     let mut announced = false;
-    let image = images.prepare(&reference, &opts, &mut |line: &str| {
+    let image = images.prepare(reference, &opts, &mut |line: &str| {
         if !announced {
             eprintln!(
                 "lazaret: preparing image {reference} (first use; this takes about a minute)"
@@ -96,16 +121,26 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
     if announced && interactive {
         eprintln!("\r\x1b[2K  image {reference} ready");
     }
-    lazaret_helpers::timeline::mark("cli", "image-prepared");
+    Ok(image)
+}
 
-    let input = CoordinatorInput {
+/// What the coordinator is given: the resolved profile, the prepared
+/// image, runsc and the network.
+fn coordinator_input(
+    r: &Resolved,
+    image: &lazaret_image::PreparedImage,
+    runsc: &RunscInfo,
+    id_map: lazaret_protocol::plan::IdMap,
+    network: NetworkInput,
+) -> Result<CoordinatorInput, CliError> {
+    Ok(CoordinatorInput {
         domain_id: r.domain_id.to_string(),
         profile_name: r.profile_name.clone(),
         workspace: r.workspace.clone(),
         domain_root: r.domain_root.clone(),
         config_fingerprint: r.loaded.fingerprint.clone(),
         image_rootfs: image.rootfs.clone(),
-        image_reference: reference.clone(),
+        image_reference: r.profile.image.clone(),
         runsc: RunscInvocation {
             path: runsc.path.clone(),
             global_flags: runsc.global_flags(),
@@ -161,24 +196,26 @@ pub fn start_domain(r: &Resolved) -> Result<(), CliError> {
         },
         keep_alive_ms: r.profile.keep_alive_ms(),
         detach_on_hangup: r.profile.detach_on_hangup,
-    };
-    if let Some(max) = input.limits.anchor {
-        let over = crate::state_cmd::anchors_over(&r.domain_root, max);
-        if !over.is_empty() {
-            let list: Vec<String> = over
-                .iter()
-                .map(|(p, b)| format!("{} takes {b} bytes on disk", display::message(p)))
-                .collect();
-            return Err(CliError::Start(format!(
-                "State Anchor {} past its bound of {} (limits.anchor_size): discard it with `lazaret state reset {}`, or raise limits.anchor_size in the profile",
-                list.join(", "),
-                lazaret_config::format_size(max),
-                over.iter().map(|(p, _)| display::message(p)).collect::<Vec<_>>().join(" ")
-            )));
-        }
+    })
+}
+
+/// A State Anchor already past `max` (limits.anchor_size) refuses the
+/// start, naming how to discard it.
+fn check_anchors_bound(r: &Resolved, max: u64) -> Result<(), CliError> {
+    let over = crate::state_cmd::anchors_over(&r.domain_root, max);
+    if !over.is_empty() {
+        let list: Vec<String> = over
+            .iter()
+            .map(|(p, b)| format!("{} takes {b} bytes on disk", display::message(p)))
+            .collect();
+        return Err(CliError::Start(format!(
+            "State Anchor {} past its bound of {} (limits.anchor_size): discard it with `lazaret state reset {}`, or raise limits.anchor_size in the profile",
+            list.join(", "),
+            lazaret_config::format_size(max),
+            over.iter().map(|(p, _)| display::message(p)).collect::<Vec<_>>().join(" ")
+        )));
     }
-    lazaret_helpers::timeline::mark("cli", "input-ready");
-    spawn_coordinator(r, &input)
+    Ok(())
 }
 
 /// The installed runsc, its probes' outputs reused from the Storage
@@ -240,29 +277,7 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             path: log_path.display().to_string(),
             source,
         })?;
-    let mut cmd = Command::new(input.libexec.join("lazaret-coordinator"));
-    // The Domain ID in argv only names the process for `ps` and tests.
-    cmd.arg("--domain")
-        .arg(&input.domain_id)
-        .arg("--input-digest")
-        .arg(&digest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(
-            log.try_clone()
-                .map_err(|e| CliError::Start(e.to_string()))?,
-        ))
-        .stderr(Stdio::from(log))
-        .current_dir("/");
-    // Only what the Domain's processes read: the developer's other
-    // variables (API keys, the session's own `-e` values) stay with this
-    // CLI. The Git ones let the mount router find Git's configuration as
-    // host Git would.
-    cmd.env_clear();
-    for k in COORDINATOR_ENV {
-        if let Some(v) = std::env::var_os(k) {
-            cmd.env(k, v);
-        }
-    }
+    let mut cmd = coordinator_command(input, &digest, log)?;
     // Ourselves, so that the coordinator does not wait for a session
     // from a CLI that is gone.
     let me = lazaret_helpers::pidfd::open(std::process::id() as i32)
@@ -289,7 +304,45 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     drop(cmd);
     // Reap the intermediate; the coordinator itself lives on.
     let _ = child.wait();
-    let ready = std::fs::File::from(ready_r);
+    wait_ready(std::fs::File::from(ready_r), &log_path)
+}
+
+/// The coordinator's command line: its input's digest in argv, its output
+/// to `log`, and only the variables of [`COORDINATOR_ENV`].
+fn coordinator_command(
+    input: &CoordinatorInput,
+    digest: &str,
+    log: std::fs::File,
+) -> Result<Command, CliError> {
+    let mut cmd = Command::new(input.libexec.join("lazaret-coordinator"));
+    // The Domain ID in argv only names the process for `ps` and tests.
+    cmd.arg("--domain")
+        .arg(&input.domain_id)
+        .arg("--input-digest")
+        .arg(digest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(
+            log.try_clone()
+                .map_err(|e| CliError::Start(e.to_string()))?,
+        ))
+        .stderr(Stdio::from(log))
+        .current_dir("/");
+    // Only what the Domain's processes read: the developer's other
+    // variables (API keys, the session's own `-e` values) stay with this
+    // CLI. The Git ones let the mount router find Git's configuration as
+    // host Git would.
+    cmd.env_clear();
+    for k in COORDINATOR_ENV {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    Ok(cmd)
+}
+
+/// Waits (up to 65 s) for the coordinator's readiness record on `ready`;
+/// a failure names its log.
+fn wait_ready(ready: std::fs::File, log_path: &Path) -> Result<(), CliError> {
     let mut pfd = [nix::poll::PollFd::new(
         ready.as_fd(),
         nix::poll::PollFlags::POLLIN,

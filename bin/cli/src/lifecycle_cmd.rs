@@ -192,8 +192,29 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
             Some(ServerMsg::Status(s)) => Some(s),
             _ => None,
         };
+        rows.push(PsRow::of(&d, status));
+    }
+    if json {
+        println!(
+            "{}",
+            display::ascii_json(&serde_json::to_string_pretty(&rows).expect("json"))
+        );
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        println!("no Domain is running");
+        return Ok(0);
+    }
+    print_ps(rows);
+    Ok(0)
+}
+
+impl PsRow {
+    /// A running Domain's row: what its coordinator answered (`status`),
+    /// or only its name and place when it did not.
+    fn of(d: &state_cmd::Domain, status: Option<DomainStatus>) -> PsRow {
         let meta = d.meta.as_ref();
-        rows.push(PsRow {
+        PsRow {
             domain_id: d.id.clone(),
             profile: meta.map(|m| m.profile.clone()),
             workspace: meta.map(|m| m.workspace.clone()),
@@ -224,19 +245,12 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
                     })
                     .collect()
             }),
-        });
+        }
     }
-    if json {
-        println!(
-            "{}",
-            display::ascii_json(&serde_json::to_string_pretty(&rows).expect("json"))
-        );
-        return Ok(0);
-    }
-    if rows.is_empty() {
-        println!("no Domain is running");
-        return Ok(0);
-    }
+}
+
+/// `lazaret ps`'s table: a line per Domain, then one per session of it.
+fn print_ps(rows: Vec<PsRow>) {
     let ports: Vec<String> = rows.iter().map(|r| ports_column(&r.ports)).collect();
     let width = ports.iter().map(String::len).max().unwrap_or(0).max(5);
     println!(
@@ -277,7 +291,6 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
             );
         }
     }
-    Ok(0)
 }
 
 /// `lazaret stop [--all | Domain]`: asks each running Domain to end its

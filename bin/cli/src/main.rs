@@ -155,13 +155,10 @@ fn report(r: Result<i32, error::CliError>) -> i32 {
     }
 }
 
-fn main() {
-    // Not a subcommand: every binary of the suite answers it the same way.
-    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
-        confinement::cli().print_and_exit();
-    }
-    terminal::install_panic_restore();
-    let cli = match Cli::try_parse() {
+/// The command line, parsed; exits when it cannot be (or asked for help
+/// or the version).
+fn parse() -> Cli {
+    match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             // `--help` and `--version` are not errors; a bad command line
@@ -174,7 +171,56 @@ fn main() {
                 0
             });
         }
+    }
+}
+
+/// `lazaret doctor`: its checks, with the configuration when it loads
+/// (and why not when it does not).
+fn run_doctor(g: &Global, json: bool) -> i32 {
+    let env = lazaret_config::EnvVars::from_process();
+    let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw());
+    let status = match &loaded {
+        Ok(l) => Ok(l.path.as_ref().map(|p| p.display().to_string())),
+        Err(e) => Err(e.to_string()),
     };
+    let config = loaded.as_ref().ok().map(|l| &l.config);
+    let runsc = config.and_then(|c| c.runtime.runsc.clone());
+    doctor::run(runsc.as_deref(), config, status, json)
+}
+
+/// `lazaret stop`: every running Domain (`--all`), the named ones, or the
+/// selected one.
+fn stop(
+    g: &Global,
+    ids: Vec<String>,
+    all: bool,
+    which: state_cmd::Which,
+) -> Result<i32, error::CliError> {
+    if all {
+        g.check("stop --all", Uses::Config)
+            .and_then(|()| which.with(g))
+            .and_then(|which| lifecycle_cmd::stop(&which, true))
+    } else if !ids.is_empty() {
+        // Each named Domain in turn; the worst outcome is the status.
+        ids.into_iter().try_fold(0, |code, id| {
+            state_cmd::Which::new(Some(id), g)
+                .and_then(|which| lifecycle_cmd::stop(&which.despite_config(), false))
+                .map(|c| code.max(c))
+        })
+    } else {
+        which
+            .with(g)
+            .and_then(|which| lifecycle_cmd::stop(&which, false))
+    }
+}
+
+fn main() {
+    // Not a subcommand: every binary of the suite answers it the same way.
+    if std::env::args().nth(1).as_deref() == Some("--print-confinement") {
+        confinement::cli().print_and_exit();
+    }
+    terminal::install_panic_restore();
+    let cli = parse();
     if !matches!(cli.command, Cmd::Run(_) | Cmd::Attach { .. }) {
         // Printing commands end quietly when their reader goes away
         // (`lazaret state list | head`), as other Unix tools do. `run`
@@ -199,17 +245,10 @@ fn main() {
         Cmd::Changes(args) => report(changes_cmd::run(args, &g)),
         Cmd::Net(cmd) => report(net_cmd::run(cmd, &g)),
         Cmd::Export(cmd) => report(export_cmd::run(cmd, &g)),
-        Cmd::Doctor { json } => report(g.check("doctor", Uses::Config).map(|()| {
-            let env = lazaret_config::EnvVars::from_process();
-            let loaded = lazaret_config::load(g.config(), &env, rustix::process::getuid().as_raw());
-            let status = match &loaded {
-                Ok(l) => Ok(l.path.as_ref().map(|p| p.display().to_string())),
-                Err(e) => Err(e.to_string()),
-            };
-            let config = loaded.as_ref().ok().map(|l| &l.config);
-            let runsc = config.and_then(|c| c.runtime.runsc.clone());
-            doctor::run(runsc.as_deref(), config, status, json)
-        })),
+        Cmd::Doctor { json } => report(
+            g.check("doctor", Uses::Config)
+                .map(|()| run_doctor(&g, json)),
+        ),
         Cmd::Df { json } => report(
             g.check("df", Uses::Config)
                 .and_then(|()| df_cmd::run(g.config.clone(), json)),
@@ -226,22 +265,7 @@ fn main() {
             g.check("ps", Uses::Config)
                 .and_then(|()| lifecycle_cmd::ps(g.config.clone(), json)),
         ),
-        Cmd::Stop { ids, all, which } => report(if all {
-            g.check("stop --all", Uses::Config)
-                .and_then(|()| which.with(&g))
-                .and_then(|which| lifecycle_cmd::stop(&which, true))
-        } else if !ids.is_empty() {
-            // Each named Domain in turn; the worst outcome is the status.
-            ids.into_iter().try_fold(0, |code, id| {
-                state_cmd::Which::new(Some(id), &g)
-                    .and_then(|which| lifecycle_cmd::stop(&which.despite_config(), false))
-                    .map(|c| code.max(c))
-            })
-        } else {
-            which
-                .with(&g)
-                .and_then(|which| lifecycle_cmd::stop(&which, false))
-        }),
+        Cmd::Stop { ids, all, which } => report(stop(&g, ids, all, which)),
         Cmd::Logs {
             id,
             follow,

@@ -193,35 +193,7 @@ fn ports_text(ports: &[u16]) -> String {
 
 fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
     let (id, dir, network, ws, profile_name) = domain(g)?;
-    let path = dir.join(record::FILE);
-
-    let rec = match record::read(&path) {
-        Ok(r) => Some(r),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(CliError::Session(format!(
-                "cannot read {}: {e}; it is rewritten at the Domain's next start",
-                path.display()
-            )))
-        }
-    };
-    let rec = match rec {
-        Some(r) => r,
-        None => {
-            // Never started: what the profile derives now.
-            let opts = lazaret_netpolicy::options_on_this_host(&network, "preview")
-                .map_err(|e| CliError::Network(e.to_string()))?;
-            match lazaret_netpolicy::derive(&network, &opts)
-                .map_err(|e| CliError::Network(e.to_string()))?
-            {
-                NetworkPlan::None => NetworkRecord::disabled(&id, 0),
-                NetworkPlan::Policy(p) => {
-                    let d = p.digest().map_err(|e| CliError::Network(e.to_string()))?;
-                    NetworkRecord::for_policy(&id, 0, &p, &d)
-                }
-            }
-        }
-    };
+    let rec = recorded_or_derived(&dir, &id, &network)?;
     // The live table: only while a generation runs (its routes go with
     // the Domain's network namespace).
     let running = crate::lifecycle_cmd::is_running(&dir.join("domain.lock"));
@@ -253,32 +225,75 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
             render_watched(&mut out, running, &watched);
         }
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
-            out.push_str(&format!(
-                "names routed now: {}\n",
-                match (running, live.is_empty()) {
-                    (false, _) => "none (the Domain is not running)",
-                    (true, true) => "none",
-                    (true, false) => "",
-                }
-            ));
-            for e in &live {
-                let names: Vec<String> = e
-                    .names
-                    .iter()
-                    .map(lazaret_protocol::display::escape)
-                    .collect();
-                out.push_str(&format!(
-                    "  {:<15} {}  {}  until {}\n",
-                    e.address.to_string(),
-                    names.join(", "),
-                    ports_text(&e.ports),
-                    crate::human::time_ms(e.expires_ms)
-                ));
-            }
+            render_live(&mut out, running, &live);
         }
         print!("{out}");
     }
     Ok(0)
+}
+
+/// The Domain's network record (`dir`'s), or, when it never started,
+/// what the profile's `network` derives now.
+fn recorded_or_derived(
+    dir: &Path,
+    id: &str,
+    network: &lazaret_config::Network,
+) -> Result<NetworkRecord, CliError> {
+    let path = dir.join(record::FILE);
+
+    let rec = match record::read(&path) {
+        Ok(r) => Some(r),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(CliError::Session(format!(
+                "cannot read {}: {e}; it is rewritten at the Domain's next start",
+                path.display()
+            )))
+        }
+    };
+    Ok(match rec {
+        Some(r) => r,
+        None => {
+            // Never started: what the profile derives now.
+            let opts = lazaret_netpolicy::options_on_this_host(network, "preview")
+                .map_err(|e| CliError::Network(e.to_string()))?;
+            match lazaret_netpolicy::derive(network, &opts)
+                .map_err(|e| CliError::Network(e.to_string()))?
+            {
+                NetworkPlan::None => NetworkRecord::disabled(id, 0),
+                NetworkPlan::Policy(p) => {
+                    let d = p.digest().map_err(|e| CliError::Network(e.to_string()))?;
+                    NetworkRecord::for_policy(id, 0, &p, &d)
+                }
+            }
+        }
+    })
+}
+
+/// The names routed now (the live DNS table), for people.
+fn render_live(out: &mut String, running: bool, live: &[dnslog::LiveEntry]) {
+    out.push_str(&format!(
+        "names routed now: {}\n",
+        match (running, live.is_empty()) {
+            (false, _) => "none (the Domain is not running)",
+            (true, true) => "none",
+            (true, false) => "",
+        }
+    ));
+    for e in live {
+        let names: Vec<String> = e
+            .names
+            .iter()
+            .map(lazaret_protocol::display::escape)
+            .collect();
+        out.push_str(&format!(
+            "  {:<15} {}  {}  until {}\n",
+            e.address.to_string(),
+            names.join(", "),
+            ports_text(&e.ports),
+            crate::human::time_ms(e.expires_ms)
+        ));
+    }
 }
 
 /// The watcher's denials, for people.

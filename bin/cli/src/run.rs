@@ -235,25 +235,7 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
             workspace.display()
         )));
     }
-    for v in &profile.volumes {
-        // Early, for a clear message; the holder resolves it again, once,
-        // and mounts what it resolved. A link is refused before anything
-        // is said about its target.
-        use lazaret_helpers::hostpath::{open_volume, HostPathError};
-        match open_volume(&v.host) {
-            Ok(_) => {}
-            Err(HostPathError::Open { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return Err(CliError::Placement(format!(
-                    "volume host path {} (mounted at {}) does not exist: create it or remove the volume from the profile",
-                    v.host.display(),
-                    v.sandbox
-                )));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    check_volumes_exist(&profile.volumes)?;
     // The overlaps first: they name the key at fault.
     lazaret_config::check_host_overlap(
         &loaded,
@@ -265,15 +247,7 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         crate::session_env::session_env(&profile.pass_env, &args.env, &|k| std::env::var_os(k))?;
     let domain_id = DomainIdV1::derive(&profile_name, workspace.as_os_str().as_bytes());
     let domain_root = storage_root.join("domains").join(domain_id.to_string());
-    let uid = rustix::process::getuid().as_raw();
-    use lazaret_helpers::hostpath::check_private_dir;
-    let mkdir = |p: &Path| mkdir_private(p).map_err(|e| e.with_storage(&storage_root));
-    mkdir(&storage_root)?;
-    check_private_dir("Storage Root", &storage_root, uid)?;
-    mkdir(&storage_root.join("domains"))?;
-    check_private_dir("Storage Root", &storage_root.join("domains"), uid)?;
-    mkdir(&domain_root)?;
-    check_private_dir("Domain Root", &domain_root, uid)?;
+    make_domain_root(&storage_root, &domain_root)?;
     Ok(Resolved {
         loaded,
         profile_name,
@@ -288,6 +262,44 @@ pub fn resolve(args: &RunArgs, g: &Global) -> Result<Resolved, CliError> {
         domain_root,
         ports,
     })
+}
+
+/// Each volume's host path exists. Early, for a clear message; the holder
+/// resolves it again, once, and mounts what it resolved. A link is refused
+/// before anything is said about its target.
+fn check_volumes_exist(volumes: &[lazaret_config::Volume]) -> Result<(), CliError> {
+    use lazaret_helpers::hostpath::{open_volume, HostPathError};
+    for v in volumes {
+        match open_volume(&v.host) {
+            Ok(_) => {}
+            Err(HostPathError::Open { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(CliError::Placement(format!(
+                    "volume host path {} (mounted at {}) does not exist: create it or remove the volume from the profile",
+                    v.host.display(),
+                    v.sandbox
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the Storage Root, its `domains` and the Domain Root, each
+/// private to this user, and checks each is.
+fn make_domain_root(storage_root: &Path, domain_root: &Path) -> Result<(), CliError> {
+    let uid = rustix::process::getuid().as_raw();
+    use lazaret_helpers::hostpath::check_private_dir;
+    let mkdir = |p: &Path| mkdir_private(p).map_err(|e| e.with_storage(storage_root));
+    mkdir(storage_root)?;
+    check_private_dir("Storage Root", storage_root, uid)?;
+    mkdir(&storage_root.join("domains"))?;
+    check_private_dir("Storage Root", &storage_root.join("domains"), uid)?;
+    mkdir(domain_root)?;
+    check_private_dir("Domain Root", domain_root, uid)?;
+    Ok(())
 }
 
 /// The host places no volume of the profile may overlap (see
@@ -600,14 +612,57 @@ fn say_protected(domain_root: &Path) {
 /// accepted us (it was stopping), so the caller tries again.
 fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, CliError> {
     let tty = terminal::is_tty();
-    let term = || std::env::var("TERM").unwrap_or_else(|_| "xterm".into());
-    let (detach, attaching) = match &mode {
-        Mode::New { detach, .. } => (*detach, false),
-        Mode::Attach(_) => (false, true),
+    let tty_info = session_tty(&mode, tty);
+    let attaching = matches!(mode, Mode::Attach(_));
+    let mut w = stream
+        .try_clone()
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    let mut rd = stream;
+    let hello = hello(r, mode, tty_info);
+    let detach = hello.detach;
+    let Some(session_id) = accept(&mut w, &mut rd, &hello)? else {
+        return Ok(None);
     };
-    // A detached session gets a PTY whether or not this is a terminal: its
-    // size is this terminal's, or 24x80.
-    let tty_info = if tty {
+    if detach {
+        // The session goes on without us; its ID is what `attach` takes.
+        println!("{session_id}");
+        return Ok(Some(0));
+    }
+    if tty {
+        terminal::enter_raw()
+            .map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
+    }
+    let w = Arc::new(Mutex::new(w));
+    // Approved host commands run here, in this session's CLI; they end
+    // with the session, however this function returns.
+    let setting = host_setting(r);
+    let runner = host_command::Runner::new(w.clone(), setting.clone());
+    let _end_commands = EndCommands(runner.clone());
+    let route: prompt::KeyRoute = Arc::new(Mutex::new(None));
+    spawn_signal_relay(&w, tty);
+    spawn_stdin_relay(w.clone(), route.clone(), attaching);
+    let (tx, events) = std::sync::mpsc::channel::<prompt::Event>();
+    std::thread::spawn(move || read_server(rd, &runner, &tx));
+    Relay {
+        r,
+        tty,
+        session_id,
+        w,
+        setting,
+        route,
+        events,
+        backlog: VecDeque::new(),
+        modes: crate::vt::Modes::default(),
+    }
+    .run()
+}
+
+/// The session's terminal: this one's size, or, for a detached session
+/// (which gets a PTY whether or not this is a terminal), 24x80.
+fn session_tty(mode: &Mode, tty: bool) -> Option<TtyInfo> {
+    let term = || std::env::var("TERM").unwrap_or_else(|_| "xterm".into());
+    let detach = matches!(mode, Mode::New { detach: true, .. });
+    if tty {
         let (rows, cols) = terminal::size();
         Some(TtyInfo {
             term: term(),
@@ -620,11 +675,17 @@ fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, 
             rows: 24,
             cols: 80,
         })
-    };
-    let (argv, attach) = match mode {
-        Mode::New { argv, .. } => (argv, None),
+    }
+}
+
+/// The session's first record: what it runs, or which session it attaches
+/// to, on which terminal, where and with what.
+fn hello(r: &Resolved, mode: Mode, tty_info: Option<TtyInfo>) -> Hello {
+    let (argv, detach, attach) = match mode {
+        Mode::New { argv, detach } => (argv, detach, None),
         Mode::Attach(session) => (
             None,
+            false,
             Some(lazaret_protocol::session::Attach {
                 session,
                 rows: tty_info.as_ref().map_or(24, |t| t.rows),
@@ -632,11 +693,7 @@ fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, 
             }),
         ),
     };
-    let mut w = stream
-        .try_clone()
-        .map_err(|e| CliError::Session(e.to_string()))?;
-    let mut rd = stream;
-    let hello = Hello {
+    Hello {
         version: PROTOCOL_VERSION,
         config_fingerprint: r.loaded.fingerprint.clone(),
         argv,
@@ -652,40 +709,39 @@ fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, 
         ports: r.ports.clone(),
         detach,
         attach,
-    };
-    if write_frame(&mut w, &hello).is_err() {
+    }
+}
+
+/// Sends `hello` and reads the coordinator's answer: the Session ID, or
+/// `None` when the coordinator went away first (it was stopping).
+fn accept(
+    w: &mut UnixStream,
+    rd: &mut UnixStream,
+    hello: &Hello,
+) -> Result<Option<String>, CliError> {
+    if write_frame(w, hello).is_err() {
         return Ok(None);
     }
-    let session_id = match read_frame::<_, ServerMsg>(&mut rd) {
+    match read_frame::<_, ServerMsg>(rd) {
         Ok(ServerMsg::Accepted { session_id }) => {
             lazaret_helpers::timeline::mark("cli", "session-accepted");
-            session_id
+            Ok(Some(session_id))
         }
-        Ok(ServerMsg::Refused { reason }) => return Err(CliError::Session(reason)),
-        Ok(other) => {
-            return Err(CliError::Session(format!(
-                "unexpected first record {other:?}"
-            )))
-        }
-        Err(FrameError::Closed) => return Ok(None),
+        Ok(ServerMsg::Refused { reason }) => Err(CliError::Session(reason)),
+        Ok(other) => Err(CliError::Session(format!(
+            "unexpected first record {other:?}"
+        ))),
+        Err(FrameError::Closed) => Ok(None),
         Err(e) if matches!(&e, FrameError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) => {
-            return Ok(None)
+            Ok(None)
         }
-        Err(e) => return Err(CliError::Session(e.to_string())),
-    };
-    if detach {
-        // The session goes on without us; its ID is what `attach` takes.
-        println!("{session_id}");
-        return Ok(Some(0));
+        Err(e) => Err(CliError::Session(e.to_string())),
     }
-    if tty {
-        terminal::enter_raw()
-            .map_err(|e| CliError::Session(format!("cannot set the terminal to raw mode: {e}")))?;
-    }
-    let w = Arc::new(Mutex::new(w));
-    // Approved host commands run here, in this session's CLI; they end
-    // with the session, however this function returns.
-    let setting = crate::host_dir::Setting {
+}
+
+/// Where and how this session's approved host commands run.
+fn host_setting(r: &Resolved) -> crate::host_dir::Setting {
+    crate::host_dir::Setting {
         workspace: r.workspace.clone(),
         pass_env: r.profile.escalation.pass_env.clone(),
         isolate_ignored: r.profile.isolate_ignored,
@@ -696,17 +752,19 @@ fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, 
             .filter(|v| !v.read_only)
             .map(|v| v.host.clone())
             .collect(),
-    };
-    let runner = host_command::Runner::new(w.clone(), setting.clone());
-    let _end_commands = EndCommands(runner.clone());
-    let route: prompt::KeyRoute = Arc::new(Mutex::new(None));
-    spawn_signal_relay(&w, tty);
-    spawn_stdin_relay(w.clone(), route.clone(), attaching);
-    let (tx, events) = std::sync::mpsc::channel::<prompt::Event>();
-    std::thread::spawn(move || loop {
+    }
+}
+
+/// Reads the coordinator's records until the connection ends: host
+/// commands start and stop here, not behind a prompt that owns the main
+/// loop; everything else goes to the main loop.
+fn read_server(
+    mut rd: UnixStream,
+    runner: &host_command::Runner,
+    tx: &std::sync::mpsc::Sender<prompt::Event>,
+) {
+    loop {
         let m = read_frame::<_, ServerMsg>(&mut rd).map_err(|e| e.to_string());
-        // Host commands start and stop here, not behind a prompt that
-        // owns the main loop.
         match m {
             Ok(ServerMsg::RunHostCommand(c)) => {
                 lazaret_helpers::timeline::mark("cli", "host-command-in");
@@ -723,83 +781,114 @@ fn session(stream: UnixStream, r: &Resolved, mode: Mode) -> Result<Option<i32>, 
         if tx.send(m).is_err() || end {
             return;
         }
-    });
+    }
+}
 
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr();
-    let mut backlog = VecDeque::new();
-    // The terminal's input modes and screen as the session's program set
-    // them, to give back after a prompt resets them.
-    let mut modes = crate::vt::Modes::default();
-    loop {
-        let ev = match backlog.pop_front() {
-            Some(ev) => ev,
-            None => events.recv().unwrap_or_else(|_| Err("closed".into())),
-        };
-        match ev {
-            Ok(ServerMsg::Stdout(d)) => {
-                if tty {
-                    modes.feed(&d);
+/// The session's main loop: what the coordinator sends, played out on
+/// this terminal.
+struct Relay<'a> {
+    r: &'a Resolved,
+    tty: bool,
+    session_id: String,
+    w: Arc<Mutex<UnixStream>>,
+    setting: crate::host_dir::Setting,
+    route: prompt::KeyRoute,
+    events: std::sync::mpsc::Receiver<prompt::Event>,
+    /// Records a prompt read past while it owned the terminal.
+    backlog: VecDeque<prompt::Event>,
+    /// The terminal's input modes and screen as the session's program set
+    /// them, to give back after a prompt resets them.
+    modes: crate::vt::Modes,
+}
+
+impl Relay<'_> {
+    fn run(mut self) -> Result<Option<i32>, CliError> {
+        let mut out = std::io::stdout().lock();
+        let mut err = std::io::stderr();
+        loop {
+            let ev = match self.backlog.pop_front() {
+                Some(ev) => ev,
+                None => self.events.recv().unwrap_or_else(|_| Err("closed".into())),
+            };
+            match ev {
+                Ok(ServerMsg::Stdout(d)) => {
+                    if self.tty {
+                        self.modes.feed(&d);
+                    }
+                    if out.write_all(&d).and_then(|_| out.flush()).is_err() {
+                        // Our reader is gone (`lazaret run -- yes | head`):
+                        // hang the session up, exit as if by SIGPIPE.
+                        terminal::restore();
+                        let _ = self.w.lock().unwrap().shutdown(std::net::Shutdown::Both);
+                        return Ok(Some(128 + libc::SIGPIPE));
+                    }
                 }
-                if out.write_all(&d).and_then(|_| out.flush()).is_err() {
-                    // Our reader is gone (`lazaret run -- yes | head`):
-                    // hang the session up, exit as if by SIGPIPE.
+                Ok(ServerMsg::Stderr(d)) => {
+                    let _ = err.write_all(&d);
+                }
+                Ok(ServerMsg::Exit { status }) => {
+                    lazaret_helpers::timeline::mark("cli", "exit-received");
                     terminal::restore();
-                    let _ = w.lock().unwrap().shutdown(std::net::Shutdown::Both);
-                    return Ok(Some(128 + libc::SIGPIPE));
+                    return Ok(Some(status));
                 }
-            }
-            Ok(ServerMsg::Stderr(d)) => {
-                let _ = err.write_all(&d);
-            }
-            Ok(ServerMsg::Exit { status }) => {
-                lazaret_helpers::timeline::mark("cli", "exit-received");
-                terminal::restore();
-                return Ok(Some(status));
-            }
-            Ok(ServerMsg::Prompt(p)) => {
-                drop(out);
-                let changed =
-                    crate::changes_cmd::read_by_command(&r.domain_root, &r.workspace, &p.argv);
-                let host = prompt::HostSide::of(&setting, &p.cwd);
-                let decision = prompt::ask(&p, &host, &changed, &route, &events, &mut backlog);
-                if let Some(argv) = decision {
-                    let _ = write_frame(
-                        &mut *w.lock().unwrap(),
-                        &ClientMsg::Decision {
-                            request_id: p.request_id.clone(),
-                            argv,
-                        },
+                Ok(ServerMsg::Prompt(p)) => {
+                    drop(out);
+                    self.prompt(&p);
+                    out = std::io::stdout().lock();
+                }
+                Ok(ServerMsg::PromptWithdrawn { .. }) => {}
+                Ok(ServerMsg::Detached) => {
+                    terminal::restore();
+                    let session_id = &self.session_id;
+                    eprintln!(
+                        "\r\nlazaret: detached from session {session_id}; it goes on (`lazaret attach {}` reattaches)",
+                        &session_id[..session_id.len().min(8)]
                     );
+                    return Ok(Some(0));
                 }
-                give_back(&mut modes, &w);
-                out = std::io::stdout().lock();
-            }
-            Ok(ServerMsg::PromptWithdrawn { .. }) => {}
-            Ok(ServerMsg::Detached) => {
-                terminal::restore();
-                eprintln!(
-                    "\r\nlazaret: detached from session {session_id}; it goes on (`lazaret attach {}` reattaches)",
-                    &session_id[..session_id.len().min(8)]
-                );
-                return Ok(Some(0));
-            }
-            Ok(ServerMsg::Failed { reason }) => {
-                terminal::restore();
-                return Err(CliError::Session(reason));
-            }
-            Ok(other) => {
-                terminal::restore();
-                return Err(CliError::Session(format!("unexpected record {other:?}")));
-            }
-            Err(e) => {
-                terminal::restore();
-                return Err(CliError::Session(format!(
-                    "the connection to the Domain's coordinator was lost ({e}); see coordinator.log in {}",
-                    r.domain_root.display()
-                )));
+                Ok(ServerMsg::Failed { reason }) => {
+                    terminal::restore();
+                    return Err(CliError::Session(reason));
+                }
+                Ok(other) => {
+                    terminal::restore();
+                    return Err(CliError::Session(format!("unexpected record {other:?}")));
+                }
+                Err(e) => {
+                    terminal::restore();
+                    return Err(CliError::Session(format!(
+                        "the connection to the Domain's coordinator was lost ({e}); see coordinator.log in {}",
+                        self.r.domain_root.display()
+                    )));
+                }
             }
         }
+    }
+
+    /// Asks about a Host Escalation on this terminal, sends the decision,
+    /// and gives the terminal back to the session's program.
+    fn prompt(&mut self, p: &lazaret_protocol::session::EscalationPrompt) {
+        let r = self.r;
+        let changed = crate::changes_cmd::read_by_command(&r.domain_root, &r.workspace, &p.argv);
+        let host = prompt::HostSide::of(&self.setting, &p.cwd);
+        let decision = prompt::ask(
+            p,
+            &host,
+            &changed,
+            &self.route,
+            &self.events,
+            &mut self.backlog,
+        );
+        if let Some(argv) = decision {
+            let _ = write_frame(
+                &mut *self.w.lock().unwrap(),
+                &ClientMsg::Decision {
+                    request_id: p.request_id.clone(),
+                    argv,
+                },
+            );
+        }
+        give_back(&mut self.modes, &self.w);
     }
 }
 

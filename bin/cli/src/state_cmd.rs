@@ -652,18 +652,16 @@ fn mounts(root: &Path) -> Vec<String> {
     out
 }
 
+/// How long processes may still hold a Domain whose lock is free before a
+/// `state` command that changes or checks its anchors refuses.
+const LAST_PROCESSES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The exclusive lifecycle lock: the Domain `flock` a running coordinator
 /// holds. A Domain that serves sessions is refused, naming its
 /// coordinator; one that is stopping (or starting, before its first
 /// session) is waited for, up to [`crate::lifecycle_cmd::STOP_WAIT`], with
 /// a message. Then establishes that no process or mount uses its state.
-/// How long processes may still hold a Domain whose lock is free before a
-/// `state` command that changes or checks its anchors refuses.
-const LAST_PROCESSES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
-    use crate::lifecycle_cmd::{ask, STOP_WAIT};
-    use lazaret_protocol::session::{Control, ServerMsg};
     let lock = rustix::fs::open(
         domain.layout.lock(),
         rustix::fs::OFlags::CREATE
@@ -679,43 +677,60 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
         )
     })?;
     let lock = std::fs::File::from(lock);
+    wait_for_lock(domain, &lock)?;
+    check_unused(domain)?;
+    Ok(lock)
+}
+
+/// Takes `lock` exclusively: at once, or, when its coordinator serves no
+/// session (it is stopping or starting), once it lets go, up to
+/// [`crate::lifecycle_cmd::STOP_WAIT`].
+fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, String)> {
+    use crate::lifecycle_cmd::{ask, STOP_WAIT};
+    use lazaret_protocol::session::{Control, ServerMsg};
     let try_lock =
-        || rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok();
-    if !try_lock() {
-        let who = match lock_holder(&domain.layout.lock()) {
-            Some(pid) => format!("lazaret-coordinator (pid {pid}) holds it"),
-            None => "another lazaret process holds it".into(),
-        };
-        if let Some(ServerMsg::Status(s)) = ask(&domain.layout.root, Control::Status) {
-            if s.sessions > 0 {
-                return Err((
-                    REFUSED,
-                    format!(
-                        "Domain {} is active: {who}, serving {} session(s); end them, or `lazaret stop --domain {}`, and try again",
-                        domain.id, s.sessions, domain.id
-                    ),
-                ));
-            }
-        }
-        eprintln!(
-            "lazaret: Domain {} is stopping (or starting): waiting up to {} s",
-            domain.id,
-            STOP_WAIT.as_secs()
-        );
-        let deadline = std::time::Instant::now() + STOP_WAIT;
-        while !try_lock() {
-            if std::time::Instant::now() > deadline {
-                return Err((
-                    REFUSED,
-                    format!("Domain {} is still active after {} s: {who}; end its sessions (`lazaret stop --domain {}`) and try again", domain.id, STOP_WAIT.as_secs(), domain.id),
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        || rustix::fs::flock(lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok();
+    if try_lock() {
+        return Ok(());
+    }
+    let who = match lock_holder(&domain.layout.lock()) {
+        Some(pid) => format!("lazaret-coordinator (pid {pid}) holds it"),
+        None => "another lazaret process holds it".into(),
+    };
+    if let Some(ServerMsg::Status(s)) = ask(&domain.layout.root, Control::Status) {
+        if s.sessions > 0 {
+            return Err((
+                REFUSED,
+                format!(
+                    "Domain {} is active: {who}, serving {} session(s); end them, or `lazaret stop --domain {}`, and try again",
+                    domain.id, s.sessions, domain.id
+                ),
+            ));
         }
     }
-    // With the lock held no Domain starts; a generation that just stopped
-    // may still have processes in their last moments (the last ones of its
-    // PID namespace exiting): they get a few seconds to go.
+    eprintln!(
+        "lazaret: Domain {} is stopping (or starting): waiting up to {} s",
+        domain.id,
+        STOP_WAIT.as_secs()
+    );
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    while !try_lock() {
+        if std::time::Instant::now() > deadline {
+            return Err((
+                REFUSED,
+                format!("Domain {} is still active after {} s: {who}; end its sessions (`lazaret stop --domain {}`) and try again", domain.id, STOP_WAIT.as_secs(), domain.id),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// With the lock held no Domain starts; a generation that just stopped
+/// may still have processes in their last moments (the last ones of its
+/// PID namespace exiting): they get a few seconds to go. Then no process
+/// and no mount may use the Domain's state.
+fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
     let deadline = std::time::Instant::now() + LAST_PROCESSES_WAIT;
     let mut users = users_of(&domain.layout.root);
     while !users.is_empty() && std::time::Instant::now() < deadline {
@@ -740,7 +755,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
             format!("mounts still use Domain {}: {}", domain.id, m.join("; ")),
         ));
     }
-    Ok(lock)
+    Ok(())
 }
 
 fn remove_tree(p: &Path) -> Result<(), String> {
@@ -1055,121 +1070,9 @@ fn compact(views: &[DomainView]) -> Vec<String> {
 
 pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
     match cmd {
-        StateCmd::List { json, long } => {
-            g.check("state list", Uses::Filter)?;
-            let common = Common {
-                config: g.config.clone(),
-                lenient: false,
-            };
-            let (root, config) = storage_root_and_config(&common)?;
-            let filter = ListFilter::of(g)?;
-            let mut views = Vec::new();
-            for domain in all_domains(common.config.clone())? {
-                if filter.keeps(domain.meta.as_ref()) {
-                    views.push(view(&domain, false, &config)?);
-                }
-            }
-            if json {
-                println!(
-                    "{}",
-                    lazaret_protocol::display::ascii_json(
-                        &serde_json::to_string_pretty(&views).expect("json")
-                    )
-                );
-            } else if views.is_empty() {
-                match filter.described() {
-                    Some(f) => println!("no Domain in {} matches {f}", root.display()),
-                    None => println!("no Domains in {}", root.display()),
-                }
-            } else if long {
-                for v in &views {
-                    print_long(v);
-                }
-            } else {
-                for line in compact(&views) {
-                    println!("{line}");
-                }
-            }
-            Ok(0)
-        }
-        StateCmd::Inspect { which, json, paths } => {
-            let which = which.with(g)?;
-            let domain = resolve(&which)?;
-            let (_, config) = storage_root_and_config(&which.common)?;
-            let v = view(&domain, true, &config)?;
-            if json {
-                println!(
-                    "{}",
-                    lazaret_protocol::display::ascii_json(
-                        &serde_json::to_string_pretty(&v).expect("json")
-                    )
-                );
-                return Ok(0);
-            }
-            print_header(&v);
-            for a in &v.anchors {
-                let Some(c) = a.changes.as_ref() else {
-                    println!(
-                        "  {} (generation {}): unreadable: {}",
-                        a.path,
-                        a.generation,
-                        a.error.as_deref().unwrap_or("?")
-                    );
-                    continue;
-                };
-                println!(
-                    "  {} (generation {}): {} added, {} changed, {} deleted, {}",
-                    a.path,
-                    a.generation,
-                    c.added_count,
-                    c.changed_count,
-                    c.deleted_count,
-                    human_bytes(c.bytes)
-                );
-                if !paths {
-                    continue;
-                }
-                // Each path is already in its escaped form (the scan's
-                // output, see `Summary`); `message` only guards it.
-                for (mark, list) in [("+", &c.added), ("~", &c.changed), ("-", &c.deleted)] {
-                    for p in list {
-                        println!("    {mark} {}", display::message(p));
-                    }
-                }
-                if c.truncated {
-                    println!("    ... (lists cut at 1000 paths each)");
-                }
-            }
-            Ok(0)
-        }
-        StateCmd::Verify { which } => {
-            let which = which.with(g)?;
-            let domain = resolve(&which)?;
-            let _lock = match lock_inactive(&domain) {
-                Ok(l) => l,
-                Err((code, msg)) => {
-                    eprintln!("lazaret: {}", display::message(&msg));
-                    return Ok(code);
-                }
-            };
-            let store = Store::open(&domain.layout.store())
-                .map_err(|e| CliError::Session(e.to_string()))?;
-            let problems = Anchors::new(&domain.layout, &store)
-                .and_then(|a| a.verify())
-                .map_err(|e| CliError::Session(e.to_string()))?;
-            if problems.is_empty() {
-                println!(
-                    "Domain {}: State Anchors verified, no problem found",
-                    domain.id
-                );
-                Ok(0)
-            } else {
-                for p in &problems {
-                    println!("problem: {}", display::message(&p.to_string()));
-                }
-                Ok(VERIFY_PROBLEMS)
-            }
-        }
+        StateCmd::List { json, long } => list(g, json, long),
+        StateCmd::Inspect { which, json, paths } => inspect(which.with(g)?, json, paths),
+        StateCmd::Verify { which } => verify(which.with(g)?),
         StateCmd::Reset {
             paths,
             all,
@@ -1182,43 +1085,168 @@ pub fn run(cmd: StateCmd, g: &Global) -> Result<i32, CliError> {
             domains,
             yes,
             which,
-        } => {
-            let which = which.with(g)?;
-            if !domains.is_empty() {
-                // Domain IDs name the Domains on their own.
-                g.check_domain_id(Some(""))?;
-            }
-            let targets = if domains.is_empty() {
-                vec![resolve(&which)?]
-            } else {
-                domains
-                    .iter()
-                    .map(|d| resolve(&Which::id(d.clone(), which.config())))
-                    .collect::<Result<Vec<_>, _>>()?
-            };
-            remove_domains(&targets, yes, &which.common)
-        }
-        StateCmd::Prune { yes } => {
-            g.check("state prune", Uses::Config)?;
-            let common = Common {
-                config: g.config.clone(),
-                lenient: false,
-            };
-            let gone: Vec<Domain> = all_domains(common.config.clone())?
-                .into_iter()
-                .filter(|d| {
-                    d.meta
-                        .as_ref()
-                        .is_some_and(|m| std::fs::symlink_metadata(&m.workspace).is_err())
-                })
-                .collect();
-            if gone.is_empty() {
-                println!("no Domain has lost its workspace");
-                return Ok(0);
-            }
-            remove_domains(&gone, yes, &common)
+        } => rm(g, &domains, yes, which.with(g)?),
+        StateCmd::Prune { yes } => prune(g, yes),
+    }
+}
+
+/// `state list`: the Domains the global options select, as JSON, one
+/// block each (`--long`) or one line each.
+fn list(g: &Global, json: bool, long: bool) -> Result<i32, CliError> {
+    g.check("state list", Uses::Filter)?;
+    let common = Common {
+        config: g.config.clone(),
+        lenient: false,
+    };
+    let (root, config) = storage_root_and_config(&common)?;
+    let filter = ListFilter::of(g)?;
+    let mut views = Vec::new();
+    for domain in all_domains(common.config.clone())? {
+        if filter.keeps(domain.meta.as_ref()) {
+            views.push(view(&domain, false, &config)?);
         }
     }
+    if json {
+        println!(
+            "{}",
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&views).expect("json")
+            )
+        );
+    } else if views.is_empty() {
+        match filter.described() {
+            Some(f) => println!("no Domain in {} matches {f}", root.display()),
+            None => println!("no Domains in {}", root.display()),
+        }
+    } else if long {
+        for v in &views {
+            print_long(v);
+        }
+    } else {
+        for line in compact(&views) {
+            println!("{line}");
+        }
+    }
+    Ok(0)
+}
+
+/// `state inspect`: one Domain and what each of its State Anchors holds
+/// (with `--paths`, which paths).
+fn inspect(which: Which, json: bool, paths: bool) -> Result<i32, CliError> {
+    let domain = resolve(&which)?;
+    let (_, config) = storage_root_and_config(&which.common)?;
+    let v = view(&domain, true, &config)?;
+    if json {
+        println!(
+            "{}",
+            lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
+        );
+        return Ok(0);
+    }
+    print_header(&v);
+    for a in &v.anchors {
+        let Some(c) = a.changes.as_ref() else {
+            println!(
+                "  {} (generation {}): unreadable: {}",
+                a.path,
+                a.generation,
+                a.error.as_deref().unwrap_or("?")
+            );
+            continue;
+        };
+        println!(
+            "  {} (generation {}): {} added, {} changed, {} deleted, {}",
+            a.path,
+            a.generation,
+            c.added_count,
+            c.changed_count,
+            c.deleted_count,
+            human_bytes(c.bytes)
+        );
+        if !paths {
+            continue;
+        }
+        // Each path is already in its escaped form (the scan's
+        // output, see `Summary`); `message` only guards it.
+        for (mark, list) in [("+", &c.added), ("~", &c.changed), ("-", &c.deleted)] {
+            for p in list {
+                println!("    {mark} {}", display::message(p));
+            }
+        }
+        if c.truncated {
+            println!("    ... (lists cut at 1000 paths each)");
+        }
+    }
+    Ok(0)
+}
+
+/// `state verify`: the Domain's State Anchors checked against its store,
+/// with the Domain locked inactive.
+fn verify(which: Which) -> Result<i32, CliError> {
+    let domain = resolve(&which)?;
+    let _lock = match lock_inactive(&domain) {
+        Ok(l) => l,
+        Err((code, msg)) => {
+            eprintln!("lazaret: {}", display::message(&msg));
+            return Ok(code);
+        }
+    };
+    let store =
+        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let problems = Anchors::new(&domain.layout, &store)
+        .and_then(|a| a.verify())
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    if problems.is_empty() {
+        println!(
+            "Domain {}: State Anchors verified, no problem found",
+            domain.id
+        );
+        Ok(0)
+    } else {
+        for p in &problems {
+            println!("problem: {}", display::message(&p.to_string()));
+        }
+        Ok(VERIFY_PROBLEMS)
+    }
+}
+
+/// `state rm [DOMAIN...]`: the named Domains, else the selected one.
+fn rm(g: &Global, domains: &[String], yes: bool, which: Which) -> Result<i32, CliError> {
+    if !domains.is_empty() {
+        // Domain IDs name the Domains on their own.
+        g.check_domain_id(Some(""))?;
+    }
+    let targets = if domains.is_empty() {
+        vec![resolve(&which)?]
+    } else {
+        domains
+            .iter()
+            .map(|d| resolve(&Which::id(d.clone(), which.config())))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    remove_domains(&targets, yes, &which.common)
+}
+
+/// `state prune`: every Domain whose workspace is gone.
+fn prune(g: &Global, yes: bool) -> Result<i32, CliError> {
+    g.check("state prune", Uses::Config)?;
+    let common = Common {
+        config: g.config.clone(),
+        lenient: false,
+    };
+    let gone: Vec<Domain> = all_domains(common.config.clone())?
+        .into_iter()
+        .filter(|d| {
+            d.meta
+                .as_ref()
+                .is_some_and(|m| std::fs::symlink_metadata(&m.workspace).is_err())
+        })
+        .collect();
+    if gone.is_empty() {
+        println!("no Domain has lost its workspace");
+        return Ok(0);
+    }
+    remove_domains(&gone, yes, &common)
 }
 
 /// Removes each of `domains` (asking first, unless `yes`): locked
@@ -1404,63 +1432,9 @@ fn reset_domain(
     let recorded = anchors
         .list()
         .map_err(|e| CliError::Session(e.to_string()))?;
-    let mut targets: Vec<String> = if all {
-        recorded.iter().map(|(p, _)| p.clone()).collect()
-    } else if paths.is_empty() {
-        Vec::new()
-    } else {
-        paths
-            .iter()
-            .map(|p| {
-                let t = p.trim_end_matches('/');
-                if t.is_empty() {
-                    "/".to_string()
-                } else {
-                    t.to_string()
-                }
-            })
-            .collect()
-    };
-    let meta = domain.meta.as_ref();
-    println!(
-        "Domain {}: profile {}, workspace {}",
-        domain.id,
-        meta.map(|m| m.profile.as_str()).unwrap_or("?"),
-        meta.map(|m| m.workspace.as_str()).unwrap_or("?")
-    );
-    for t in &targets {
-        match recorded.iter().find(|(p, _)| p == t) {
-            Some((_, g)) => println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again"),
-            None => {
-                let known: Vec<_> = recorded.iter().map(|(p, _)| p.as_str()).collect();
-                return Err(CliError::Session(format!(
-                    "no State Anchor for {t}; this Domain has: {}",
-                    known.join(", ")
-                )));
-            }
-        }
-    }
-    let missing = package_set_missing(domain, &recorded, &targets);
-    if !missing.is_empty() {
-        let named = targets.join(" ");
-        if confirm.only {
-            println!(
-                "  warning: a package was installed in this Domain: its database in the /var State Anchor will still list what resetting {named} removes, and the package manager may refuse to install it again (without --only, {} are reset with it)",
-                missing.join(" ")
-            );
-        } else {
-            println!(
-                "  also reset {}: a package was installed in this Domain and its database in /var must agree with /usr and /etc (--only resets just {named})",
-                missing.join(" ")
-            );
-            for t in &missing {
-                if let Some((_, g)) = recorded.iter().find(|(p, _)| p == t) {
-                    println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again");
-                }
-            }
-            targets.extend(missing);
-        }
-    }
+    let mut targets = reset_targets(&paths, all, &recorded);
+    say_reset_targets(domain, &recorded, &targets)?;
+    add_package_set(domain, &recorded, &mut targets, confirm.only);
     if ignored {
         println!("  discard the Ignored Workspace State: what the sandbox wrote at Git-ignored workspace paths");
     }
@@ -1484,33 +1458,128 @@ fn reset_domain(
         }
     }
     if !targets.is_empty() {
-        let switches = anchors
-            .reset(&targets, &mut |p: &Path| remove_tree(p))
-            .map_err(|e| CliError::Session(e.to_string()))?;
-        // `state list` and `inspect` read the generations from meta.json:
-        // they show the new, empty ones at once, not the removed ones.
-        if let Some(mut meta) = domain.meta.clone() {
-            for (p, _, new) in &switches {
-                if let Some(a) = meta.anchors.iter_mut().find(|a| &a.path == p) {
-                    a.generation = *new;
-                }
-            }
-            if let Err(e) = lazaret_state::meta::write(&domain.layout.meta(), &meta) {
-                eprintln!(
-                    "lazaret: cannot update {}: {e} (the next start rewrites it)",
-                    domain.layout.meta().display()
-                );
-            }
-        }
-        for (p, old, new) in switches {
-            println!("reset {p}: generation {old} -> {new} (empty)");
-        }
+        reset_anchors(domain, &anchors, &targets)?;
     }
     if ignored {
         reset_ignored(domain)?;
         println!("reset the Ignored Workspace State (empty)");
     }
     Ok(0)
+}
+
+/// The State Anchors `state reset` names: every recorded one (`--all`),
+/// or the given paths without trailing slashes.
+fn reset_targets(paths: &[String], all: bool, recorded: &[(String, u64)]) -> Vec<String> {
+    if all {
+        recorded.iter().map(|(p, _)| p.clone()).collect()
+    } else if paths.is_empty() {
+        Vec::new()
+    } else {
+        paths
+            .iter()
+            .map(|p| {
+                let t = p.trim_end_matches('/');
+                if t.is_empty() {
+                    "/".to_string()
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect()
+    }
+}
+
+/// Says which Domain is reset and what becomes of each target; a target
+/// that is no State Anchor of the Domain is refused.
+fn say_reset_targets(
+    domain: &Domain,
+    recorded: &[(String, u64)],
+    targets: &[String],
+) -> Result<(), CliError> {
+    let meta = domain.meta.as_ref();
+    println!(
+        "Domain {}: profile {}, workspace {}",
+        domain.id,
+        meta.map(|m| m.profile.as_str()).unwrap_or("?"),
+        meta.map(|m| m.workspace.as_str()).unwrap_or("?")
+    );
+    for t in targets {
+        match recorded.iter().find(|(p, _)| p == t) {
+            Some((_, g)) => println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again"),
+            None => {
+                let known: Vec<_> = recorded.iter().map(|(p, _)| p.as_str()).collect();
+                return Err(CliError::Session(format!(
+                    "no State Anchor for {t}; this Domain has: {}",
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// When a package was installed in the Domain, the rest of the package
+/// set (/usr, /etc, /var) is reset with the targets, or, with `--only`,
+/// a warning says what disagrees afterwards.
+fn add_package_set(
+    domain: &Domain,
+    recorded: &[(String, u64)],
+    targets: &mut Vec<String>,
+    only: bool,
+) {
+    let missing = package_set_missing(domain, recorded, targets);
+    if missing.is_empty() {
+        return;
+    }
+    let named = targets.join(" ");
+    if only {
+        println!(
+            "  warning: a package was installed in this Domain: its database in the /var State Anchor will still list what resetting {named} removes, and the package manager may refuse to install it again (without --only, {} are reset with it)",
+            missing.join(" ")
+        );
+    } else {
+        println!(
+            "  also reset {}: a package was installed in this Domain and its database in /var must agree with /usr and /etc (--only resets just {named})",
+            missing.join(" ")
+        );
+        for t in &missing {
+            if let Some((_, g)) = recorded.iter().find(|(p, _)| p == t) {
+                println!("  reset State Anchor {t}: generation {g} is discarded, {t} follows the image again");
+            }
+        }
+        targets.extend(missing);
+    }
+}
+
+/// Switches each target to a new, empty generation and records the new
+/// generations in meta.json.
+fn reset_anchors(
+    domain: &Domain,
+    anchors: &Anchors<'_>,
+    targets: &[String],
+) -> Result<(), CliError> {
+    let switches = anchors
+        .reset(targets, &mut |p: &Path| remove_tree(p))
+        .map_err(|e| CliError::Session(e.to_string()))?;
+    // `state list` and `inspect` read the generations from meta.json:
+    // they show the new, empty ones at once, not the removed ones.
+    if let Some(mut meta) = domain.meta.clone() {
+        for (p, _, new) in &switches {
+            if let Some(a) = meta.anchors.iter_mut().find(|a| &a.path == p) {
+                a.generation = *new;
+            }
+        }
+        if let Err(e) = lazaret_state::meta::write(&domain.layout.meta(), &meta) {
+            eprintln!(
+                "lazaret: cannot update {}: {e} (the next start rewrites it)",
+                domain.layout.meta().display()
+            );
+        }
+    }
+    for (p, old, new) in switches {
+        println!("reset {p}: generation {old} -> {new} (empty)");
+    }
+    Ok(())
 }
 
 /// Moves the Ignored Workspace State aside in one rename (the next start
