@@ -1032,23 +1032,7 @@ fn finish_session(
     let status = exit.map(ExitStatus::shell_code);
     match latch.finish(writer) {
         Ok(true) => match sandbox_end(ctx, exit) {
-            None => {
-                let status = status.unwrap_or(125);
-                if ctx.stop.load(Ordering::SeqCst) {
-                    let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
-                    send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
-                    ending.set(SessionEnd::DomainStopped { status });
-                } else if ending.hung_up.load(Ordering::SeqCst) {
-                    ending.set(SessionEnd::HungUp { status });
-                } else {
-                    if let Some(note) = memory_note(&ctx.input.profile_name, status, memory) {
-                        log(format!("session {sid}: {}", note.trim_end()));
-                        send(writer, &ServerMsg::Stderr(note.into_bytes()));
-                    }
-                    ending.set(SessionEnd::Exited { status });
-                }
-                send(writer, &ServerMsg::Exit { status });
-            }
+            None => finish_ran(ctx, bridge, writer, status.unwrap_or(125), memory),
             Some(reason) => {
                 log(format!("session {sid}: {reason} (status {status:?})"));
                 ending.set(if ctx.holder_gone_within(Duration::ZERO) {
@@ -1075,36 +1059,77 @@ fn finish_session(
                 },
             );
         }
-        Err(diag) => match not_invokable(&diag) {
-            Some((code, line)) => {
-                ending.set(SessionEnd::NotRun { status: code });
-                let line = format!("lazaret: {line}\n");
-                send(writer, &ServerMsg::Stderr(line.into_bytes()));
-                send(writer, &ServerMsg::Exit { status: code });
-            }
-            None => {
-                // A client that went away before the command started
-                // had its `runsc exec` hung up: that is why it ended.
-                ending.set(if ending.hung_up.load(Ordering::SeqCst) {
-                    SessionEnd::HungUp {
-                        status: status.unwrap_or(125),
-                    }
-                } else {
-                    SessionEnd::NotRun { status: 125 }
-                });
-                log(format!(
-                    "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
-                    String::from_utf8_lossy(&diag)
-                ));
-                let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
-                send(
-                    writer,
-                    &ServerMsg::Failed {
-                        reason: start_failure_reason(&diag, root),
-                    },
-                );
-            }
-        },
+        Err(diag) => finish_not_started(ctx, bridge, writer, status, &diag),
+    }
+}
+
+/// The end of a session whose command ran and exited with `status`: why
+/// it ended (the Domain stopped, the client hung up, or the command
+/// exited, with a note where the memory bound may be why), then its exit.
+fn finish_ran(
+    ctx: &SessionCtx,
+    bridge: &Bridge<'_>,
+    writer: &Writer,
+    status: i32,
+    memory: Option<MemoryBound>,
+) {
+    let (sid, ending) = (bridge.sid, &bridge.ending);
+    if ctx.stop.load(Ordering::SeqCst) {
+        let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
+        send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
+        ending.set(SessionEnd::DomainStopped { status });
+    } else if ending.hung_up.load(Ordering::SeqCst) {
+        ending.set(SessionEnd::HungUp { status });
+    } else {
+        if let Some(note) = memory_note(&ctx.input.profile_name, status, memory) {
+            log(format!("session {sid}: {}", note.trim_end()));
+            send(writer, &ServerMsg::Stderr(note.into_bytes()));
+        }
+        ending.set(SessionEnd::Exited { status });
+    }
+    send(writer, &ServerMsg::Exit { status });
+}
+
+/// The end of a session whose `runsc exec` failed before the command ran
+/// (`diag`: what runsc said): a command that cannot be invoked gets the
+/// shell's code, anything else a Lazaret error.
+fn finish_not_started(
+    ctx: &SessionCtx,
+    bridge: &Bridge<'_>,
+    writer: &Writer,
+    status: Option<i32>,
+    diag: &[u8],
+) {
+    let (sid, ending) = (bridge.sid, &bridge.ending);
+    match not_invokable(diag) {
+        Some((code, line)) => {
+            ending.set(SessionEnd::NotRun { status: code });
+            let line = format!("lazaret: {line}\n");
+            send(writer, &ServerMsg::Stderr(line.into_bytes()));
+            send(writer, &ServerMsg::Exit { status: code });
+        }
+        None => {
+            // A client that went away before the command started
+            // had its `runsc exec` hung up: that is why it ended.
+            ending.set(if ending.hung_up.load(Ordering::SeqCst) {
+                SessionEnd::HungUp {
+                    status: status.unwrap_or(125),
+                }
+            } else {
+                SessionEnd::NotRun { status: 125 }
+            });
+            log(format!(
+                "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
+                String::from_utf8_lossy(diag)
+            ));
+            let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: start_failure_reason(diag, root),
+                },
+            );
+        }
     }
 }
 
@@ -1626,7 +1651,7 @@ fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String
 fn run_pipes(
     ctx: &SessionCtx,
     bridge: Bridge<'_>,
-    mut reader: UnixStream,
+    reader: UnixStream,
     writer: Writer,
     accepted: Vec<ServerMsg>,
     latch: Arc<StartLatch>,
@@ -1668,10 +1693,32 @@ fn run_pipes(
         ServerMsg::Stderr,
         latch.clone(),
     );
-    let mut stdin = Some(std::fs::File::from(in_w));
+    let stdin = Some(std::fs::File::from(in_w));
     let signals = bridge_fd.clone();
     let hung_up = bridge.ending.hung_up.clone();
-    std::thread::spawn(move || loop {
+    std::thread::spawn(move || forward_client(reader, stdin, signals, hung_up, replies));
+    let status = bridge_status(sid, &events);
+    watching.store(true, Ordering::SeqCst);
+    join_with_timeout(out, Duration::from_secs(5));
+    join_with_timeout(err, Duration::from_secs(5));
+    finish_session(ctx, &bridge, &writer, &latch, status);
+    listed.end();
+    Ok(())
+}
+
+/// A session without a terminal: what its client sends, until it goes
+/// away. Input goes to the bridge's stdin (`None` once closed), signals
+/// to the bridge (`signals`, its pidfd), decisions and host command
+/// outcomes to the session's Host Escalation requests; a client gone is a
+/// hang-up.
+fn forward_client(
+    mut reader: UnixStream,
+    mut stdin: Option<std::fs::File>,
+    signals: Arc<OwnedFd>,
+    hung_up: Arc<std::sync::atomic::AtomicBool>,
+    replies: Replies,
+) {
+    loop {
         use rustix::process::Signal as S;
         let forward = |s: S| signal_bridge(&signals, s);
         match read_frame::<_, ClientMsg>(&mut reader) {
@@ -1701,14 +1748,7 @@ fn run_pipes(
                 return;
             }
         }
-    });
-    let status = bridge_status(sid, &events);
-    watching.store(true, Ordering::SeqCst);
-    join_with_timeout(out, Duration::from_secs(5));
-    join_with_timeout(err, Duration::from_secs(5));
-    finish_session(ctx, &bridge, &writer, &latch, status);
-    listed.end();
-    Ok(())
+    }
 }
 
 fn join_with_timeout(h: std::thread::JoinHandle<()>, timeout: Duration) {
