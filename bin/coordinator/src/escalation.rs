@@ -754,18 +754,18 @@ impl Escalations {
     /// bound) for a request not yet read.
     fn accept_cancel(&self, entry: &str, body: &Body, now: u64) {
         match lock(&self.cancels).get(&body.request_id) {
-        Some(flag) => flag.store(true, Ordering::Relaxed),
-        None => {
-            let mut early = lock(&self.early_cancels);
-            let (id, created) = (body.request_id, body.created_unix_ms);
-            if remember(&mut early, id, created, now, bounds::MAX_EARLY_CANCELS).is_err() {
-                drop(early);
-                self.refuse(
-                    entry,
-                    "a cancellation of no pending request, over the bound of those kept",
-                );
+            Some(flag) => flag.store(true, Ordering::Relaxed),
+            None => {
+                let mut early = lock(&self.early_cancels);
+                let (id, created) = (body.request_id, body.created_unix_ms);
+                if remember(&mut early, id, created, now, bounds::MAX_EARLY_CANCELS).is_err() {
+                    drop(early);
+                    self.refuse(
+                        entry,
+                        "a cancellation of no pending request, over the bound of those kept",
+                    );
+                }
             }
-        }
         }
     }
 
@@ -809,13 +809,12 @@ impl Escalations {
             request: body.request_hex(),
             session: body.session_id.clone(),
         });
-        let spawned =
-            std::thread::Builder::new()
-                .name("escalation".into())
-                .spawn(move || {
-                    let _slot = slot;
-                    me.resolve(body, client, terminal, gone, cancel)
-                });
+        let spawned = std::thread::Builder::new()
+            .name("escalation".into())
+            .spawn(move || {
+                let _slot = slot;
+                me.resolve(body, client, terminal, gone, cancel)
+            });
         if let Err(e) = spawned {
             // The closure, and with it the slot, is dropped.
             lock(&self.cancels).remove(&id);
@@ -1093,14 +1092,8 @@ impl Escalations {
         match self.ask(body, req, client, t, stop, timeout) {
             Ok(Some(argv)) => {
                 let by = "the developer".to_string();
-                let o = self.run_in_client(
-                    id,
-                    (argv.clone(), &req.cwd),
-                    &by,
-                    client,
-                    stop,
-                    timeout,
-                );
+                let o =
+                    self.run_in_client(id, (argv.clone(), &req.cwd), &by, client, stop, timeout);
                 (by, Some(argv), o)
             }
             Ok(None) => (

@@ -248,7 +248,14 @@ fn run(
         keys: &keys,
         anchor,
     };
-    serve_generation(&d, &mut gen, started, secrets, (&helpers, stop), (ready, leader))
+    serve_generation(
+        &d,
+        &mut gen,
+        started,
+        secrets,
+        (&helpers, stop),
+        (ready, leader),
+    )
 }
 
 /// What a generation's start and teardown act on.
@@ -260,7 +267,12 @@ struct Domain<'a> {
 
 impl Domain<'_> {
     /// Tears `gen` down and hands back the error that stopped its start.
-    fn abort(&self, gen: &mut Generation, supervisor: Option<&mut Supervisor>, e: String) -> String {
+    fn abort(
+        &self,
+        gen: &mut Generation,
+        supervisor: Option<&mut Supervisor>,
+        e: String,
+    ) -> String {
         teardown(self.layout, self.store, gen, supervisor, self.input);
         e
     }
@@ -408,8 +420,7 @@ fn serve_generation(
         holder: Arc::new(holder),
         helpers: helpers.clone(),
     };
-    let listener =
-        bind(&layout.socket()).map_err(|e| d.abort(gen, Some(&mut supervisor), e))?;
+    let listener = bind(&layout.socket()).map_err(|e| d.abort(gen, Some(&mut supervisor), e))?;
 
     // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
     // started here, before the coordinator confines itself.

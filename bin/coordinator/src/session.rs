@@ -504,7 +504,9 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
             }
         });
     if let Err(e) = started {
-        log(format!("refused a control connection: no thread for it: {e}"));
+        log(format!(
+            "refused a control connection: no thread for it: {e}"
+        ));
     }
 }
 

@@ -316,9 +316,7 @@ impl Filter {
                         match self.rtnl.host_denials() {
                             Ok(set) => host_denied = Some(set),
                             Err(e) => {
-                                return Err(format!(
-                                    "cannot read the host-address denials: {e}"
-                                ))
+                                return Err(format!("cannot read the host-address denials: {e}"))
                             }
                         }
                     }
