@@ -76,6 +76,9 @@ pub enum Reply {
     Outcome(Outcome),
 }
 
+/// Who decided a request, what ran (as approved), and its outcome.
+type Decision = (String, Option<Vec<String>>, Outcome);
+
 /// Requests waiting for their session's client, by request ID.
 pub type Replies = Arc<Mutex<HashMap<String, mpsc::Sender<Reply>>>>;
 
@@ -742,79 +745,94 @@ impl Escalations {
         }
         let now = now_ms();
         match &body.kind {
-            Kind::Cancel => match lock(&self.cancels).get(&body.request_id) {
-                Some(flag) => flag.store(true, Ordering::Relaxed),
-                None => {
-                    let mut early = lock(&self.early_cancels);
-                    let (id, created) = (body.request_id, body.created_unix_ms);
-                    if remember(&mut early, id, created, now, bounds::MAX_EARLY_CANCELS).is_err() {
-                        drop(early);
-                        self.refuse(
-                            entry,
-                            "a cancellation of no pending request, over the bound of those kept",
-                        );
-                    }
-                }
-            },
-            Kind::Request(_) => {
-                let remembered = remember(
-                    &mut lock(&self.seen),
-                    body.request_id,
-                    body.created_unix_ms,
-                    now,
-                    bounds::MAX_SEEN,
-                );
-                match remembered {
-                    Ok(true) => {}
-                    Ok(false) => return self.refuse(entry, "a replayed Escalation Request ID"),
-                    Err(n) => return self.refuse_bounded(entry, &body, Refusal::ReplaySetFull(n)),
-                }
-                if let Err(r) = lock(&self.pending).admit(&body.session_id) {
-                    return self.refuse_bounded(entry, &body, r);
-                }
-                let slot = Slot {
-                    esc: self.clone(),
-                    session: body.session_id.clone(),
-                };
-                let cancelled = lock(&self.early_cancels).remove(&body.request_id).is_some();
-                let cancel = Arc::new(AtomicBool::new(cancelled));
-                lock(&self.cancels).insert(body.request_id, cancel.clone());
-                let me = self.clone();
-                let id = body.request_id;
-                let session_id = body.session_id.clone();
-                // Before its thread exists, so that every later step of
-                // the request is recorded after it.
-                record(Event::Accepted {
-                    request: body.request_hex(),
-                    session: body.session_id.clone(),
-                });
-                let spawned =
-                    std::thread::Builder::new()
-                        .name("escalation".into())
-                        .spawn(move || {
-                            let _slot = slot;
-                            me.resolve(body, client, terminal, gone, cancel)
-                        });
-                if let Err(e) = spawned {
-                    // The closure, and with it the slot, is dropped.
-                    lock(&self.cancels).remove(&id);
-                    let r = Refusal::NoThread(e.to_string());
-                    self.refuse(entry, &r.to_string());
-                    record(Event::Result {
-                        request: hex::encode(id),
-                        kind: ResultKind::Refused,
-                    });
-                    self.publish(
-                        &session_id,
-                        ResultRecord {
-                            request_id: id,
-                            outcome: Outcome::Refused {
-                                reason: r.to_string(),
-                            },
-                        },
+            Kind::Cancel => self.accept_cancel(entry, &body, now),
+            Kind::Request(_) => self.accept_request(entry, body, now, (client, terminal, gone)),
+        }
+    }
+
+    /// A cancellation: of a pending request, or remembered (within a
+    /// bound) for a request not yet read.
+    fn accept_cancel(&self, entry: &str, body: &Body, now: u64) {
+        match lock(&self.cancels).get(&body.request_id) {
+            Some(flag) => flag.store(true, Ordering::Relaxed),
+            None => {
+                let mut early = lock(&self.early_cancels);
+                let (id, created) = (body.request_id, body.created_unix_ms);
+                if remember(&mut early, id, created, now, bounds::MAX_EARLY_CANCELS).is_err() {
+                    drop(early);
+                    self.refuse(
+                        entry,
+                        "a cancellation of no pending request, over the bound of those kept",
                     );
                 }
             }
+        }
+    }
+
+    /// A new Escalation Request: remembered against replay, admitted
+    /// within the bounds of pending ones, and resolved on its own thread.
+    fn accept_request(
+        self: &Arc<Self>,
+        entry: &str,
+        body: Body,
+        now: u64,
+        (client, terminal, gone): (Client, Option<Terminal>, Arc<AtomicBool>),
+    ) {
+        let remembered = remember(
+            &mut lock(&self.seen),
+            body.request_id,
+            body.created_unix_ms,
+            now,
+            bounds::MAX_SEEN,
+        );
+        match remembered {
+            Ok(true) => {}
+            Ok(false) => return self.refuse(entry, "a replayed Escalation Request ID"),
+            Err(n) => return self.refuse_bounded(entry, &body, Refusal::ReplaySetFull(n)),
+        }
+        if let Err(r) = lock(&self.pending).admit(&body.session_id) {
+            return self.refuse_bounded(entry, &body, r);
+        }
+        let slot = Slot {
+            esc: self.clone(),
+            session: body.session_id.clone(),
+        };
+        let cancelled = lock(&self.early_cancels).remove(&body.request_id).is_some();
+        let cancel = Arc::new(AtomicBool::new(cancelled));
+        lock(&self.cancels).insert(body.request_id, cancel.clone());
+        let me = self.clone();
+        let id = body.request_id;
+        let session_id = body.session_id.clone();
+        // Before its thread exists, so that every later step of
+        // the request is recorded after it.
+        record(Event::Accepted {
+            request: body.request_hex(),
+            session: body.session_id.clone(),
+        });
+        let spawned = std::thread::Builder::new()
+            .name("escalation".into())
+            .spawn(move || {
+                let _slot = slot;
+                me.resolve(body, client, terminal, gone, cancel)
+            });
+        if let Err(e) = spawned {
+            // The closure, and with it the slot, is dropped.
+            lock(&self.cancels).remove(&id);
+            let r = Refusal::NoThread(e.to_string());
+            self.refuse(entry, &r.to_string());
+            record(Event::Result {
+                request: hex::encode(id),
+                kind: ResultKind::Refused,
+            });
+            self.publish(
+                &session_id,
+                ResultRecord {
+                    request_id: id,
+                    outcome: Outcome::Refused {
+                        reason: r.to_string(),
+                    },
+                },
+            );
         }
     }
 
@@ -1048,36 +1066,7 @@ impl Escalations {
             );
             (by, Some(req.argv.clone()), o)
         } else if let Some(t) = terminal {
-            match self.ask(&body, req, &client, &t, &stop, timeout) {
-                Ok(Some(argv)) => {
-                    let by = "the developer".to_string();
-                    let o = self.run_in_client(
-                        &id,
-                        (argv.clone(), &req.cwd),
-                        &by,
-                        &client,
-                        &stop,
-                        timeout,
-                    );
-                    (by, Some(argv), o)
-                }
-                Ok(None) => (
-                    "the developer".to_string(),
-                    None,
-                    Outcome::Denied {
-                        reason: "the developer denied it".into(),
-                    },
-                ),
-                Err(Unasked::Detached) => (
-                    "nobody".into(),
-                    None,
-                    Outcome::Denied {
-                        reason: NOT_ATTACHED.into(),
-                    },
-                ),
-                Err(Unasked::Ended) if stop() => ("nobody".into(), None, Outcome::Cancelled),
-                Err(Unasked::Ended) => ("nobody".into(), None, Outcome::TimedOut),
-            }
+            self.ask_developer(&body, req, &id, &t, (&client, &stop, timeout))
         } else {
             (
                 "no rule".to_string(),
@@ -1087,6 +1076,54 @@ impl Escalations {
                 },
             )
         };
+        self.conclude(&body, req, id, (decided_by, argv, outcome));
+    }
+
+    /// Asks the developer on the session's terminal, and runs what they
+    /// approve (as they may have edited it) in the session's client.
+    fn ask_developer(
+        &self,
+        body: &Body,
+        req: &esc::Request,
+        id: &str,
+        t: &Terminal,
+        (client, stop, timeout): (&Client, &dyn Fn() -> bool, Option<Instant>),
+    ) -> Decision {
+        match self.ask(body, req, client, t, stop, timeout) {
+            Ok(Some(argv)) => {
+                let by = "the developer".to_string();
+                let o =
+                    self.run_in_client(id, (argv.clone(), &req.cwd), &by, client, stop, timeout);
+                (by, Some(argv), o)
+            }
+            Ok(None) => (
+                "the developer".to_string(),
+                None,
+                Outcome::Denied {
+                    reason: "the developer denied it".into(),
+                },
+            ),
+            Err(Unasked::Detached) => (
+                "nobody".into(),
+                None,
+                Outcome::Denied {
+                    reason: NOT_ATTACHED.into(),
+                },
+            ),
+            Err(Unasked::Ended) if stop() => ("nobody".into(), None, Outcome::Cancelled),
+            Err(Unasked::Ended) => ("nobody".into(), None, Outcome::TimedOut),
+        }
+    }
+
+    /// Ends a resolved request: no longer cancellable, its result recorded
+    /// (lifecycle and `escalations.log`) and published to its session.
+    fn conclude(
+        &self,
+        body: &Body,
+        req: &esc::Request,
+        id: String,
+        (decided_by, argv, outcome): Decision,
+    ) {
         lock(&self.cancels).remove(&body.request_id);
         record(Event::Result {
             request: id.clone(),

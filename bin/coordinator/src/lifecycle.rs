@@ -194,14 +194,126 @@ fn run(
     record(Event::Owner);
     let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
     let previous = store.generation().map_err(|e| e.to_string())?;
-    recover(&layout, &store, previous.as_ref(), &input.libexec)?;
+    let anchor_dirs = recover_domain(input, &layout, &store, previous.as_ref())?;
+    let stop = stop_on_signals()?;
+    let mut gen = begin_generation(input, &layout, &store, previous, &anchor_dirs)?;
+    let d = Domain {
+        input,
+        layout: &layout,
+        store: &store,
+    };
+    crate::lease::take(input, gen.number).map_err(|e| d.abort(&mut gen, None, e))?;
+
+    lazaret_helpers::timeline::mark("coordinator", "generation-leased");
+    let anchor = new_trust_anchor(input, &gen).map_err(|e| d.abort(&mut gen, None, e))?;
+    // The network policy of this generation, bound to its network
+    // attachment; its intent is durable before the supervisor starts.
+    let binding = lazaret_protocol::trust::network_attachment(
+        anchor.generation(),
+        &format!("sidecar-{}", &random_id()[..16]),
+        &gen.sandbox_id,
+    );
+    let policy = crate::network::derive(input, &binding)?;
+    crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
+
+    // The sandbox request-signing key of this generation: the secret half
+    // is mounted read-only into the sandbox, the public half stays here.
+    let keys = ed25519_compact::KeyPair::generate();
+    lazaret_helpers::timeline::mark("coordinator", "policy-derived");
+    // What the helpers say reaches `helpers.log` through a pipe this
+    // process copies; the rest of it is copied however `run` ends.
+    let (helpers, helpers_pipe) =
+        HelpersLog::open(&layout.root).map_err(|e| d.abort(&mut gen, None, e))?;
+    let _helpers_finish = crate::logs::FinishOnDrop(helpers.clone());
+    let started = start_sandbox(
+        input,
+        &layout,
+        &gen,
+        &anchor_dirs,
+        (&keys, &anchor),
+        policy.as_ref(),
+        (&helpers, helpers_pipe),
+    );
+    crate::network::record_evidence(
+        &store,
+        &layout,
+        input,
+        gen.number,
+        policy.as_ref(),
+        started.as_ref().err(),
+    );
+    lazaret_helpers::timeline::mark("coordinator", "sandbox-started");
+    let started = started.map_err(|e| d.abort(&mut gen, None, e))?;
+    let secrets = Secrets {
+        keys: &keys,
+        anchor,
+    };
+    serve_generation(
+        &d,
+        &mut gen,
+        started,
+        secrets,
+        (&helpers, stop),
+        (ready, leader),
+    )
+}
+
+/// What a generation's start and teardown act on.
+struct Domain<'a> {
+    input: &'a CoordinatorInput,
+    layout: &'a Layout,
+    store: &'a Store,
+}
+
+impl Domain<'_> {
+    /// Tears `gen` down and hands back the error that stopped its start.
+    fn abort(
+        &self,
+        gen: &mut Generation,
+        supervisor: Option<&mut Supervisor>,
+        e: String,
+    ) -> String {
+        teardown(self.layout, self.store, gen, supervisor, self.input);
+        e
+    }
+
+    /// As [`Domain::abort`], once the Escalation Mailbox reader may run:
+    /// the reader is stopped first.
+    fn abort_started(
+        &self,
+        gen: &mut Generation,
+        supervisor: &mut Supervisor,
+        escalations: &Escalations,
+        e: String,
+    ) -> String {
+        escalations.stop_reader();
+        self.abort(gen, Some(supervisor), e)
+    }
+}
+
+/// The generation's request-signing key pair and Trust Anchor.
+struct Secrets<'a> {
+    keys: &'a ed25519_compact::KeyPair,
+    anchor: Arc<lazaret_trust::TrustAnchor>,
+}
+
+/// Recovers what an earlier coordinator left (its generation, stale leases,
+/// an interrupted State Anchor reset) and returns the current generation of
+/// every persistent path.
+fn recover_domain(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    store: &Store,
+    previous: Option<&Generation>,
+) -> Result<Vec<AnchorDirs>, String> {
+    recover(layout, store, previous, &input.libexec)?;
     lazaret_helpers::timeline::mark("coordinator", "recovered");
     crate::lease::release_stale(input);
     lazaret_helpers::timeline::mark("coordinator", "stale-leases-released");
 
     // State Anchors: finish or roll back an interrupted reset, then make
     // sure every persistent path has its current generation.
-    let anchors = Anchors::new(&layout, &store).map_err(|e| e.to_string())?;
+    let anchors = Anchors::new(layout, store).map_err(|e| e.to_string())?;
     anchors
         .recover(&mut |p: &Path| remove_tree(&input.libexec, p))
         .map_err(|e| e.to_string())?;
@@ -209,7 +321,11 @@ fn run(
         .ensure(&input.persistent_paths)
         .map_err(|e| e.to_string())?;
     lazaret_helpers::timeline::mark("coordinator", "recovered-anchors-ready");
+    Ok(anchor_dirs)
+}
 
+/// The flag SIGTERM, SIGINT and SIGHUP set to stop the Domain.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -218,8 +334,19 @@ fn run(
     ] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
     }
+    Ok(stop)
+}
 
-    let mut gen = Generation {
+/// The next generation, made durable as an intent (and described in the
+/// Domain's meta file) before anything of it exists.
+fn begin_generation(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    store: &Store,
+    previous: Option<Generation>,
+    anchor_dirs: &[AnchorDirs],
+) -> Result<Generation, String> {
+    let gen = Generation {
         number: previous.map(|g| g.number + 1).unwrap_or(1),
         phase: Phase::Starting,
         sandbox_id: format!("lazaret-{}", &random_id()[..16]),
@@ -249,148 +376,71 @@ fn run(
     };
     lazaret_state::meta::write(&layout.meta(), &meta)
         .map_err(|e| format!("cannot write {}: {e}", layout.meta().display()))?;
-    if let Err(e) = crate::lease::take(input, gen.number) {
-        teardown(&layout, &store, &mut gen, None, input);
-        return Err(e);
-    }
+    Ok(gen)
+}
 
-    lazaret_helpers::timeline::mark("coordinator", "generation-leased");
-    // The Trust Anchor of this generation: its secret keys stay in this
-    // process; its public half is published before the sandbox starts.
-    let anchor = match lazaret_trust::new_generation(&input.domain_id, gen.number)
+/// The Trust Anchor of this generation: its secret keys stay in this
+/// process; its public half is published before the sandbox starts.
+fn new_trust_anchor(
+    input: &CoordinatorInput,
+    gen: &Generation,
+) -> Result<Arc<lazaret_trust::TrustAnchor>, String> {
+    lazaret_trust::new_generation(&input.domain_id, gen.number)
         .and_then(|g| lazaret_trust::TrustAnchor::new(g, &input.profile_name, &gen.coordinator_id))
-    {
-        Ok(a) => Arc::new(a),
-        Err(e) => {
-            teardown(&layout, &store, &mut gen, None, input);
-            return Err(format!("cannot make the Trust Anchor: {e}"));
-        }
-    };
-    // The network policy of this generation, bound to its network
-    // attachment; its intent is durable before the supervisor starts.
-    let binding = lazaret_protocol::trust::network_attachment(
-        anchor.generation(),
-        &format!("sidecar-{}", &random_id()[..16]),
-        &gen.sandbox_id,
-    );
-    let policy = crate::network::derive(input, &binding)?;
-    crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
+        .map(Arc::new)
+        .map_err(|e| format!("cannot make the Trust Anchor: {e}"))
+}
 
-    // The sandbox request-signing key of this generation: the secret half
-    // is mounted read-only into the sandbox, the public half stays here.
-    let keys = ed25519_compact::KeyPair::generate();
-    lazaret_helpers::timeline::mark("coordinator", "policy-derived");
-    // What the helpers say reaches `helpers.log` through a pipe this
-    // process copies; the rest of it is copied however `run` ends.
-    let (helpers, helpers_pipe) = match HelpersLog::open(&layout.root) {
-        Ok(h) => h,
-        Err(e) => {
-            teardown(&layout, &store, &mut gen, None, input);
-            return Err(e);
-        }
-    };
-    let _helpers_finish = crate::logs::FinishOnDrop(helpers.clone());
-    let started = start_sandbox(
-        input,
-        &layout,
-        &gen,
-        &anchor_dirs,
-        (&keys, &anchor),
-        policy.as_ref(),
-        (&helpers, helpers_pipe),
-    );
-    crate::network::record_evidence(
-        &store,
-        &layout,
-        input,
-        gen.number,
-        policy.as_ref(),
-        started.as_ref().err(),
-    );
-    lazaret_helpers::timeline::mark("coordinator", "sandbox-started");
+/// Runs a started sandbox: records the supervisor and holder, listens,
+/// starts the Escalation Mailbox, confines this process, reports ready,
+/// serves Client Sessions until the Domain stops, and tears it down.
+fn serve_generation(
+    d: &Domain<'_>,
+    gen: &mut Generation,
+    started: Started,
+    secrets: Secrets<'_>,
+    (helpers, stop): (&Arc<HelpersLog>, Arc<AtomicBool>),
+    (ready, leader): (&mut Option<std::fs::File>, Option<&OwnedFd>),
+) -> Result<(), String> {
+    let (input, layout) = (d.input, d.layout);
     let Started {
         child,
         channel,
         holder,
-    } = match started {
-        Ok(s) => s,
-        Err(e) => {
-            teardown(&layout, &store, &mut gen, None, input);
-            return Err(e);
-        }
-    };
+    } = started;
     // For recovery only (by pid and start time, before this coordinator
     // exists); this coordinator acts on the holder through its pidfd.
     let holder_pid = lazaret_helpers::pidfd::pid_of(&holder);
     gen.supervisor = procs::start_time(child.id() as i32).map(|t| (child.id() as i32, t));
     gen.holder = holder_pid.and_then(|p| procs::start_time(p).map(|t| (p, t)));
-    set_phase(&store, &mut gen, Phase::Running)?;
+    set_phase(d.store, gen, Phase::Running)?;
     let mut supervisor = Supervisor {
         child,
         link: None,
         holder: Arc::new(holder),
         helpers: helpers.clone(),
     };
-    let listener = match bind(&layout.socket()) {
-        Ok(l) => l,
-        Err(e) => {
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(e);
-        }
-    };
+    let listener = bind(&layout.socket()).map_err(|e| d.abort(gen, Some(&mut supervisor), e))?;
 
     // The Escalation Mailbox: read by the confined `lazaret-mailbox`,
     // started here, before the coordinator confines itself.
-    let escalations = Arc::new(Escalations::new(
-        MailboxKeys {
-            requests: keys.pk,
-            results: ResultSigner {
-                generation: anchor.generation().clone(),
-                key: anchor.result_key().clone(),
-            },
-        },
-        gen.sandbox_id.clone(),
-        input.profile_name.clone(),
-        input.workspace.clone(),
-        &control_dir(&layout),
-        layout.root.join(lazaret_protocol::escalation::LOG_FILE),
-        input.auto_approve.clone(),
-    ));
-    let from_reader = match escalations.start_reader(&input.libexec) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            log(format!(
-                "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
-            ));
-            None
-        }
-    };
+    let escalations = domain_escalations(input, layout, gen, &secrets);
+    let from_reader = start_mailbox_reader(&escalations, &input.libexec);
 
     // Start-up is over: every process the coordinator starts runs, and it
     // has one thread, so landlock and seccomp bind all it will do.
     let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
     helpers.drain();
-    match crate::confine::confine(&layout.root, catalog) {
-        Ok(report) => log(report.trim_end().replace('\n', "; ")),
-        Err(e) => {
-            escalations.stop_reader();
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(format!("the coordinator cannot confine itself: {e}"));
-        }
-    }
+    let confined = crate::confine::confine(&layout.root, catalog)
+        .map_err(|e| format!("the coordinator cannot confine itself: {e}"));
+    let confined = confined.map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
+    log(confined.trim_end().replace('\n', "; "));
 
     helpers.clone().spawn();
-    let link = match Link::start(channel) {
-        Ok(l) => {
-            supervisor.link = Some(l.clone());
-            l
-        }
-        Err(e) => {
-            escalations.stop_reader();
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(format!("cannot read the Runtime Supervisor's channel: {e}"));
-        }
-    };
+    let link = Link::start(channel)
+        .map_err(|e| format!("cannot read the Runtime Supervisor's channel: {e}"))
+        .map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
+    supervisor.link = Some(link.clone());
     if let Some(r) = from_reader {
         escalations.take_from_reader(r);
     }
@@ -402,25 +452,9 @@ fn run(
     report(ready, CoordinatorReadiness::Ready);
     let mailbox_stop = Arc::new(AtomicBool::new(false));
     escalations.clone().watch(mailbox_stop.clone());
-    let status = lazaret_protocol::session::DomainStatus {
-        generation: gen.number,
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        sessions: 0,
-        holder_pid,
-        ports: input.network.ports.clone(),
-        session_list: Vec::new(),
-    };
-    let trust = match crate::trust::ControlTrust::new(anchor, &layout.run()) {
-        Ok(t) => t,
-        Err(e) => {
-            escalations.stop_reader();
-            teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-            return Err(e);
-        }
-    };
+    let status = domain_status(input, gen, holder_pid);
+    let trust = crate::trust::ControlTrust::new(secrets.anchor, &layout.run())
+        .map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
     let ctx = Arc::new(SessionCtx::new(
         trust,
         input.clone(),
@@ -433,6 +467,32 @@ fn run(
     ));
     serve(&listener, &ctx, &stop, &mut supervisor, leader);
     mailbox_stop.store(true, Ordering::Relaxed);
+    stop_sessions(&ctx, listener, layout);
+    teardown(layout, d.store, gen, Some(&mut supervisor), input);
+    Ok(())
+}
+
+/// Starts the confined Escalation Mailbox reader; a reader that does not
+/// start leaves the Domain running without Host Escalation.
+fn start_mailbox_reader(
+    escalations: &Arc<Escalations>,
+    libexec: &Path,
+) -> Option<std::os::unix::net::UnixStream> {
+    match escalations.start_reader(libexec) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            log(format!(
+                "the Escalation Mailbox reader did not start, Host Escalation requests are not read in this Domain: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// Ends every Client Session once the Domain stops serving: the reader
+/// stops, then the Trust Anchor is invalidated before the socket goes, so
+/// no new session may join.
+fn stop_sessions(ctx: &SessionCtx, listener: UnixListener, layout: &Layout) {
     ctx.escalations.stop_reader();
 
     // No new session may join from here on: the Trust Anchor first.
@@ -440,8 +500,50 @@ fn run(
     let _ = std::fs::remove_file(layout.socket());
     drop(listener);
     ctx.end_all();
-    teardown(&layout, &store, &mut gen, Some(&mut supervisor), input);
-    Ok(())
+}
+
+/// The Escalation Mailbox of this generation: requests are checked with
+/// the sandbox's request key, results signed by the Trust Anchor.
+fn domain_escalations(
+    input: &CoordinatorInput,
+    layout: &Layout,
+    gen: &Generation,
+    secrets: &Secrets<'_>,
+) -> Arc<Escalations> {
+    Arc::new(Escalations::new(
+        MailboxKeys {
+            requests: secrets.keys.pk,
+            results: ResultSigner {
+                generation: secrets.anchor.generation().clone(),
+                key: secrets.anchor.result_key().clone(),
+            },
+        },
+        gen.sandbox_id.clone(),
+        input.profile_name.clone(),
+        input.workspace.clone(),
+        &control_dir(layout),
+        layout.root.join(lazaret_protocol::escalation::LOG_FILE),
+        input.auto_approve.clone(),
+    ))
+}
+
+/// The Domain's status as `lazaret ps` first sees it.
+fn domain_status(
+    input: &CoordinatorInput,
+    gen: &Generation,
+    holder_pid: Option<i32>,
+) -> lazaret_protocol::session::DomainStatus {
+    lazaret_protocol::session::DomainStatus {
+        generation: gen.number,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        sessions: 0,
+        holder_pid,
+        ports: input.network.ports.clone(),
+        session_list: Vec::new(),
+    }
 }
 
 fn bind(path: &Path) -> Result<UnixListener, String> {
@@ -485,20 +587,7 @@ fn serve(
         if ctx.sessions_now() != 0 {
             idle = None;
         }
-        if ctx.sessions_now() == 0 && ctx.active() != 0 && ctx.served() {
-            let (since, said) = lingering.get_or_insert((Instant::now(), false));
-            if !*said && since.elapsed() > LINGER_NOTE {
-                *said = true;
-                log(format!(
-                    "no Client Session runs, but {} connection(s) have been open for {}s: the Domain stays up until they end ({})",
-                    ctx.active(),
-                    LINGER_NOTE.as_secs(),
-                    ctx.connections_summary()
-                ));
-            }
-        } else {
-            lingering = None;
-        }
+        note_lingering(ctx, &mut lingering);
         if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
             let kept = ctx.served().then(|| ctx.keep_alive()).flatten();
             match kept {
@@ -523,22 +612,48 @@ fn serve(
             log("the lazaret CLI that started this Domain exited before its session");
             return;
         }
-        let mut pfd = [nix::poll::PollFd::new(
-            listener.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(100u16));
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = session::peer_is_us(&stream) {
-                    log(format!("refused a connection: {e}"));
-                    continue;
-                }
-                session::spawn(ctx.clone(), stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => log(format!("accept: {e}")),
+        accept_one(listener, ctx);
+    }
+}
+
+/// Says once in the log when connections keep a Domain without Client
+/// Sessions up for longer than [`LINGER_NOTE`] (`lingering`: since when,
+/// and whether it was said).
+fn note_lingering(ctx: &SessionCtx, lingering: &mut Option<(Instant, bool)>) {
+    if ctx.sessions_now() == 0 && ctx.active() != 0 && ctx.served() {
+        let (since, said) = lingering.get_or_insert((Instant::now(), false));
+        if !*said && since.elapsed() > LINGER_NOTE {
+            *said = true;
+            log(format!(
+                "no Client Session runs, but {} connection(s) have been open for {}s: the Domain stays up until they end ({})",
+                ctx.active(),
+                LINGER_NOTE.as_secs(),
+                ctx.connections_summary()
+            ));
         }
+    } else {
+        *lingering = None;
+    }
+}
+
+/// Waits up to 100 ms for a connection and starts its session if it comes
+/// from this user.
+fn accept_one(listener: &UnixListener, ctx: &Arc<SessionCtx>) {
+    let mut pfd = [nix::poll::PollFd::new(
+        listener.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(100u16));
+    match listener.accept() {
+        Ok((stream, _)) => {
+            if let Err(e) = session::peer_is_us(&stream) {
+                log(format!("refused a connection: {e}"));
+                return;
+            }
+            session::spawn(ctx.clone(), stream);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => log(format!("accept: {e}")),
     }
 }
 
@@ -569,7 +684,6 @@ fn prepare_control(
     keys: &ed25519_compact::KeyPair,
     trust: &lazaret_trust::TrustAnchor,
 ) -> Result<Vec<PlannedMount>, String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let control = control_dir(layout);
     for d in ["bin", "mailbox/requests", "mailbox/results"] {
         mkdir_private(&control.join(d))?;
@@ -582,29 +696,10 @@ fn prepare_control(
     // the host the Domain Root around them stays yours alone.
     let shared = input.user.is_some();
     if shared {
-        for (d, mode) in [
-            ("", 0o755),
-            ("bin", 0o755),
-            ("mailbox", 0o755),
-            ("mailbox/results", 0o755),
-            ("mailbox/requests", 0o1733),
-        ] {
-            let d = control.join(d);
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| format!("cannot open {} to the sandbox's user: {e}", d.display()))?;
-        }
+        open_control_to_user(&control)?;
     }
     // The sandbox's root writes requests through the gofer, which runs as
     // the developer: the request directory stays private to the developer.
-    let write_new = |p: &Path, bytes: &[u8], mode: u32| -> Result<(), String> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(p)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))
-    };
     let write = |name: &str, bytes: &[u8], mode: u32| write_new(&control.join(name), bytes, mode);
     write(
         "request-key",
@@ -643,11 +738,47 @@ fn prepare_control(
     if let Some(pem) = &input.host_ca {
         write(HOST_CA_NAME, pem, 0o644)?;
     }
-    // The static builds embedded at compile time (see build.rs): they run
-    // in any image, with or without a C library. The port relay only where
-    // ports are published (the sandbox's init starts it: see
-    // bin/supervisor/src/ports.rs); `sudo` and its service only for a
-    // profile's user (see sudo.sh).
+    write_executables(input, &control)?;
+    link_on_path(input, layout)?;
+    write_agents_text(&layout.run().join("control-lower"))?;
+    Ok(control_mounts(&control))
+}
+
+/// Opens the control directories to the profile's user inside (see
+/// [`prepare_control`]).
+fn open_control_to_user(control: &Path) -> Result<(), String> {
+    for (d, mode) in [
+        ("", 0o755),
+        ("bin", 0o755),
+        ("mailbox", 0o755),
+        ("mailbox/results", 0o755),
+        ("mailbox/requests", 0o1733),
+    ] {
+        let d = control.join(d);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("cannot open {} to the sandbox's user: {e}", d.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes a new file (never one that exists) with `mode`.
+fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(p)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
+        .map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+/// The static builds embedded at compile time (see build.rs), in the
+/// control directory's `bin`: they run in any image, with or without a C
+/// library. The port relay only where ports are published (the sandbox's
+/// init starts it: see bin/supervisor/src/ports.rs); `sudo` and its
+/// service only for a profile's user (see sudo.sh).
+fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), String> {
     let mut executables: Vec<(&str, &[u8])> = vec![("lazaret-escalate", ESCALATE_STATIC)];
     if !input.network.ports.is_empty() {
         executables.push(("lazaret-port-relay", PORT_RELAY_STATIC));
@@ -660,13 +791,18 @@ fn prepare_control(
     }
     for (name, bytes) in executables {
         let rel = format!("bin/{name}");
-        write(&rel, bytes, 0o755)?;
+        write_new(&control.join(&rel), bytes, 0o755)?;
         let bin = control.join(rel);
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("cannot make {} executable: {e}", bin.display()))?;
     }
-    // On every PATH, login shells included: a link in a layer of ours.
-    // Modes as in the image: the layer's directories show through.
+    Ok(())
+}
+
+/// Puts the escalation client (and `sudo` for a profile's user) on every
+/// PATH, login shells included: a link in a layer of ours. Modes as in the
+/// image: the layer's directories show through.
+fn link_on_path(input: &CoordinatorInput, layout: &Layout) -> Result<(), String> {
     let link_dir = layout.run().join("control-lower/usr/local/bin");
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -691,12 +827,17 @@ fn prepare_control(
         std::os::unix::fs::symlink(format!("{}/{name}", esc_paths::BIN), link_dir.join(name))
             .map_err(|e| format!("cannot create the {name} link: {e}"))?;
     }
-    write_agents_text(&layout.run().join("control-lower"))?;
-    Ok(vec![
+    Ok(())
+}
+
+/// The control directory, read-only at [`esc_paths::CONTROL`], and its
+/// request directory, writable at [`esc_paths::REQUESTS`].
+fn control_mounts(control: &Path) -> Vec<PlannedMount> {
+    vec![
         PlannedMount {
             destination: esc_paths::CONTROL.into(),
             kind: MountKind::Bind {
-                source: control.clone(),
+                source: control.to_path_buf(),
                 read_only: true,
             },
             purpose: MountPurpose::Control,
@@ -709,7 +850,7 @@ fn prepare_control(
             },
             purpose: MountPurpose::Control,
         },
-    ])
+    ]
 }
 
 /// What an agent inside should know about Host Escalation, for its
@@ -799,7 +940,18 @@ fn start_sandbox(
     let (plan_fd, digest) =
         memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
     let (ours, theirs) = channel::pair().map_err(|e| e.to_string())?;
+    let child = spawn_supervisor(input, &digest, (plan_fd, theirs), helpers_pipe)?;
+    await_ready(child, ours, helpers)
+}
 
+/// Starts `lazaret-supervisor` with the sealed plan and its end of the
+/// channel.
+fn spawn_supervisor(
+    input: &CoordinatorInput,
+    digest: &str,
+    (plan_fd, theirs): (OwnedFd, Channel),
+    helpers_pipe: OwnedFd,
+) -> Result<Child, String> {
     // What the supervisor and every helper under it (the holder, runsc,
     // the routers, slirp4netns) say goes to `helpers.log`, through the
     // pipe, so that `coordinator.log` holds the coordinator's timestamped
@@ -810,7 +962,7 @@ fn start_sandbox(
     cmd.arg("--domain")
         .arg(&input.domain_id)
         .arg("--plan-digest")
-        .arg(&digest)
+        .arg(digest)
         .stdin(Stdio::null())
         .stdout(Stdio::from(
             helpers_pipe.try_clone().map_err(|e| e.to_string())?,
@@ -832,12 +984,17 @@ fn start_sandbox(
             die_with_parent: true,
         },
     );
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start lazaret-supervisor: {e}"))?;
     // Closes our copy of the supervisor's end: its exit reads as `Closed`.
     drop(cmd);
+    Ok(child)
+}
 
+/// The supervisor's answer to its start: `Ready` with the holder's pidfd,
+/// or why not (a supervisor that did not fail by itself is killed).
+fn await_ready(mut child: Child, ours: Channel, helpers: &HelpersLog) -> Result<Started, String> {
     if !wait_answer(&ours, helpers, Instant::now() + Duration::from_secs(60))? {
         let _ = child.kill();
         let _ = child.wait();

@@ -511,14 +511,7 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
 }
 
 fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> {
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-    let mut reader = stream.try_clone().map_err(|e| e.to_string())?;
-    reader
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
-    lazaret_helpers::timeline::mark("coordinator", "session-hello");
-    reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let (hello, reader) = read_hello(&stream)?;
     // A session on a PTY outlives its terminal when it was started
     // detached, or when the profile says a hang-up detaches it.
     let detachable = hello.tty.is_some()
@@ -529,51 +522,23 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     } else {
         Sink::attached(stream)
     }));
-    let refuse = |reason: String| {
-        let _ = write_frame(
-            &mut *writer.lock().unwrap(),
-            &ServerMsg::Refused {
-                reason: reason.clone(),
-            },
-        );
-        Err(reason)
-    };
     if hello.version != PROTOCOL_VERSION {
-        return refuse(format!(
+        return refuse(&writer, format!(
             "protocol version {} is not {PROTOCOL_VERSION}: the running Domain was started by another version of lazaret; end its sessions first",
             hello.version
         ));
     }
     if let Some(c) = hello.control {
         ctx.stage(sid, "answering a control request");
-        let answer = match c {
-            Control::Status => ServerMsg::Status(DomainStatus {
-                sessions: u32::try_from(ctx.sessions.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
-                session_list: ctx.session_list(),
-                ..ctx.status.clone()
-            }),
-            Control::Stop => {
-                log("asked to stop by lazaret stop");
-                ctx.stop.store(true, Ordering::SeqCst);
-                ServerMsg::Stopping
-            }
-        };
+        let answer = answer_control(ctx, c);
         return write_frame(&mut *writer.lock().unwrap(), &answer).map_err(|e| e.to_string());
     }
     if let Some(a) = hello.attach {
         ctx.stage(sid, "attached terminal");
         return attach(ctx, sid, a, reader, writer);
     }
-    if hello.detach && hello.tty.is_none() {
-        return refuse("a detached session needs a terminal size (the CLI sends one)".into());
-    }
-    if hello.config_fingerprint != ctx.input.config_fingerprint {
-        return refuse(
-            "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
-        );
-    }
-    if let Some(why) = unpublished(&hello.ports, &ctx.input.network.ports) {
-        return refuse(why);
+    if let Some(why) = refusal(ctx, &hello) {
+        return refuse(&writer, why);
     }
 
     if ctx.stop.load(Ordering::SeqCst)
@@ -589,86 +554,17 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     ctx.stage(sid, "Client Session");
     let _counted = Counted(&ctx.sessions);
     let tty = hello.tty.clone();
-    let mut env = base_env(&ctx.input, tty.as_ref().map(|t| t.term.as_str()));
     // The session's own variables (`lazaret run -e`, `pass_env`) win over
     // the profile's; Lazaret's own names stay Lazaret's. They reach runsc
     // in a sealed memfd only, and are never logged (names or values).
     if let Err(why) = check_session_env(&hello.env) {
-        return refuse(why);
+        return refuse(&writer, why);
     }
-    for (k, v) in &hello.env.0 {
-        let prefix = format!("{k}=");
-        env.retain(|e| !e.starts_with(&prefix));
-        env.push(format!("{k}={v}"));
-    }
-    // The Session Anchor: given only to this session's processes, it binds
-    // their escalation requests to this session (FR-10).
-    let mut anchor = [0u8; 32];
-    getrandom::getrandom(&mut anchor).map_err(|e| e.to_string())?;
-    env.push(format!("{}={sid}", esc_paths::SESSION_ID_ENV));
-    env.push(format!(
-        "{}={}",
-        esc_paths::SESSION_ANCHOR_ENV,
-        hex::encode(anchor)
-    ));
     let workdir = lazaret_protocol::session::sandbox_workdir(hello.workdir.as_deref());
-    env.extend(workdir_env(&workdir));
-    let gate = Arc::new(Gate::default());
-    let replies = Replies::default();
-    let (_registration, notice) = Registration::new(
-        ctx,
-        sid,
-        SessionEntry {
-            anchor,
-            client: Client {
-                writer: writer.clone(),
-                replies: replies.clone(),
-            },
-            terminal: tty.as_ref().map(|_| Terminal {
-                gate: gate.clone(),
-                prompt_lock: Arc::new(Mutex::new(())),
-            }),
-            gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        },
-    );
-    let argv = sandbox_argv(
-        hello.argv.as_deref(),
-        &workdir,
-        hello.workdir_from,
-        tty.as_ref().map(|t| t.term.as_str()),
-    );
-    let process = match &ctx.input.user {
-        Some(user) => SessionProcess {
-            argv: as_user(user, argv),
-            env: user_env(user, env),
-            cwd: "/workspace".into(),
-            setuid: true,
-        },
-        None => SessionProcess {
-            argv,
-            env,
-            cwd: "/workspace".into(),
-            setuid: false,
-        },
-    };
-    // The supervisor has runsc write the pid file once the command's
-    // process exists: until then, whatever comes out is runsc's own (see
-    // `StartLatch`).
-    let pid_file = ctx.run_dir.join("sessions").join(format!("{sid}.pid"));
-    let latch = Arc::new(StartLatch::new(pid_file));
-    log(SessionLog::Ran {
-        session: sid.to_string(),
-        argv: hello.argv.clone(),
-        workdir: workdir.clone(),
-        terminal: tty.is_some(),
-    });
-    let bridge = Bridge {
-        sid,
-        process,
-        ending: Ending::new(sid),
-        shown: hello.argv.clone(),
-        detach: hello.detach,
-    };
+    let (env, anchor) = session_env(ctx, sid, &hello, &workdir)?;
+    let (entry, gate, replies) = session_entry(&writer, anchor, tty.is_some());
+    let (_registration, notice) = Registration::new(ctx, sid, entry);
+    let (bridge, latch) = session_bridge(ctx, sid, &hello, &workdir, env);
 
     // The first record is Accepted; a notice (no Host Escalation in this
     // Domain any more) follows it.
@@ -689,6 +585,173 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
             latch,
         ),
         None => run_pipes(ctx, bridge, reader, writer, accepted, latch, replies),
+    }
+}
+
+/// The session's entry in the Domain (its client and, on a terminal, the
+/// gate and prompt lock its Host Escalation prompts use), with the gate and
+/// the replies the session's own loop shares with it.
+fn session_entry(
+    writer: &Writer,
+    anchor: [u8; 32],
+    terminal: bool,
+) -> (SessionEntry, Arc<Gate>, Replies) {
+    let gate = Arc::new(Gate::default());
+    let replies = Replies::default();
+    let entry = SessionEntry {
+        anchor,
+        client: Client {
+            writer: writer.clone(),
+            replies: replies.clone(),
+        },
+        terminal: terminal.then(|| Terminal {
+            gate: gate.clone(),
+            prompt_lock: Arc::new(Mutex::new(())),
+        }),
+        gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    };
+    (entry, gate, replies)
+}
+
+/// What the supervisor is asked to run for the session, and the latch that
+/// holds its output until runsc has started it; the session is logged as
+/// run.
+fn session_bridge<'a>(
+    ctx: &SessionCtx,
+    sid: &'a str,
+    hello: &Hello,
+    workdir: &str,
+    env: Vec<String>,
+) -> (Bridge<'a>, Arc<StartLatch>) {
+    let tty = hello.tty.as_ref();
+    let argv = sandbox_argv(
+        hello.argv.as_deref(),
+        workdir,
+        hello.workdir_from,
+        tty.map(|t| t.term.as_str()),
+    );
+    let process = session_process(ctx, argv, env);
+    // The supervisor has runsc write the pid file once the command's
+    // process exists: until then, whatever comes out is runsc's own (see
+    // `StartLatch`).
+    let pid_file = ctx.run_dir.join("sessions").join(format!("{sid}.pid"));
+    let latch = Arc::new(StartLatch::new(pid_file));
+    log(SessionLog::Ran {
+        session: sid.to_string(),
+        argv: hello.argv.clone(),
+        workdir: workdir.to_string(),
+        terminal: tty.is_some(),
+    });
+    let bridge = Bridge {
+        sid,
+        process,
+        ending: Ending::new(sid),
+        shown: hello.argv.clone(),
+        detach: hello.detach,
+    };
+    (bridge, latch)
+}
+
+/// The connection's `Hello`, read within 10 s, and a blocking reader for
+/// what follows it.
+fn read_hello(stream: &UnixStream) -> Result<(Hello, UnixStream), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let mut reader = stream.try_clone().map_err(|e| e.to_string())?;
+    reader
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
+    lazaret_helpers::timeline::mark("coordinator", "session-hello");
+    reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    Ok((hello, reader))
+}
+
+/// Tells the client why its session is refused, and ends the connection
+/// with that reason.
+fn refuse(writer: &Writer, reason: String) -> Result<(), String> {
+    let _ = write_frame(
+        &mut *writer.lock().unwrap(),
+        &ServerMsg::Refused {
+            reason: reason.clone(),
+        },
+    );
+    Err(reason)
+}
+
+/// The answer to a control request (`lazaret ps`, `lazaret stop`).
+fn answer_control(ctx: &SessionCtx, c: Control) -> ServerMsg {
+    match c {
+        Control::Status => ServerMsg::Status(DomainStatus {
+            sessions: u32::try_from(ctx.sessions.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
+            session_list: ctx.session_list(),
+            ..ctx.status.clone()
+        }),
+        Control::Stop => {
+            log("asked to stop by lazaret stop");
+            ctx.stop.store(true, Ordering::SeqCst);
+            ServerMsg::Stopping
+        }
+    }
+}
+
+/// Why a new session of this `hello` cannot run in this Domain, if it
+/// cannot.
+fn refusal(ctx: &SessionCtx, hello: &Hello) -> Option<String> {
+    if hello.detach && hello.tty.is_none() {
+        return Some("a detached session needs a terminal size (the CLI sends one)".into());
+    }
+    if hello.config_fingerprint != ctx.input.config_fingerprint {
+        return Some(
+            "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
+        );
+    }
+    unpublished(&hello.ports, &ctx.input.network.ports)
+}
+
+/// The session's environment (the profile's, then the session's own
+/// variables, then its identity and working directory) and its Session
+/// Anchor: given only to this session's processes, it binds their
+/// escalation requests to this session (FR-10).
+fn session_env(
+    ctx: &SessionCtx,
+    sid: &str,
+    hello: &Hello,
+    workdir: &str,
+) -> Result<(Vec<String>, [u8; 32]), String> {
+    let tty = hello.tty.as_ref();
+    let mut env = base_env(&ctx.input, tty.map(|t| t.term.as_str()));
+    for (k, v) in &hello.env.0 {
+        let prefix = format!("{k}=");
+        env.retain(|e| !e.starts_with(&prefix));
+        env.push(format!("{k}={v}"));
+    }
+    let mut anchor = [0u8; 32];
+    getrandom::getrandom(&mut anchor).map_err(|e| e.to_string())?;
+    env.push(format!("{}={sid}", esc_paths::SESSION_ID_ENV));
+    env.push(format!(
+        "{}={}",
+        esc_paths::SESSION_ANCHOR_ENV,
+        hex::encode(anchor)
+    ));
+    env.extend(workdir_env(workdir));
+    Ok((env, anchor))
+}
+
+/// What the session runs inside: as the profile's user where it has one.
+fn session_process(ctx: &SessionCtx, argv: Vec<String>, env: Vec<String>) -> SessionProcess {
+    match &ctx.input.user {
+        Some(user) => SessionProcess {
+            argv: as_user(user, argv),
+            env: user_env(user, env),
+            cwd: "/workspace".into(),
+            setuid: true,
+        },
+        None => SessionProcess {
+            argv,
+            env,
+            cwd: "/workspace".into(),
+            setuid: false,
+        },
     }
 }
 
@@ -971,23 +1034,7 @@ fn finish_session(
     let status = exit.map(ExitStatus::shell_code);
     match latch.finish(writer) {
         Ok(true) => match sandbox_end(ctx, exit) {
-            None => {
-                let status = status.unwrap_or(125);
-                if ctx.stop.load(Ordering::SeqCst) {
-                    let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
-                    send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
-                    ending.set(SessionEnd::DomainStopped { status });
-                } else if ending.hung_up.load(Ordering::SeqCst) {
-                    ending.set(SessionEnd::HungUp { status });
-                } else {
-                    if let Some(note) = memory_note(&ctx.input.profile_name, status, memory) {
-                        log(format!("session {sid}: {}", note.trim_end()));
-                        send(writer, &ServerMsg::Stderr(note.into_bytes()));
-                    }
-                    ending.set(SessionEnd::Exited { status });
-                }
-                send(writer, &ServerMsg::Exit { status });
-            }
+            None => finish_ran(ctx, bridge, writer, status.unwrap_or(125), memory),
             Some(reason) => {
                 log(format!("session {sid}: {reason} (status {status:?})"));
                 ending.set(if ctx.holder_gone_within(Duration::ZERO) {
@@ -1014,36 +1061,77 @@ fn finish_session(
                 },
             );
         }
-        Err(diag) => match not_invokable(&diag) {
-            Some((code, line)) => {
-                ending.set(SessionEnd::NotRun { status: code });
-                let line = format!("lazaret: {line}\n");
-                send(writer, &ServerMsg::Stderr(line.into_bytes()));
-                send(writer, &ServerMsg::Exit { status: code });
-            }
-            None => {
-                // A client that went away before the command started
-                // had its `runsc exec` hung up: that is why it ended.
-                ending.set(if ending.hung_up.load(Ordering::SeqCst) {
-                    SessionEnd::HungUp {
-                        status: status.unwrap_or(125),
-                    }
-                } else {
-                    SessionEnd::NotRun { status: 125 }
-                });
-                log(format!(
-                    "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
-                    String::from_utf8_lossy(&diag)
-                ));
-                let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
-                send(
-                    writer,
-                    &ServerMsg::Failed {
-                        reason: start_failure_reason(&diag, root),
-                    },
-                );
-            }
-        },
+        Err(diag) => finish_not_started(ctx, bridge, writer, status, &diag),
+    }
+}
+
+/// The end of a session whose command ran and exited with `status`: why
+/// it ended (the Domain stopped, the client hung up, or the command
+/// exited, with a note where the memory bound may be why), then its exit.
+fn finish_ran(
+    ctx: &SessionCtx,
+    bridge: &Bridge<'_>,
+    writer: &Writer,
+    status: i32,
+    memory: Option<MemoryBound>,
+) {
+    let (sid, ending) = (bridge.sid, &bridge.ending);
+    if ctx.stop.load(Ordering::SeqCst) {
+        let note = "lazaret: the Domain was stopped (`lazaret stop`)\n";
+        send(writer, &ServerMsg::Stderr(note.as_bytes().to_vec()));
+        ending.set(SessionEnd::DomainStopped { status });
+    } else if ending.hung_up.load(Ordering::SeqCst) {
+        ending.set(SessionEnd::HungUp { status });
+    } else {
+        if let Some(note) = memory_note(&ctx.input.profile_name, status, memory) {
+            log(format!("session {sid}: {}", note.trim_end()));
+            send(writer, &ServerMsg::Stderr(note.into_bytes()));
+        }
+        ending.set(SessionEnd::Exited { status });
+    }
+    send(writer, &ServerMsg::Exit { status });
+}
+
+/// The end of a session whose `runsc exec` failed before the command ran
+/// (`diag`: what runsc said): a command that cannot be invoked gets the
+/// shell's code, anything else a Lazaret error.
+fn finish_not_started(
+    ctx: &SessionCtx,
+    bridge: &Bridge<'_>,
+    writer: &Writer,
+    status: Option<i32>,
+    diag: &[u8],
+) {
+    let (sid, ending) = (bridge.sid, &bridge.ending);
+    match not_invokable(diag) {
+        Some((code, line)) => {
+            ending.set(SessionEnd::NotRun { status: code });
+            let line = format!("lazaret: {line}\n");
+            send(writer, &ServerMsg::Stderr(line.into_bytes()));
+            send(writer, &ServerMsg::Exit { status: code });
+        }
+        None => {
+            // A client that went away before the command started
+            // had its `runsc exec` hung up: that is why it ended.
+            ending.set(if ending.hung_up.load(Ordering::SeqCst) {
+                SessionEnd::HungUp {
+                    status: status.unwrap_or(125),
+                }
+            } else {
+                SessionEnd::NotRun { status: 125 }
+            });
+            log(format!(
+                "session {sid}: runsc exec failed ({status:?}) before the command ran: {:?}",
+                String::from_utf8_lossy(diag)
+            ));
+            let root = ctx.run_dir.parent().unwrap_or(&ctx.run_dir);
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: start_failure_reason(diag, root),
+                },
+            );
+        }
     }
 }
 
@@ -1565,7 +1653,7 @@ fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String
 fn run_pipes(
     ctx: &SessionCtx,
     bridge: Bridge<'_>,
-    mut reader: UnixStream,
+    reader: UnixStream,
     writer: Writer,
     accepted: Vec<ServerMsg>,
     latch: Arc<StartLatch>,
@@ -1607,10 +1695,32 @@ fn run_pipes(
         ServerMsg::Stderr,
         latch.clone(),
     );
-    let mut stdin = Some(std::fs::File::from(in_w));
+    let stdin = Some(std::fs::File::from(in_w));
     let signals = bridge_fd.clone();
     let hung_up = bridge.ending.hung_up.clone();
-    std::thread::spawn(move || loop {
+    std::thread::spawn(move || forward_client(reader, stdin, signals, hung_up, replies));
+    let status = bridge_status(sid, &events);
+    watching.store(true, Ordering::SeqCst);
+    join_with_timeout(out, Duration::from_secs(5));
+    join_with_timeout(err, Duration::from_secs(5));
+    finish_session(ctx, &bridge, &writer, &latch, status);
+    listed.end();
+    Ok(())
+}
+
+/// A session without a terminal: what its client sends, until it goes
+/// away. Input goes to the bridge's stdin (`None` once closed), signals
+/// to the bridge (`signals`, its pidfd), decisions and host command
+/// outcomes to the session's Host Escalation requests; a client gone is a
+/// hang-up.
+fn forward_client(
+    mut reader: UnixStream,
+    mut stdin: Option<std::fs::File>,
+    signals: Arc<OwnedFd>,
+    hung_up: Arc<std::sync::atomic::AtomicBool>,
+    replies: Replies,
+) {
+    loop {
         use rustix::process::Signal as S;
         let forward = |s: S| signal_bridge(&signals, s);
         match read_frame::<_, ClientMsg>(&mut reader) {
@@ -1640,14 +1750,7 @@ fn run_pipes(
                 return;
             }
         }
-    });
-    let status = bridge_status(sid, &events);
-    watching.store(true, Ordering::SeqCst);
-    join_with_timeout(out, Duration::from_secs(5));
-    join_with_timeout(err, Duration::from_secs(5));
-    finish_session(ctx, &bridge, &writer, &latch, status);
-    listed.end();
-    Ok(())
+    }
 }
 
 fn join_with_timeout(h: std::thread::JoinHandle<()>, timeout: Duration) {

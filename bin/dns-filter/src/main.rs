@@ -40,11 +40,9 @@ fn die(code: i32, stage: &str, msg: impl std::fmt::Display) -> ! {
     std::process::exit(code)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        lazaret_dns_filter::confinement::dns_filter().print_and_exit();
-    }
+/// The command line (after `--print-confinement` was ruled out); bad
+/// arguments end the process with exit code 2.
+fn parse_cli(args: &[String]) -> Cli {
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let cli = match Cli::from_args(&[BINARY], &rest) {
         Ok(c) => c,
@@ -63,6 +61,46 @@ fn main() {
             "--policy-fd and --log-fd must be distinct and at least 3",
         );
     }
+    cli
+}
+
+/// The profile's resolvers: reachable by the upstream socket's packets
+/// alone (the main table keeps them denied for slirp B's), through its
+/// mark, a route per resolver in the upstream table, and the rule to it.
+fn route_upstream_by_mark(
+    policy: &lazaret_netpolicy::Policy,
+    hosts: &lazaret_netpolicy::policy::HostsPlan,
+    upstream: &UdpSocket,
+    rtnl: &mut lazaret_netlink::Rtnl,
+    ifindex: u32,
+) {
+    use lazaret_netpolicy::policy::{DNS_UPSTREAM_MARK, DNS_UPSTREAM_TABLE};
+    nix::sys::socket::setsockopt(
+        upstream,
+        nix::sys::socket::sockopt::Mark,
+        &DNS_UPSTREAM_MARK,
+    )
+    .unwrap_or_else(|e| die(3, "upstream socket", format!("SO_MARK: {e}")));
+    for u in &hosts.upstream {
+        rtnl.dns_route(
+            DNS_UPSTREAM_TABLE,
+            Some(*u),
+            policy.link.gateway,
+            ifindex,
+            true,
+        )
+        .unwrap_or_else(|e| die(3, "upstream route", e));
+    }
+    rtnl.dns_upstream_rule()
+        .unwrap_or_else(|e| die(3, "upstream rule", e));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--print-confinement") {
+        lazaret_dns_filter::confinement::dns_filter().print_and_exit();
+    }
+    let cli = parse_cli(&args);
     lazaret_seccomp::process::close_inherited_fds(&[cli.policy_fd, cli.log_fd])
         .unwrap_or_else(|e| die(2, "sanitise", e));
     let policy_fd = lazaret_helpers::fds::inherited(cli.policy_fd).unwrap_or_else(|e| {
@@ -106,27 +144,7 @@ fn main() {
     let tcp = std::fs::File::open("/proc/self/net/tcp")
         .unwrap_or_else(|e| die(3, "/proc/self/net/tcp", e));
     if policy.upstream_by_mark() {
-        // The profile's resolvers: reachable by this socket's packets
-        // alone (the main table keeps them denied for slirp B's).
-        use lazaret_netpolicy::policy::{DNS_UPSTREAM_MARK, DNS_UPSTREAM_TABLE};
-        nix::sys::socket::setsockopt(
-            &upstream,
-            nix::sys::socket::sockopt::Mark,
-            &DNS_UPSTREAM_MARK,
-        )
-        .unwrap_or_else(|e| die(3, "upstream socket", format!("SO_MARK: {e}")));
-        for u in &hosts.upstream {
-            rtnl.dns_route(
-                DNS_UPSTREAM_TABLE,
-                Some(*u),
-                policy.link.gateway,
-                ifindex,
-                true,
-            )
-            .unwrap_or_else(|e| die(3, "upstream route", e));
-        }
-        rtnl.dns_upstream_rule()
-            .unwrap_or_else(|e| die(3, "upstream rule", e));
+        route_upstream_by_mark(&policy, &hosts, &upstream, &mut rtnl, ifindex);
     }
 
     lazaret_dns_filter::confinement::dns_filter()

@@ -279,6 +279,23 @@ impl Filter {
             }
             Ok(AnswerVerdict::Accept { addresses }) => addresses,
         };
+        if let Err(message) = self.route_addresses(&p, addresses, now) {
+            return fail(self, message);
+        }
+        answer[..2].copy_from_slice(&p.id);
+        self.answer(&answer, p.client);
+    }
+
+    /// Routes the accepted addresses of an answer to `p` (at most
+    /// [`MAX_PER_ANSWER`], IPv4 only) for their clamped TTL, except those
+    /// the policy allows anyway and those it denies, which are logged as
+    /// refused. `Err`: why the answer fails (it is not passed on).
+    fn route_addresses(
+        &mut self,
+        p: &Pending,
+        addresses: Vec<(IpAddr, u32)>,
+        now: u64,
+    ) -> Result<(), String> {
         let ports = self.allow.ports(&p.name);
         // The host's addresses gained after the start (the watcher's
         // rules), read once per answer, only if one may be routed.
@@ -299,10 +316,7 @@ impl Filter {
                         match self.rtnl.host_denials() {
                             Ok(set) => host_denied = Some(set),
                             Err(e) => {
-                                return fail(
-                                    self,
-                                    format!("cannot read the host-address denials: {e}"),
-                                )
+                                return Err(format!("cannot read the host-address denials: {e}"))
                             }
                         }
                     }
@@ -325,11 +339,11 @@ impl Filter {
             let until = now + u64::from(ttl) * 1000;
             let changes = match self.grants.grant(a, ports.as_deref(), until) {
                 Ok(c) => c,
-                Err(e) => return fail(self, e.to_string()),
+                Err(e) => return Err(e.to_string()),
             };
             for c in changes {
                 if let Err(e) = self.apply(c) {
-                    return fail(self, format!("cannot route {a} for {:?}: {e}", p.name));
+                    return Err(format!("cannot route {a} for {:?}: {e}", p.name));
                 }
             }
             self.log.write(&DnsEvent::Routed {
@@ -340,8 +354,7 @@ impl Filter {
                 expires_ms: until,
             });
         }
-        answer[..2].copy_from_slice(&p.id);
-        self.answer(&answer, p.client);
+        Ok(())
     }
 
     fn apply(&mut self, c: Change) -> Result<(), lazaret_netlink::NetlinkError> {

@@ -41,48 +41,10 @@ fn main() {
         .unwrap_or_else(|e| fail(&e.to_string()));
     // runsc exec inherits it.
     lazaret_helpers::limits::raise_nofile();
-    let mut args = std::env::args().skip(1);
-    let mut tty = false;
-    let mut argv = Vec::new();
-    for a in args.by_ref() {
-        match a.as_str() {
-            "--tty" => tty = true,
-            "--" => break,
-            other => fail(&format!("unknown argument {other:?}")),
-        }
-    }
-    argv.extend(args);
-    if argv.is_empty() {
-        fail("usage: lazaret-exec-bridge [--tty] -- RUNSC-ARGV...");
-    }
-    let pidfd = lazaret_helpers::fds::inherited(HOLDER_PIDFD)
-        .unwrap_or_else(|e| fail(&format!("no holder pidfd on fd {HOLDER_PIDFD}: {e}")));
-    nix::sched::setns(
-        &pidfd,
-        CloneFlags::CLONE_NEWUSER
-            | CloneFlags::CLONE_NEWNS
-            | CloneFlags::CLONE_NEWNET
-            | CloneFlags::CLONE_NEWPID,
-    )
-    .unwrap_or_else(|e| match e {
-        // The holder exited between the coordinator's check and ours.
-        nix::errno::Errno::ESRCH => fail(
-            "the Domain's sandbox stopped while this session was starting: run the command again",
-        ),
-        e => fail(&format!("cannot join the Domain's namespaces: {e}")),
-    });
-    drop(pidfd);
+    let (tty, argv) = parse_args();
+    join_holder();
     if tty {
-        // Make the PTY slave our controlling terminal, so that runsc exec
-        // is in its foreground process group and sees SIGWINCH.
-        nix::unistd::setsid().unwrap_or_else(|e| fail(&format!("setsid: {e}")));
-        // SAFETY: TIOCSCTTY on fd 0 with argument 0; fd 0 is the PTY slave.
-        if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
-            fail(&format!(
-                "cannot take the session terminal: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        take_terminal();
     }
     let forwarded = SigSet::from_iter([
         Signal::SIGTERM,
@@ -122,6 +84,60 @@ fn main() {
             }
             Err(e) => fail(&e.to_string()),
         }
+    }
+}
+
+/// `--tty` or not, and runsc's argv (after `--`).
+fn parse_args() -> (bool, Vec<String>) {
+    let mut args = std::env::args().skip(1);
+    let mut tty = false;
+    let mut argv = Vec::new();
+    for a in args.by_ref() {
+        match a.as_str() {
+            "--tty" => tty = true,
+            "--" => break,
+            other => fail(&format!("unknown argument {other:?}")),
+        }
+    }
+    argv.extend(args);
+    if argv.is_empty() {
+        fail("usage: lazaret-exec-bridge [--tty] -- RUNSC-ARGV...");
+    }
+    (tty, argv)
+}
+
+/// Joins the holder's user, mount, network and PID namespaces through its
+/// pidfd (fd 3), which is closed then.
+fn join_holder() {
+    let pidfd = lazaret_helpers::fds::inherited(HOLDER_PIDFD)
+        .unwrap_or_else(|e| fail(&format!("no holder pidfd on fd {HOLDER_PIDFD}: {e}")));
+    nix::sched::setns(
+        &pidfd,
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWPID,
+    )
+    .unwrap_or_else(|e| match e {
+        // The holder exited between the coordinator's check and ours.
+        nix::errno::Errno::ESRCH => fail(
+            "the Domain's sandbox stopped while this session was starting: run the command again",
+        ),
+        e => fail(&format!("cannot join the Domain's namespaces: {e}")),
+    });
+    drop(pidfd);
+}
+
+/// Makes the PTY slave (fd 0) our controlling terminal, so that runsc
+/// exec is in its foreground process group and sees SIGWINCH.
+fn take_terminal() {
+    nix::unistd::setsid().unwrap_or_else(|e| fail(&format!("setsid: {e}")));
+    // SAFETY: TIOCSCTTY on fd 0 with argument 0; fd 0 is the PTY slave.
+    if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+        fail(&format!(
+            "cannot take the session terminal: {}",
+            std::io::Error::last_os_error()
+        ));
     }
 }
 

@@ -75,16 +75,7 @@ pub use lazaret_protocol::netreport::{NetMode, NetReport as Report};
 
 /// Runs the whole helper. Call from `main` only, single-threaded.
 pub fn run(req: &Request) -> Result<Report, Failure> {
-    if req.policy_fd < 3 || req.sandbox_netns_fd < 3 || req.policy_fd == req.sandbox_netns_fd {
-        return Err(fail(exit::BAD_INPUT, "arguments")(
-            "--policy-fd and --sandbox-netns-fd must be distinct and at least 3".into(),
-        ));
-    }
-    if req.digest.len() != 64 || !req.digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(fail(exit::BAD_INPUT, "arguments")(
-            "--digest must be 64 hex digits (the SHA-256 of the policy bytes)".into(),
-        ));
-    }
+    check_arguments(req)?;
     lazaret_seccomp::process::close_inherited_fds(&[req.policy_fd, req.sandbox_netns_fd])
         .map_err(|e| fail(exit::BAD_INPUT, "sanitise")(e.to_string()))?;
     let policy_fd = lazaret_helpers::fds::inherited(req.policy_fd).map_err(|e| {
@@ -120,55 +111,88 @@ pub fn run(req: &Request) -> Result<Report, Failure> {
         .map_err(|e| fail(exit::CONFINE_FAILED, "landlock")(e.to_string()))?;
 
     match &req.mode {
-        Mode::Install => {
-            let att = attest::install(&mut ns, &policy).map_err(|e| {
-                let code = if matches!(e, attest::AttestError::Mismatch(_)) {
-                    exit::VERIFY_FAILED
-                } else {
-                    exit::INSTALL_FAILED
-                };
-                fail(code, "install")(e.to_string())
-            })?;
-            Ok(Report {
-                ok: true,
-                mode: NetMode::Install,
-                attestation: Some(att),
-                probe: None,
-                confinement,
-                failed_stage: None,
-                error: None,
-            })
-        }
-        Mode::Probe { fingerprint } => {
-            let att = attest::attest(&mut ns, &policy)
-                .map_err(|e| fail(exit::VERIFY_FAILED, "verify")(e.to_string()))?;
-            if &att.fingerprint != fingerprint {
-                return Err(fail(exit::VERIFY_FAILED, "fingerprint")(
-                    attest::AttestError::Fingerprint {
-                        expected: fingerprint.clone(),
-                        observed: att.fingerprint,
-                    }
-                    .to_string(),
-                ));
-            }
-            let report = probe::run(&policy, &mut ns.sandbox, &ns.sandbox_ipv6);
-            if !report.passed {
-                return Err(fail(exit::PROBE_FAILED, "probe")(format!(
-                    "readiness probe failed: {}",
-                    report.failures()
-                )));
-            }
-            Ok(Report {
-                ok: true,
-                mode: NetMode::Probe,
-                attestation: Some(att),
-                probe: Some(report),
-                confinement,
-                failed_stage: None,
-                error: None,
-            })
-        }
+        Mode::Install => run_install(&mut ns, &policy, confinement),
+        Mode::Probe { fingerprint } => run_probe(&mut ns, &policy, fingerprint, confinement),
     }
+}
+
+/// The request's descriptors and digest, checked before anything is
+/// touched.
+fn check_arguments(req: &Request) -> Result<(), Failure> {
+    if req.policy_fd < 3 || req.sandbox_netns_fd < 3 || req.policy_fd == req.sandbox_netns_fd {
+        return Err(fail(exit::BAD_INPUT, "arguments")(
+            "--policy-fd and --sandbox-netns-fd must be distinct and at least 3".into(),
+        ));
+    }
+    if req.digest.len() != 64 || !req.digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(fail(exit::BAD_INPUT, "arguments")(
+            "--digest must be 64 hex digits (the SHA-256 of the policy bytes)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `install`: installs the policy and attests it (a mismatch is a failed
+/// verification).
+fn run_install(
+    ns: &mut Namespaces,
+    policy: &Policy,
+    confinement: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<Report, Failure> {
+    let att = attest::install(ns, policy).map_err(|e| {
+        let code = if matches!(e, attest::AttestError::Mismatch(_)) {
+            exit::VERIFY_FAILED
+        } else {
+            exit::INSTALL_FAILED
+        };
+        fail(code, "install")(e.to_string())
+    })?;
+    Ok(Report {
+        ok: true,
+        mode: NetMode::Install,
+        attestation: Some(att),
+        probe: None,
+        confinement,
+        failed_stage: None,
+        error: None,
+    })
+}
+
+/// `probe`: attests that the installed policy is still the one of
+/// `fingerprint`, then runs the readiness probe in the sandbox namespace.
+fn run_probe(
+    ns: &mut Namespaces,
+    policy: &Policy,
+    fingerprint: &str,
+    confinement: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<Report, Failure> {
+    let att = attest::attest(ns, policy)
+        .map_err(|e| fail(exit::VERIFY_FAILED, "verify")(e.to_string()))?;
+    if att.fingerprint != fingerprint {
+        return Err(fail(exit::VERIFY_FAILED, "fingerprint")(
+            attest::AttestError::Fingerprint {
+                expected: fingerprint.to_string(),
+                observed: att.fingerprint,
+            }
+            .to_string(),
+        ));
+    }
+    let report = probe::run(policy, &mut ns.sandbox, &ns.sandbox_ipv6);
+    if !report.passed {
+        return Err(fail(exit::PROBE_FAILED, "probe")(format!(
+            "readiness probe failed: {}",
+            report.failures()
+        )));
+    }
+    Ok(Report {
+        ok: true,
+        mode: NetMode::Probe,
+        attestation: Some(att),
+        probe: Some(report),
+        confinement,
+        failed_stage: None,
+        error: None,
+    })
 }
 
 /// Step 2. Leaves the thread in the sandbox namespace.

@@ -91,18 +91,11 @@ struct Probe {
     sandbox_netns_fd: i32,
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--print-confinement") {
-        // `watch` runs under a narrower confinement of its own.
-        use lazaret_netpolicy_helper::confinement;
-        match args.get(2).map(String::as_str) {
-            Some("watch") => confinement::netpolicy_watch().print_and_exit(),
-            _ => confinement::netpolicy().print_and_exit(),
-        }
-    }
+/// The command line (after `--print-confinement` was ruled out): `--help`
+/// exits 0, bad arguments exit [`exit::BAD_INPUT`].
+fn parse_cli(args: &[String]) -> Cli {
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
-    let cli = match Cli::from_args(&["lazaret-netpolicy"], &rest) {
+    match Cli::from_args(&["lazaret-netpolicy"], &rest) {
         Ok(c) => c,
         Err(early) => match early.status {
             Ok(()) => {
@@ -116,8 +109,13 @@ fn main() {
                 std::process::exit(exit::BAD_INPUT);
             }
         },
-    };
-    let req = match cli.cmd {
+    }
+}
+
+/// The request of `install` or `probe`; `watch` runs here, and only ends
+/// the process.
+fn request(cli: Cli) -> Request {
+    match cli.cmd {
         Cmd::Watch(c) => {
             let f = lazaret_netpolicy_helper::watch::run(
                 &lazaret_netpolicy_helper::watch::WatchRequest {
@@ -144,7 +142,20 @@ fn main() {
             policy_fd: c.policy_fd,
             sandbox_netns_fd: c.sandbox_netns_fd,
         },
-    };
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--print-confinement") {
+        // `watch` runs under a narrower confinement of its own.
+        use lazaret_netpolicy_helper::confinement;
+        match args.get(2).map(String::as_str) {
+            Some("watch") => confinement::netpolicy_watch().print_and_exit(),
+            _ => confinement::netpolicy().print_and_exit(),
+        }
+    }
+    let req = request(parse_cli(&args));
     let mode = match req.mode {
         Mode::Install => NetMode::Install,
         Mode::Probe { .. } => NetMode::Probe,

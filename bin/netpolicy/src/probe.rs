@@ -345,6 +345,14 @@ pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Prob
         });
     }
     // IPv6 in the sandbox namespace, now that slirp B's tap0 exists.
+    checks.push(ipv6_check(sandbox, sandbox_ipv6));
+    let passed = checks.iter().all(|c| c.passed || !c.required);
+    ProbeReport { checks, passed }
+}
+
+/// IPv6 disabled on every link of the sandbox namespace, with no IPv6
+/// address on any.
+fn ipv6_check(sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Check {
     let mut v6 = Vec::new();
     let mut ok = true;
     match sandbox.links() {
@@ -378,13 +386,11 @@ pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Prob
             v6.push(e.to_string());
         }
     }
-    checks.push(Check {
+    Check {
         check: "IPv6 disabled in the sandbox namespace".into(),
         target: "disable_ipv6 of every link".into(),
         passed: ok,
         observed: v6.join(" "),
         required: true,
-    });
-    let passed = checks.iter().all(|c| c.passed || !c.required);
-    ProbeReport { checks, passed }
+    }
 }

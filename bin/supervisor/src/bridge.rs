@@ -95,39 +95,9 @@ pub fn start(
     }
     let mut fds = fds.into_iter();
     let process_fd = fds.next().ok_or(BridgeError::MissingFds)?;
-    let bytes = memfd::read_checked(
-        "session-process",
-        &process_fd,
-        MAX_PROCESS,
-        &req.process_digest,
-    )?;
-    drop(process_fd);
-    let process: SessionProcess = postcard::from_bytes(&bytes)?;
-    let json = crate::bundle::exec_process_json(
-        &process.argv,
-        &process.env,
-        &process.cwd,
-        req.tty,
-        process.setuid,
-        &plan.limits,
-    );
+    let process = read_process(req, process_fd)?;
     let pid_file = pid_file(plan, &req.session);
-    if let Some(dir) = pid_file.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| BridgeError::Write {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    // The specification may hold the session's own variables (API keys):
-    // it goes to runsc in a sealed memfd, never into a file.
-    let spec = memfd::sealed(
-        "session-process-json",
-        &serde_json::to_vec(&json).unwrap_or_default(),
-    )
-    .map_err(|e| BridgeError::Write {
-        path: "the session's process memfd".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let spec = process_spec(plan, req, &process, &pid_file)?;
 
     // runsc writes the pid file once the command's process exists.
     let runsc = plan.runsc.command(
@@ -147,33 +117,7 @@ pub fn start(
     }
     cmd.arg("--").args(&runsc);
     let stdio: Vec<OwnedFd> = fds.collect();
-    match (req.tty, &stdio[..]) {
-        (true, [slave]) => {
-            let clone = |fd: &OwnedFd| {
-                fd.try_clone()
-                    .map_err(|source| BridgeError::Spawn {
-                        path: plan.exec_bridge.clone(),
-                        source,
-                    })
-                    .map(Stdio::from)
-            };
-            cmd.stdin(clone(slave)?)
-                .stdout(clone(slave)?)
-                .stderr(clone(slave)?);
-        }
-        (false, [i, o, e]) => {
-            let clone = |fd: &OwnedFd| {
-                fd.try_clone()
-                    .map_err(|source| BridgeError::Spawn {
-                        path: plan.exec_bridge.clone(),
-                        source,
-                    })
-                    .map(Stdio::from)
-            };
-            cmd.stdin(clone(i)?).stdout(clone(o)?).stderr(clone(e)?);
-        }
-        _ => return Err(BridgeError::MissingFds),
-    }
+    attach_stdio(&mut cmd, plan, req.tty, &stdio)?;
     drop(stdio);
     let holder = holder.try_clone().map_err(|source| BridgeError::Spawn {
         path: plan.exec_bridge.clone(),
@@ -201,4 +145,81 @@ pub fn start(
         tracked: Tracked::new(child)?,
         memory_at_start: None,
     })
+}
+
+/// The session's process, read from its sealed memfd (digest checked
+/// against the request), which is closed then.
+fn read_process(req: &StartBridge, process_fd: OwnedFd) -> Result<SessionProcess, BridgeError> {
+    let bytes = memfd::read_checked(
+        "session-process",
+        &process_fd,
+        MAX_PROCESS,
+        &req.process_digest,
+    )?;
+    drop(process_fd);
+    Ok(postcard::from_bytes(&bytes)?)
+}
+
+/// The session's `runsc exec --process` specification, in a sealed memfd;
+/// the directory of its pid file is made on the way.
+fn process_spec(
+    plan: &SandboxPlan,
+    req: &StartBridge,
+    process: &SessionProcess,
+    pid_file: &std::path::Path,
+) -> Result<OwnedFd, BridgeError> {
+    let json = crate::bundle::exec_process_json(
+        &process.argv,
+        &process.env,
+        &process.cwd,
+        req.tty,
+        process.setuid,
+        &plan.limits,
+    );
+    if let Some(dir) = pid_file.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| BridgeError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    // The specification may hold the session's own variables (API keys):
+    // it goes to runsc in a sealed memfd, never into a file.
+    memfd::sealed(
+        "session-process-json",
+        &serde_json::to_vec(&json).unwrap_or_default(),
+    )
+    .map_err(|e| BridgeError::Write {
+        path: "the session's process memfd".into(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// The bridge's stdio: copies of the PTY slave (`tty`), or of stdin,
+/// stdout and stderr.
+fn attach_stdio(
+    cmd: &mut Command,
+    plan: &SandboxPlan,
+    tty: bool,
+    stdio: &[OwnedFd],
+) -> Result<(), BridgeError> {
+    let clone = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|source| BridgeError::Spawn {
+                path: plan.exec_bridge.clone(),
+                source,
+            })
+            .map(Stdio::from)
+    };
+    match (tty, stdio) {
+        (true, [slave]) => {
+            cmd.stdin(clone(slave)?)
+                .stdout(clone(slave)?)
+                .stderr(clone(slave)?);
+        }
+        (false, [i, o, e]) => {
+            cmd.stdin(clone(i)?).stdout(clone(o)?).stderr(clone(e)?);
+        }
+        _ => return Err(BridgeError::MissingFds),
+    }
+    Ok(())
 }

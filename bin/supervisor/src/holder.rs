@@ -74,6 +74,74 @@ fn holder_start(
     host_netlink: Option<std::os::fd::OwnedFd>,
     host_ports: Vec<std::net::TcpListener>,
 ) -> Result<(std::process::Child, Vec<Essential>, i32), String> {
+    enter_namespaces()?;
+    lazaret_helpers::timeline::mark("holder", "namespaces-ready");
+
+    // The network first: policy installed and probe passed, or no sandbox.
+    let mut net = start_network(plan, uplink_r, host_netlink, host_ports)?;
+
+    lazaret_helpers::timeline::mark("holder", "network-ready");
+    mount_root(plan)?;
+
+    lazaret_helpers::timeline::mark("holder", "root-overlay-mounted");
+    mount_anchors(plan)?;
+    lazaret_helpers::timeline::mark("holder", "anchors-mounted");
+    // The router's mount must be live before runsc binds it; the router
+    // is our child and lives in our PID namespace like everything else.
+    let mut routers = Vec::new();
+    for r in plan.router.iter().chain(&plan.git_router) {
+        routers.push(lazaret_supervisor::router::start(r)?);
+    }
+
+    // Volumes by what one resolution found; the writable ones the plan
+    // routes then through a router of their own, over what was pinned.
+    let mut plan = lazaret_supervisor::volumes::pin(plan)?;
+    routers.extend(lazaret_supervisor::volumes::route(&mut plan)?);
+    let plan = &plan;
+    lazaret_helpers::timeline::mark("holder", "routers-ready");
+    write_bundle(plan, net.as_ref())?;
+    let mut child = spawn_runsc(plan, net.as_mut())?;
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // runsc rewrites its state file in the state directory at each step of
+    // the start; each rewrite wakes this loop, which then asks `runsc
+    // state` (the only interface it trusts). Polling is the fallback.
+    let state_changes = StateChanges::watch(&plan.state_dir);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "runsc failed to start it ({status}); runsc's own messages are in helpers.log in the Domain Root (`lazaret logs --helpers`), and `lazaret doctor` checks what runsc needs"
+            ));
+        }
+        if let Some((status, pid)) = runsc_state(plan) {
+            if status == "running" {
+                let sentry = bound_sentry(plan, &mut child, pid)?;
+                lazaret_helpers::timeline::mark("holder", "sandbox-running");
+                let essential = routers
+                    .iter()
+                    .map(|r| (r.id(), "a mount router"))
+                    .chain(net.as_ref().map(|n| {
+                        (
+                            n.watch.id(),
+                            "the host-address watch (lazaret-netpolicy watch)",
+                        )
+                    }))
+                    .collect();
+                return Ok((child, essential, sentry));
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("runsc did not start the sandbox within 60 s".into());
+        }
+        state_changes.wait();
+    }
+}
+
+/// The holder's own set-up as PID 1 of its namespaces: it dies with the
+/// supervisor, takes its signals by sigwait, and has a private mount
+/// namespace with its own `/proc`.
+fn enter_namespaces() -> Result<(), String> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
@@ -102,22 +170,33 @@ fn holder_start(
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))?;
-    lazaret_helpers::timeline::mark("holder", "namespaces-ready");
+    .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))
+}
 
-    // The network first: policy installed and probe passed, or no sandbox.
-    let mut net = match (&plan.network, host_netlink) {
-        (Some(n), Some(h)) => Some(network::setup_in_holder(n, uplink_r, h, host_ports)?),
-        (Some(_), None) => return Err("network: no host netlink socket".into()),
+/// The Network Sidecar's processes, up to a passed probe, where the plan
+/// has a network; without one, the uplink pipe is closed.
+fn start_network(
+    plan: &SandboxPlan,
+    uplink_r: i32,
+    host_netlink: Option<std::os::fd::OwnedFd>,
+    host_ports: Vec<std::net::TcpListener>,
+) -> Result<Option<network::HolderNet>, String> {
+    match (&plan.network, host_netlink) {
+        (Some(n), Some(h)) => Ok(Some(network::setup_in_holder(n, uplink_r, h, host_ports)?)),
+        (Some(_), None) => Err("network: no host netlink socket".into()),
         (None, _) => {
             // SAFETY: uplink_r is our inherited copy of the pipe's read
             // end, unused without a network.
             drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(uplink_r) });
-            None
+            Ok(None)
         }
-    };
+    }
+}
 
-    lazaret_helpers::timeline::mark("holder", "network-ready");
+/// Mounts the sandbox's root overlay: the image below our control layer,
+/// with the generation's upper directory.
+fn mount_root(plan: &SandboxPlan) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
     let root = &plan.root;
     for d in [&root.upper, &root.work, &root.merged] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
@@ -136,25 +215,13 @@ fn holder_start(
         MsFlags::empty(),
         Some(opts.as_str()),
     )
-    .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))?;
+    .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))
+}
 
-    lazaret_helpers::timeline::mark("holder", "root-overlay-mounted");
-    mount_anchors(plan)?;
-    lazaret_helpers::timeline::mark("holder", "anchors-mounted");
-    // The router's mount must be live before runsc binds it; the router
-    // is our child and lives in our PID namespace like everything else.
-    let mut routers = Vec::new();
-    for r in plan.router.iter().chain(&plan.git_router) {
-        routers.push(lazaret_supervisor::router::start(r)?);
-    }
-
-    // Volumes by what one resolution found; the writable ones the plan
-    // routes then through a router of their own, over what was pinned.
-    let mut plan = lazaret_supervisor::volumes::pin(plan)?;
-    routers.extend(lazaret_supervisor::volumes::route(&mut plan)?);
-    let plan = &plan;
-    lazaret_helpers::timeline::mark("holder", "routers-ready");
-    let config = bundle::config_json(plan, net.as_ref().map(|n| n.netns_path.as_str()));
+/// Writes the OCI bundle's `config.json`, hides `/proc/sys/net` where the
+/// plan asks, and says which network processes run.
+fn write_bundle(plan: &SandboxPlan, net: Option<&network::HolderNet>) -> Result<(), String> {
+    let config = bundle::config_json(plan, net.map(|n| n.netns_path.as_str()));
     // Whole or absent (written aside, then renamed): whoever reads the
     // bundle (runsc, `lazaret` tools, tests) never sees half of it.
     let part = plan.bundle_dir.join(".config.json.part");
@@ -164,7 +231,7 @@ fn holder_start(
     if plan.network.as_ref().is_some_and(|n| n.hide_proc_sys_net) {
         network::hide_proc_sys_net()?;
     }
-    if let Some(n) = &net {
+    if let Some(n) = net {
         lazaret_protocol::log_line!(
             "lazaret-supervisor: network ready: keeper {}, slirp4netns B {}{}",
             n.keeper,
@@ -175,7 +242,15 @@ fn holder_start(
                 .unwrap_or_default()
         );
     }
+    Ok(())
+}
 
+/// Starts `runsc run` on the bundle, once the host-address watch is seen
+/// alive; a thread copies each of its output pipes to our stderr.
+fn spawn_runsc(
+    plan: &SandboxPlan,
+    net: Option<&mut network::HolderNet>,
+) -> Result<std::process::Child, String> {
     std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
     let network_flag = if net.is_some() {
         "--network=sandbox"
@@ -194,7 +269,7 @@ fn holder_start(
     );
     // The watch must be alive when the sandbox starts; after this, its
     // exit stops the Domain (`holder_wait`).
-    if let Some(n) = net.as_mut() {
+    if let Some(n) = net {
         if let Ok(Some(status)) = n.watch.try_wait() {
             return Err(format!(
                 "network: host addresses: lazaret-netpolicy watch exited ({status}); see helpers.log in the Domain Root (`lazaret logs --helpers`)"
@@ -239,51 +314,27 @@ fn holder_start(
             let _ = std::io::copy(&mut stream, &mut std::io::stderr());
         });
     }
+    Ok(child)
+}
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // runsc rewrites its state file in the state directory at each step of
-    // the start; each rewrite wakes this loop, which then asks `runsc
-    // state` (the only interface it trusts). Polling is the fallback.
-    let state_changes = StateChanges::watch(&plan.state_dir);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "runsc failed to start it ({status}); runsc's own messages are in helpers.log in the Domain Root (`lazaret logs --helpers`), and `lazaret doctor` checks what runsc needs"
-            ));
-        }
-        if let Some((status, pid)) = runsc_state(plan) {
-            if status == "running" {
-                // Before any session: only our init has run inside.
-                let sentry = pid.ok_or(lazaret_supervisor::limits::LimitsError::NoSentry);
-                let sentry = match sentry.and_then(|pid| {
-                    lazaret_supervisor::limits::apply_to_sentry(pid, &plan.sandbox_id, &plan.limits)
-                        .map(|()| pid)
-                }) {
-                    Ok(pid) => pid,
-                    Err(e) => {
-                        let _ = child.kill();
-                        return Err(format!("cannot bound the sandbox's memory: {e}"));
-                    }
-                };
-                lazaret_helpers::timeline::mark("holder", "sandbox-running");
-                let essential = routers
-                    .iter()
-                    .map(|r| (r.id(), "a mount router"))
-                    .chain(net.as_ref().map(|n| {
-                        (
-                            n.watch.id(),
-                            "the host-address watch (lazaret-netpolicy watch)",
-                        )
-                    }))
-                    .collect();
-                return Ok((child, essential, sentry));
-            }
-        }
-        if Instant::now() > deadline {
+/// Bounds the running sandbox's memory through its Sentry (`pid`, from
+/// `runsc state`), before any session: only our init has run inside. A
+/// sandbox that cannot be bounded is killed.
+fn bound_sentry(
+    plan: &SandboxPlan,
+    child: &mut std::process::Child,
+    pid: Option<i32>,
+) -> Result<i32, String> {
+    let sentry = pid.ok_or(lazaret_supervisor::limits::LimitsError::NoSentry);
+    match sentry.and_then(|pid| {
+        lazaret_supervisor::limits::apply_to_sentry(pid, &plan.sandbox_id, &plan.limits)
+            .map(|()| pid)
+    }) {
+        Ok(pid) => Ok(pid),
+        Err(e) => {
             let _ = child.kill();
-            return Err("runsc did not start the sandbox within 60 s".into());
+            Err(format!("cannot bound the sandbox's memory: {e}"))
         }
-        state_changes.wait();
     }
 }
 

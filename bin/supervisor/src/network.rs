@@ -199,23 +199,8 @@ pub fn setup_in_holder(
         .map_err(|e| format!("cannot open {netns_path}: {e}"))
         .map_err(step("sandbox namespace"))?;
 
-    // SAFETY: uplink_r is the read end of the supervisor's pipe, inherited
-    // by the clone; this function takes it over.
-    let mut uplink = unsafe { std::fs::File::from_raw_fd(uplink_r) };
-    let mut b = [0u8; 1];
-    if !matches!(uplink.read(&mut b), Ok(1)) {
-        return Err(step("uplink")(
-            "slirp4netns A did not configure the enforcement namespace".into(),
-        ));
-    }
-    drop(uplink);
-
-    let install = run_helper(net, &netns, "install", &[]).map_err(step("install"))?;
-    let attestation = install
-        .attestation
-        .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
-    check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
-    let fingerprint = attestation.fingerprint;
+    wait_uplink(uplink_r)?;
+    let fingerprint = install_policy(net, &netns)?;
     // The host's addresses the policy does not list (gained since it was
     // derived) are denied once the watch is ready, and every later one as
     // it comes. It starts now and is waited for before the probe, so its
@@ -227,6 +212,59 @@ pub fn setup_in_holder(
     // slirp B's DNS forwarder (10.0.2.3 in N2) reads this mount
     // namespace's resolv.conf: make it the policy's, or the filtering
     // resolver's (`allow_hosts`), which must listen before slirp B runs.
+    let dns_filter = start_resolver(net)?;
+
+    let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
+    if !net.ports.is_empty() {
+        crate::ports::publish(&net.api_socket_dir, &net.ports, host_ports)
+            .map_err(step("published ports"))?;
+    }
+    wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
+        .map_err(step("host addresses"))?;
+    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
+
+    run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
+    Ok(HolderNet {
+        netns_path,
+        keeper,
+        slirp_b,
+        watch,
+        dns_filter,
+    })
+}
+
+/// Waits for slirp4netns A to have configured N1's tap0: one byte on
+/// `uplink_r`, which this function takes over and closes.
+fn wait_uplink(uplink_r: RawFd) -> Result<(), String> {
+    // SAFETY: uplink_r is the read end of the supervisor's pipe, inherited
+    // by the clone; this function takes it over.
+    let mut uplink = unsafe { std::fs::File::from_raw_fd(uplink_r) };
+    let mut b = [0u8; 1];
+    if !matches!(uplink.read(&mut b), Ok(1)) {
+        return Err(step("uplink")(
+            "slirp4netns A did not configure the enforcement namespace".into(),
+        ));
+    }
+    drop(uplink);
+    Ok(())
+}
+
+/// Installs the policy in the enforcement namespace (`lazaret-netpolicy
+/// install`), checks that its attestation names this generation's network
+/// attachment, and returns the installed policy's fingerprint.
+fn install_policy(net: &SandboxNetwork, netns: &std::fs::File) -> Result<String, String> {
+    let install = run_helper(net, netns, "install", &[]).map_err(step("install"))?;
+    let attestation = install
+        .attestation
+        .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
+    check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
+    Ok(attestation.fingerprint)
+}
+
+/// Starts the filtering resolver where the profile has `allow_hosts`, then
+/// binds the resolver configuration slirp B's DNS forwarder must read over
+/// this mount namespace's `/etc/resolv.conf`.
+fn start_resolver(net: &SandboxNetwork) -> Result<Option<Child>, String> {
     let sidecar_resolv = net
         .dns_filter
         .as_ref()
@@ -253,24 +291,7 @@ pub fn setup_in_holder(
         )
     })
     .map_err(step("resolver"))?;
-
-    let slirp_b = start_slirp_b(net, &netns_path).map_err(step("slirp4netns B"))?;
-    if !net.ports.is_empty() {
-        crate::ports::publish(&net.api_socket_dir, &net.ports, host_ports)
-            .map_err(step("published ports"))?;
-    }
-    wait_ready(watch_ready, "lazaret-netpolicy watch", &mut watch)
-        .map_err(step("host addresses"))?;
-    lazaret_helpers::timeline::mark("holder", "host-watch-ready");
-
-    run_helper(net, &netns, "probe", &["--fingerprint", &fingerprint]).map_err(step("probe"))?;
-    Ok(HolderNet {
-        netns_path,
-        keeper,
-        slirp_b,
-        watch,
-        dns_filter,
-    })
+    Ok(dns_filter)
 }
 
 /// Opens a helper's log in the Domain Root for appending (the helpers

@@ -120,7 +120,13 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
         &mut json,
     );
     let _ = nix::sys::wait::waitpid(child, None);
-    match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(&json) {
+    print_summary(&json, upper)
+}
+
+/// Prints the summary the confined clone wrote (`json`), or says why there
+/// is none; the exit code of the scan.
+fn print_summary(json: &str, upper: &str) -> i32 {
+    match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(json) {
         Ok(Ok(summary)) => {
             println!("{}", serde_json::to_string(&summary).expect("json"));
             exit::STOPPED

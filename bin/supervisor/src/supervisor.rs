@@ -43,17 +43,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
             format!("cannot create {}: {e}", plan.bundle_dir.display()),
         )
     })?;
-
-    // Taken through a signalfd; blocked before any child exists, and
-    // unblocked again in every child before it execs.
-    let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
-    term.thread_block()
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-    let signals = nix::sys::signalfd::SignalFd::with_flags(
-        &term,
-        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
-    )
-    .map_err(|e| (exit::START_FAILED, format!("signalfd: {e}")))?;
+    let signals = block_signals()?;
 
     // The holder tells us over this pipe when runsc's sandbox is running.
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -61,21 +51,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
     // We tell the holder over this one when slirp4netns A is up.
     let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| (exit::START_FAILED, e.to_string()))?;
-    // The host's address changes, subscribed here in the host's network
-    // namespace before the holder exists (see `network::host_address_socket`).
-    let host_netlink = match &plan.network {
-        Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
-        None => None,
-    };
-    // The published ports' host sides, bound here in the host's network
-    // namespace, only at the addresses asked for: a taken one fails the
-    // start before the holder exists. Only the holder keeps them.
-    let host_ports = match &plan.network {
-        Some(n) => lazaret_supervisor::ports::into_raw(
-            lazaret_supervisor::ports::bind_host(&n.ports).map_err(|e| (exit::START_FAILED, e))?,
-        ),
-        None => Vec::new(),
-    };
+    let (host_netlink, host_ports) = host_sides(&plan)?;
     let ready_w_raw = ready_w.as_raw_fd();
     let uplink_r_raw = uplink_r.as_raw_fd();
     let host_netlink_raw = host_netlink.as_ref().map(|f| f.as_raw_fd());
@@ -102,39 +78,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
     drop(uplink_r);
     drop(host_netlink);
     let mut ready = std::io::BufReader::new(std::fs::File::from(ready_r));
-    let holder_line = |ready: &mut std::io::BufReader<std::fs::File>| {
-        use std::io::BufRead;
-        let mut line = String::new();
-        let _ = ready.read_line(&mut line);
-        line.trim().to_string()
-    };
-    let kill_holder = || {
-        let _ = pidfd::send_signal(&holder_fd, rustix::process::Signal::KILL);
-        let _ = nix::sys::wait::waitpid(holder, None);
-    };
-
-    let mut uplink = None;
-    if let Some(net) = &plan.network {
-        match Uplink::start(net, holder.as_raw()) {
-            Ok(u) => {
-                let _ = std::fs::File::from(uplink_w).write_all(b"u");
-                uplink = Some(u);
-            }
-            Err(e) => {
-                // The holder's own error, if it failed first, says more.
-                drop(uplink_w);
-                kill_holder();
-                let line = holder_line(&mut ready);
-                let detail = line
-                    .strip_prefix("error ")
-                    .map(str::to_string)
-                    .unwrap_or(format!("network: uplink: {e}"));
-                return Err((exit::START_FAILED, detail));
-            }
-        }
-    } else {
-        drop(uplink_w);
-    }
+    let uplink = start_uplink(&plan, (holder, &holder_fd), uplink_w, &mut ready)?;
 
     let line = holder_line(&mut ready);
     let Some(memory_fd) = line.strip_prefix("running ") else {
@@ -147,22 +91,9 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
             .unwrap_or("the sandbox holder exited");
         return Err((exit::START_FAILED, detail.to_string()));
     };
-    // Before any session (see `memory`); without it, sessions only lose
-    // the note on the memory bound.
-    let memory = memory_fd.parse::<i32>().ok().and_then(|fd| {
-        let link = Path::new("/proc")
-            .join(holder.as_raw().to_string())
-            .join(format!("fd/{fd}"));
-        lazaret_supervisor::memory::MemoryFile::open(&link)
-            .map_err(|e| {
-                lazaret_protocol::log_line!(
-                    "lazaret-supervisor: the sandbox's memory file is not watched: {e}"
-                )
-            })
-            .ok()
-    });
+    let memory = open_memory(holder, memory_fd);
     if let Err(e) = channel.send(&FromSupervisor::Ready, &[holder_fd.as_fd()], MAX_RECORD) {
-        kill_holder();
+        kill_holder(holder, &holder_fd);
         if let Some(u) = uplink {
             u.stop();
         }
@@ -180,6 +111,109 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
         bridges: Vec::new(),
         signals,
         memory,
+    })
+}
+
+/// SIGTERM and SIGINT, taken through a signalfd; blocked before any child
+/// exists, and unblocked again in every child before it execs.
+fn block_signals() -> Result<nix::sys::signalfd::SignalFd, Failure> {
+    let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
+    term.thread_block()
+        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    nix::sys::signalfd::SignalFd::with_flags(
+        &term,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| (exit::START_FAILED, format!("signalfd: {e}")))
+}
+
+/// What the holder takes of the host's network namespace, made here before
+/// it exists: the host-address netlink socket and the published ports'
+/// host sockets (raw, for the clone).
+fn host_sides(plan: &SandboxPlan) -> Result<(Option<OwnedFd>, Vec<i32>), Failure> {
+    // The host's address changes, subscribed here in the host's network
+    // namespace before the holder exists (see `network::host_address_socket`).
+    let host_netlink = match &plan.network {
+        Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
+        None => None,
+    };
+    // The published ports' host sides, bound here in the host's network
+    // namespace, only at the addresses asked for: a taken one fails the
+    // start before the holder exists. Only the holder keeps them.
+    let host_ports = match &plan.network {
+        Some(n) => lazaret_supervisor::ports::into_raw(
+            lazaret_supervisor::ports::bind_host(&n.ports).map_err(|e| (exit::START_FAILED, e))?,
+        ),
+        None => Vec::new(),
+    };
+    Ok((host_netlink, host_ports))
+}
+
+/// The holder's next line on the readiness pipe, trimmed ("" at its end).
+fn holder_line(ready: &mut std::io::BufReader<std::fs::File>) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    let _ = ready.read_line(&mut line);
+    line.trim().to_string()
+}
+
+/// Kills the holder (by its pidfd) and reaps it.
+fn kill_holder(holder: nix::unistd::Pid, holder_fd: &OwnedFd) {
+    let _ = pidfd::send_signal(holder_fd, rustix::process::Signal::KILL);
+    let _ = nix::sys::wait::waitpid(holder, None);
+}
+
+/// Starts slirp4netns A where the plan has a network and tells the holder
+/// (over `uplink_w`) that it is up; without a network, the pipe is closed.
+/// A failed uplink kills the holder, whose own error says more if it
+/// failed first.
+fn start_uplink(
+    plan: &SandboxPlan,
+    (holder, holder_fd): (nix::unistd::Pid, &OwnedFd),
+    uplink_w: OwnedFd,
+    ready: &mut std::io::BufReader<std::fs::File>,
+) -> Result<Option<Uplink>, Failure> {
+    let Some(net) = &plan.network else {
+        drop(uplink_w);
+        return Ok(None);
+    };
+    match Uplink::start(net, holder.as_raw()) {
+        Ok(u) => {
+            let _ = std::fs::File::from(uplink_w).write_all(b"u");
+            Ok(Some(u))
+        }
+        Err(e) => {
+            // The holder's own error, if it failed first, says more.
+            drop(uplink_w);
+            kill_holder(holder, holder_fd);
+            let line = holder_line(ready);
+            let detail = line
+                .strip_prefix("error ")
+                .map(str::to_string)
+                .unwrap_or(format!("network: uplink: {e}"));
+            Err((exit::START_FAILED, detail))
+        }
+    }
+}
+
+/// gVisor's memory file, through the holder's descriptor `memory_fd`
+/// (from its readiness line), opened before any session (see `memory`);
+/// without it, sessions only lose the note on the memory bound.
+fn open_memory(
+    holder: nix::unistd::Pid,
+    memory_fd: &str,
+) -> Option<lazaret_supervisor::memory::MemoryFile> {
+    memory_fd.parse::<i32>().ok().and_then(|fd| {
+        let link = Path::new("/proc")
+            .join(holder.as_raw().to_string())
+            .join(format!("fd/{fd}"));
+        lazaret_supervisor::memory::MemoryFile::open(&link)
+            .map_err(|e| {
+                lazaret_protocol::log_line!(
+                    "lazaret-supervisor: the sandbox's memory file is not watched: {e}"
+                )
+            })
+            .ok()
     })
 }
 
