@@ -426,12 +426,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     // what Git Sentry keeps is read-only to the kernel as well. With
     // `--git-dir`, that move comes first: the Git directory is bound into
     // the workspace there, before anything reads the workspace.
-    let mount = |mp: &Path| {
-        sys::fuse_mount(mp, "lazaret-router", args.allow_other).map_err(|source| Error::Mount {
-            path: mp.to_path_buf(),
-            source,
-        })
-    };
+    let mount = |mp: &Path| mount_fuse(&args, mp);
     let mp = mountpoint(&args)?;
     let early = match &args.git_dir {
         Some(g) => {
@@ -456,22 +451,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     let confine_host = dup_root(&host_fd, "workspace", &plan.workspace)?;
     let confine_state = dup_root(&state_fd, "state directory", &plan.state)?;
     report_protected(&plan, &protected);
-    let baseline = match &plan.baseline {
-        Some(dir) => {
-            let err = |source| open_error("rules baseline directory", dir, source);
-            baseline::Baseline::load(open_record_dir(dir, err)?).map_err(err)?
-        }
-        None => baseline::Baseline::in_memory(),
-    };
-    // The changes journal beside the rules baseline, opened before the
-    // router confines itself (landlock keeps that directory writable).
-    let journal = match &plan.baseline {
-        Some(dir) => {
-            let err = |source| open_error("changes journal directory", dir, source);
-            journal::Journal::open(open_record_dir(dir, err)?.as_fd()).map_err(err)?
-        }
-        None => journal::Journal::none(),
-    };
+    let (baseline, journal) = open_records(&plan)?;
     let rules = rules::Rules::new(
         rules_host,
         plan.git.info_exclude.clone(),
@@ -577,6 +557,36 @@ fn shield_workspace(
         );
     }
     Ok(shielded.host)
+}
+
+/// Mounts the router's FUSE file system at `mp`: the `/dev/fuse`
+/// descriptor its session serves.
+fn mount_fuse(args: &Args, mp: &Path) -> Result<OwnedFd, Error> {
+    sys::fuse_mount(mp, "lazaret-router", args.allow_other).map_err(|source| Error::Mount {
+        path: mp.to_path_buf(),
+        source,
+    })
+}
+
+/// The rules baseline and the changes journal beside it (in memory and
+/// none without `--rules-baseline`). The journal is opened before the
+/// router confines itself (landlock keeps that directory writable).
+fn open_records(plan: &Plan) -> Result<(baseline::Baseline, journal::Journal), Error> {
+    let baseline = match &plan.baseline {
+        Some(dir) => {
+            let err = |source| open_error("rules baseline directory", dir, source);
+            baseline::Baseline::load(open_record_dir(dir, err)?).map_err(err)?
+        }
+        None => baseline::Baseline::in_memory(),
+    };
+    let journal = match &plan.baseline {
+        Some(dir) => {
+            let err = |source| open_error("changes journal directory", dir, source);
+            journal::Journal::open(open_record_dir(dir, err)?.as_fd()).map_err(err)?
+        }
+        None => journal::Journal::none(),
+    };
+    Ok((baseline, journal))
 }
 
 /// Another descriptor of the root `fd` (`what` at `path`), above stderr.
