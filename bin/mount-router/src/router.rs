@@ -996,7 +996,7 @@ impl Router {
                 Some(fd) => fd.as_fd(),
                 None => self.root(s),
             },
-            name: if path.is_empty() { b"." } else { name },
+            name: if path.is_empty() { &b"."[..] } else { name },
         };
         if mode.is_some() || uid.is_some() || gid.is_some() {
             self.journal(s, Op::Attr, &path, None)?;
