@@ -201,6 +201,14 @@ struct Place<'a> {
     rel: PathBuf,
 }
 
+/// A link entry's target, as its bytes (empty if it has none).
+fn link_target<R: Read>(entry: &tar::Entry<'_, R>) -> Vec<u8> {
+    entry
+        .link_name_bytes()
+        .map(|t| t.into_owned())
+        .unwrap_or_default()
+}
+
 /// Copies a regular file's content from the tar stream into `f`; the
 /// bytes copied, which must be the entry's size.
 fn copy_content<R: Read>(
@@ -719,10 +727,7 @@ impl Unpacker {
         at: &Place,
         entry: &tar::Entry<'_, R>,
     ) -> Result<(), ImageError> {
-        let target = entry
-            .link_name_bytes()
-            .map(|t| t.into_owned())
-            .unwrap_or_default();
+        let target = link_target(entry);
         if target.is_empty() || target.contains(&0) {
             return Err(cx.hostile("its symlink target is empty or invalid".into()));
         }
@@ -741,10 +746,7 @@ impl Unpacker {
         at: Place,
         entry: &tar::Entry<'_, R>,
     ) -> Result<(), ImageError> {
-        let target = entry
-            .link_name_bytes()
-            .map(|t| t.into_owned())
-            .unwrap_or_default();
+        let target = link_target(entry);
         let tcomps = normalize(Path::new(OsStr::from_bytes(&target)))
             .map_err(|r| cx.hostile(format!("its hard-link target: {r}")))?;
         let Some((tname, tparents)) = tcomps.split_last() else {
