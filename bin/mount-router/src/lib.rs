@@ -522,7 +522,9 @@ fn take_ready_fd(fd: Option<i32>) -> Result<Option<std::fs::File>, Error> {
     }
     // SAFETY: `n` is an open descriptor (checked above) that this
     // process inherited for exactly this use; nothing else owns it.
-    Ok(Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(n) })))
+    Ok(Some(std::fs::File::from(unsafe {
+        OwnedFd::from_raw_fd(n)
+    })))
 }
 
 /// Binds what Git Sentry keeps read-only in the router's own mount

@@ -1177,7 +1177,12 @@ impl Router {
 
     /// The entry a rename into store `s` replaces, if any, as the sandbox
     /// sees it.
-    fn rename_target(&self, s: Store, nps: Store, to: &[u8]) -> Result<Option<(Store, Stat)>, Errno> {
+    fn rename_target(
+        &self,
+        s: Store,
+        nps: Store,
+        to: &[u8],
+    ) -> Result<Option<(Store, Stat)>, Errno> {
         // Replacing a visible entry of the other store would leave two
         // entries under one name: refuse like a cross-store rename.
         let target = if s == Store::State && self.access(to) == Access::Shadowed {

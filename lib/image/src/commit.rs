@@ -585,7 +585,8 @@ impl UpperDir<'_> {
         .map_err(|e| format!("cannot open {}: {e}", shown(n)))?;
         let opaque = xattr(sub.as_fd(), "user.overlay.opaque").as_deref() == Some(b"y");
         let here = stat_at(self.dst, n).map_err(|e| format!("{}: {e}", shown(n)))?;
-        let is_dir = here.is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
+        let is_dir =
+            here.is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
         if here.is_some() && (opaque || !is_dir) {
             remove(self.dst, n)?;
         }

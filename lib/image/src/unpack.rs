@@ -598,11 +598,7 @@ impl Unpacker {
             tar::EntryType::Symlink => self.make_symlink(&cx, &at, entry)?,
             tar::EntryType::Link => return self.make_hard_link(&cx, at, entry),
             tar::EntryType::Fifo => self.make_fifo(&cx, &at, meta.mode)?,
-            other => {
-                return Err(cx.hostile(format!(
-                    "its entry type {other:?} is not supported"
-                )))
-            }
+            other => return Err(cx.hostile(format!("its entry type {other:?} is not supported"))),
         }
         self.set_owner(at.rel.clone(), meta.owner);
         self.this_layer.insert(at.rel);

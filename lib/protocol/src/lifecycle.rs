@@ -610,7 +610,12 @@ impl Recorded {
         Ok(())
     }
 
-    fn change_phase(&mut self, generation: u64, from: Phase, to: Phase) -> Result<(), &'static str> {
+    fn change_phase(
+        &mut self,
+        generation: u64,
+        from: Phase,
+        to: Phase,
+    ) -> Result<(), &'static str> {
         match self.generation {
             Some((n, p)) if n == generation && p == from && from.may_become(to) => {
                 self.generation = Some((n, to));
