@@ -156,34 +156,9 @@ pub fn discover(
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<GitSetup, GitCfgError> {
     let mut setup = GitSetup::default();
-    let dot_git = workspace.join(".git");
-    let (git_dir, common_dir) = match std::fs::symlink_metadata(&dot_git) {
-        Ok(m) if m.is_dir() => {
-            let common = common_of(&dot_git);
-            (Some(dot_git.clone()), Some(common))
-        }
-        Ok(m) if m.is_file() => {
-            let gd = lazaret_gitconfig::linked::read_gitfile(&dot_git)
-                .map_err(|e| GitCfgError::GitFile(e.to_string()))?;
-            let common = common_of(&gd);
-            (Some(gd), Some(common))
-        }
-        _ => (None, None),
-    };
-    let _ = git_dir;
+    let common_dir = common_dir_of(&workspace.join(".git"))?;
     if let Some(common) = &common_dir {
-        let canon_ws = workspace
-            .canonicalize()
-            .unwrap_or_else(|_| workspace.to_path_buf());
-        let canon_common = common.canonicalize().unwrap_or_else(|_| common.clone());
-        if canon_common == canon_ws.join(".git") {
-            setup.info_exclude = Some(Source::Workspace(b".git/info/exclude".to_vec()));
-        } else {
-            setup.info_exclude = Some(Source::Absolute(canon_common.join("info/exclude")));
-            if !canon_common.starts_with(&canon_ws) {
-                setup.external_common_dir = Some(canon_common.clone());
-            }
-        }
+        set_info_exclude(&mut setup, workspace, common);
     }
 
     let lookup = lazaret_gitconfig::Lookup { env };
@@ -204,13 +179,8 @@ pub fn discover(
         ExcludesChoice::Path(p) => Some(p.clone()),
         ExcludesChoice::FromConfig => match config.path("core.excludesFile") {
             Some(p) => {
-                let ctx = gix_config::path::interpolate::Context {
-                    git_install_dir: None,
-                    home_dir: home.as_deref(),
-                    home_for_user: None,
-                };
                 let p = p
-                    .interpolate(ctx)
+                    .interpolate(interpolation(home.as_deref()))
                     .map_err(|e| GitCfgError::Config(format!("core.excludesFile: {e}")))?;
                 Some(if p.is_relative() {
                     workspace.join(p)
@@ -226,24 +196,59 @@ pub fn discover(
     // Hooks run from `core.hooksPath` (relative: from the working tree),
     // else from the common directory's `hooks`.
     let hooks_dir = match config.path("core.hooksPath") {
-        Some(p) => {
-            let ctx = gix_config::path::interpolate::Context {
-                git_install_dir: None,
-                home_dir: home.as_deref(),
-                home_for_user: None,
-            };
-            p.interpolate(ctx).ok().map(|p| {
-                if p.is_relative() {
-                    workspace.join(p)
-                } else {
-                    p
-                }
-            })
-        }
+        Some(p) => p.interpolate(interpolation(home.as_deref())).ok().map(|p| {
+            if p.is_relative() {
+                workspace.join(p)
+            } else {
+                p
+            }
+        }),
         None => common_dir.as_ref().map(|c| c.join("hooks")),
     };
     if let Some(h) = hooks_dir {
         setup.hook_paths = hook_paths(workspace, &h);
     }
     Ok(setup)
+}
+
+/// The common Git directory of the repository whose `.git` is `dot_git`
+/// (a directory, or a linked worktree's `.git` file), if it has one.
+fn common_dir_of(dot_git: &Path) -> Result<Option<PathBuf>, GitCfgError> {
+    Ok(match std::fs::symlink_metadata(dot_git) {
+        Ok(m) if m.is_dir() => Some(common_of(dot_git)),
+        Ok(m) if m.is_file() => {
+            let gd = lazaret_gitconfig::linked::read_gitfile(dot_git)
+                .map_err(|e| GitCfgError::GitFile(e.to_string()))?;
+            Some(common_of(&gd))
+        }
+        _ => None,
+    })
+}
+
+/// `info/exclude` of the common directory: in the workspace (then read
+/// through it), or outside it (a linked worktree's).
+fn set_info_exclude(setup: &mut GitSetup, workspace: &Path, common: &Path) {
+    let canon_ws = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let canon_common = common
+        .canonicalize()
+        .unwrap_or_else(|_| common.to_path_buf());
+    if canon_common == canon_ws.join(".git") {
+        setup.info_exclude = Some(Source::Workspace(b".git/info/exclude".to_vec()));
+    } else {
+        setup.info_exclude = Some(Source::Absolute(canon_common.join("info/exclude")));
+        if !canon_common.starts_with(&canon_ws) {
+            setup.external_common_dir = Some(canon_common.clone());
+        }
+    }
+}
+
+/// How a configured path is interpolated: `~` is `home`.
+fn interpolation(home: Option<&Path>) -> gix_config::path::interpolate::Context<'_> {
+    gix_config::path::interpolate::Context {
+        git_install_dir: None,
+        home_dir: home,
+        home_for_user: None,
+    }
 }

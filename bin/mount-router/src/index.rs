@@ -186,6 +186,46 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The path of the entry that began at `start`: prefix-compressed
+/// against `prev` (version 4), or whole and padded.
+fn entry_path(
+    r: &mut Reader<'_>,
+    version: u32,
+    flags: u16,
+    prev: &[u8],
+    start: usize,
+) -> Result<Vec<u8>, IndexError> {
+    Ok(if version == 4 {
+        let strip = r.varint()?;
+        if strip > prev.len() {
+            return Err(IndexError::Malformed(
+                "prefix longer than the previous path",
+            ));
+        }
+        let mut p = prev[..prev.len() - strip].to_vec();
+        p.extend_from_slice(r.until_nul()?);
+        p
+    } else {
+        let len = usize::from(flags & NAME_MASK);
+        let p = if len < usize::from(NAME_MASK) {
+            let p = r.take(len)?.to_vec();
+            if r.take(1)? != [0] {
+                return Err(IndexError::Malformed("path not terminated"));
+            }
+            p
+        } else {
+            r.until_nul()?.to_vec()
+        };
+        // 1 to 8 NULs in all, to a multiple of 8 bytes.
+        let used = r.at - start;
+        let pad = (8 - used % 8) % 8;
+        if r.take(pad)?.iter().any(|&b| b != 0) {
+            return Err(IndexError::Malformed("non-zero padding"));
+        }
+        p
+    })
+}
+
 /// Parses an index whose object IDs have `hash`'s length; the checksum
 /// is checked by the caller.
 fn parse_with(body: &[u8], hash: Hash) -> Result<Index, IndexError> {
@@ -219,35 +259,7 @@ fn parse_with(body: &[u8], hash: Hash) -> Result<Index, IndexError> {
         } else {
             0
         };
-        let path = if version == 4 {
-            let strip = r.varint()?;
-            if strip > prev.len() {
-                return Err(IndexError::Malformed(
-                    "prefix longer than the previous path",
-                ));
-            }
-            let mut p = prev[..prev.len() - strip].to_vec();
-            p.extend_from_slice(r.until_nul()?);
-            p
-        } else {
-            let len = usize::from(flags & NAME_MASK);
-            let p = if len < usize::from(NAME_MASK) {
-                let p = r.take(len)?.to_vec();
-                if r.take(1)? != [0] {
-                    return Err(IndexError::Malformed("path not terminated"));
-                }
-                p
-            } else {
-                r.until_nul()?.to_vec()
-            };
-            // 1 to 8 NULs in all, to a multiple of 8 bytes.
-            let used = r.at - start;
-            let pad = (8 - used % 8) % 8;
-            if r.take(pad)?.iter().any(|&b| b != 0) {
-                return Err(IndexError::Malformed("non-zero padding"));
-            }
-            p
-        };
+        let path = entry_path(&mut r, version, flags, &prev, start)?;
         prev.clone_from(&path);
         entries.push(Entry {
             stat,

@@ -413,53 +413,11 @@ fn protected_paths(args: &Args, plan: &Plan) -> Result<Vec<(Vec<u8>, &'static st
 /// Runs the router (see the crate documentation) until it is unmounted.
 pub fn run(args: Args) -> Result<(), Error> {
     if args.print_confinement {
-        let p = if args.workspace.is_some() {
-            Some(plan(&args, mountpoint(&args)?)?)
-        } else {
-            None
-        };
-        print!("{}", confine::describe(p.as_ref().map(|p| &p.0)));
-        println!(
-            "\n[read-only binds] (in the router's own mount namespace, made before confinement; at most {})",
-            shield::MAX_SHIELDS
-        );
-        match &p {
-            Some((plan, host, _)) => {
-                let protected: Vec<Vec<u8>> = protected_paths(&args, plan)?
-                    .into_iter()
-                    .map(|(p, _)| p)
-                    .collect();
-                for c in shield::candidates(host.as_fd(), &protected) {
-                    println!("  {}", lazaret_protocol::display::escape(&c));
-                }
-            }
-            None => println!(
-                "  what Git Sentry never lets the sandbox write that exists at start: each Git\n  \
-                 directory's configuration, commondir, gitdir, hooks, remotes, branches, info/\n  \
-                 files but exclude, alternates; a .git file; the protected paths"
-            ),
-        }
-        return Ok(());
+        return print_confinement(&args);
     }
     // The readiness descriptor, taken over first so that it is closed
     // (end of file for the parent) on every failure path.
-    let ready = match args.ready_fd {
-        Some(n) => {
-            if n < 3
-                || rustix::io::fcntl_getfd(
-                    // SAFETY: only borrowed for the validity check below.
-                    unsafe { rustix::fd::BorrowedFd::borrow_raw(n) },
-                )
-                .is_err()
-            {
-                return Err(Error::ReadyFd(n));
-            }
-            // SAFETY: `n` is an open descriptor (checked above) that this
-            // process inherited for exactly this use; nothing else owns it.
-            Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(n) }))
-        }
-        None => None,
-    };
+    let ready = take_ready_fd(args.ready_fd)?;
     confine::sanitize(ready.as_ref().map(|f| f.as_fd()), args.die_with_parent)?;
     let nofile = confine::raise_nofile();
 
@@ -468,12 +426,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     // what Git Sentry keeps is read-only to the kernel as well. With
     // `--git-dir`, that move comes first: the Git directory is bound into
     // the workspace there, before anything reads the workspace.
-    let mount = |mp: &Path| {
-        sys::fuse_mount(mp, "lazaret-router", args.allow_other).map_err(|source| Error::Mount {
-            path: mp.to_path_buf(),
-            source,
-        })
-    };
+    let mount = |mp: &Path| mount_fuse(&args, mp);
     let mp = mountpoint(&args)?;
     let early = match &args.git_dir {
         Some(g) => {
@@ -493,6 +446,95 @@ pub fn run(args: Args) -> Result<(), Error> {
         Some(f) => f,
         None => mount(&plan.mountpoint)?,
     };
+    let host_fd = shield_workspace(&plan, host_fd, &protected)?;
+    let rules_host = dup_root(&host_fd, "workspace", &plan.workspace)?;
+    let confine_host = dup_root(&host_fd, "workspace", &plan.workspace)?;
+    let confine_state = dup_root(&state_fd, "state directory", &plan.state)?;
+    report_protected(&plan, &protected);
+    let (baseline, journal) = open_records(&plan)?;
+    let rules = rules::Rules::new(
+        rules_host,
+        plan.git.info_exclude.clone(),
+        plan.git.excludes_file.clone().map(rules::Source::Absolute),
+        plan.git.ignore_case,
+        baseline,
+    );
+    let options = router_options(&args, nofile, &protected, journal);
+    let fs = router::Router::new(host_fd, state_fd, rules, options);
+    let filters = confine::seccomp_filters()?;
+    let session = fuse_session(&args, fs, fuse, &plan.mountpoint)?;
+    confine::apply(&plan, confine_host.as_fd(), confine_state.as_fd(), filters)?;
+    drop((confine_host, confine_state));
+    if let Some(mut r) = ready {
+        // A parent that stopped listening is not our failure: the mount is
+        // up either way, and it learns of it from the mount table.
+        let _ = r.write_all(b"ready\n");
+    }
+    session.run().map_err(Error::Session)
+}
+
+/// `--print-confinement`: the confinement, and the read-only binds the
+/// router would make (for the given directories, or in general).
+fn print_confinement(args: &Args) -> Result<(), Error> {
+    let p = if args.workspace.is_some() {
+        Some(plan(args, mountpoint(args)?)?)
+    } else {
+        None
+    };
+    print!("{}", confine::describe(p.as_ref().map(|p| &p.0)));
+    println!(
+        "\n[read-only binds] (in the router's own mount namespace, made before confinement; at most {})",
+        shield::MAX_SHIELDS
+    );
+    match &p {
+        Some((plan, host, _)) => {
+            let protected: Vec<Vec<u8>> = protected_paths(args, plan)?
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect();
+            for c in shield::candidates(host.as_fd(), &protected) {
+                println!("  {}", lazaret_protocol::display::escape(&c));
+            }
+        }
+        None => println!(
+            "  what Git Sentry never lets the sandbox write that exists at start: each Git\n  \
+             directory's configuration, commondir, gitdir, hooks, remotes, branches, info/\n  \
+             files but exclude, alternates; a .git file; the protected paths"
+        ),
+    }
+    Ok(())
+}
+
+/// Takes over `--ready-fd N`, which must be an open inherited descriptor
+/// above stderr.
+fn take_ready_fd(fd: Option<i32>) -> Result<Option<std::fs::File>, Error> {
+    let Some(n) = fd else {
+        return Ok(None);
+    };
+    if n < 3
+        || rustix::io::fcntl_getfd(
+            // SAFETY: only borrowed for the validity check below.
+            unsafe { rustix::fd::BorrowedFd::borrow_raw(n) },
+        )
+        .is_err()
+    {
+        return Err(Error::ReadyFd(n));
+    }
+    // SAFETY: `n` is an open descriptor (checked above) that this
+    // process inherited for exactly this use; nothing else owns it.
+    Ok(Some(std::fs::File::from(unsafe {
+        OwnedFd::from_raw_fd(n)
+    })))
+}
+
+/// Binds what Git Sentry keeps read-only in the router's own mount
+/// namespace; the workspace reopened there, which must be the same
+/// directory as `host_fd`.
+fn shield_workspace(
+    plan: &Plan,
+    host_fd: OwnedFd,
+    protected: &[(Vec<u8>, &'static str)],
+) -> Result<OwnedFd, Error> {
     let shields: Vec<Vec<u8>> = protected.iter().map(|(p, _)| p.clone()).collect();
     let shielded = shield::apply(
         &plan.workspace,
@@ -516,22 +558,69 @@ pub fn run(args: Args) -> Result<(), Error> {
             "lazaret-mount-router: not bound read-only (the name policy still applies): {s}"
         );
     }
-    let host_fd = shielded.host;
-    let rules_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
-        what: "workspace",
-        path: plan.workspace.clone(),
+    Ok(shielded.host)
+}
+
+/// Mounts the router's FUSE file system at `mp`: the `/dev/fuse`
+/// descriptor its session serves.
+fn mount_fuse(args: &Args, mp: &Path) -> Result<OwnedFd, Error> {
+    sys::fuse_mount(mp, "lazaret-router", args.allow_other).map_err(|source| Error::Mount {
+        path: mp.to_path_buf(),
+        source,
+    })
+}
+
+/// The rules baseline and the changes journal beside it (in memory and
+/// none without `--rules-baseline`). The journal is opened before the
+/// router confines itself (landlock keeps that directory writable).
+fn open_records(plan: &Plan) -> Result<(baseline::Baseline, journal::Journal), Error> {
+    let baseline = match &plan.baseline {
+        Some(dir) => {
+            let err = |source| open_error("rules baseline directory", dir, source);
+            baseline::Baseline::load(open_record_dir(dir, err)?).map_err(err)?
+        }
+        None => baseline::Baseline::in_memory(),
+    };
+    let journal = match &plan.baseline {
+        Some(dir) => {
+            let err = |source| open_error("changes journal directory", dir, source);
+            journal::Journal::open(open_record_dir(dir, err)?.as_fd()).map_err(err)?
+        }
+        None => journal::Journal::none(),
+    };
+    Ok((baseline, journal))
+}
+
+/// Another descriptor of the root `fd` (`what` at `path`), above stderr.
+fn dup_root(fd: &OwnedFd, what: &'static str, path: &Path) -> Result<OwnedFd, Error> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| Error::Open {
+        what,
+        path: path.to_path_buf(),
         source: e.into(),
-    })?;
-    let confine_host = rustix::io::fcntl_dupfd_cloexec(&host_fd, 3).map_err(|e| Error::Open {
-        what: "workspace",
-        path: plan.workspace.clone(),
-        source: e.into(),
-    })?;
-    let confine_state = rustix::io::fcntl_dupfd_cloexec(&state_fd, 3).map_err(|e| Error::Open {
-        what: "state directory",
-        path: plan.state.clone(),
-        source: e.into(),
-    })?;
+    })
+}
+
+fn open_error(what: &'static str, path: &Path, source: std::io::Error) -> Error {
+    Error::Open {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Opens the rules baseline directory `dir` (also the journal's).
+fn open_record_dir(dir: &Path, err: impl Fn(std::io::Error) -> Error) -> Result<OwnedFd, Error> {
+    rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| err(e.into()))
+}
+
+/// Says what Git Sentry keeps read-only, in the log and (with a rules
+/// baseline) in `protected` beside it.
+fn report_protected(plan: &Plan, protected: &[(Vec<u8>, &'static str)]) {
     if !protected.is_empty() {
         let list: Vec<String> = protected
             .iter()
@@ -545,7 +634,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     if let Some(dir) = &plan.baseline {
         // For `lazaret run` to name them (one line each: path TAB why).
         let mut text = Vec::new();
-        for (p, why) in &protected {
+        for (p, why) in protected {
             text.extend_from_slice(p);
             text.push(b'\t');
             text.extend_from_slice(why.as_bytes());
@@ -560,68 +649,36 @@ pub fn run(args: Args) -> Result<(), Error> {
             );
         }
     }
-    let baseline = match &plan.baseline {
-        Some(dir) => {
-            let err = |source: std::io::Error| Error::Open {
-                what: "rules baseline directory",
-                path: dir.clone(),
-                source,
-            };
-            let fd = rustix::fs::open(
-                dir,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-            )
-            .map_err(|e| err(e.into()))?;
-            baseline::Baseline::load(fd).map_err(err)?
-        }
-        None => baseline::Baseline::in_memory(),
-    };
-    // The changes journal beside the rules baseline, opened before the
-    // router confines itself (landlock keeps that directory writable).
-    let journal = match &plan.baseline {
-        Some(dir) => {
-            let err = |source: std::io::Error| Error::Open {
-                what: "changes journal directory",
-                path: dir.clone(),
-                source,
-            };
-            let fd = rustix::fs::open(
-                dir,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-            )
-            .map_err(|e| err(e.into()))?;
-            journal::Journal::open(fd.as_fd()).map_err(err)?
-        }
-        None => journal::Journal::none(),
-    };
-    let rules = rules::Rules::new(
-        rules_host,
-        plan.git.info_exclude.clone(),
-        plan.git.excludes_file.clone().map(rules::Source::Absolute),
-        plan.git.ignore_case,
-        baseline,
-    );
-    let fs = router::Router::new(
-        host_fd,
-        state_fd,
-        rules,
-        router::Options {
-            ttl: Duration::from_millis(args.cache_ms),
-            max_open: args.max_open.min(
-                usize::try_from(nofile)
-                    .unwrap_or(usize::MAX)
-                    .saturating_sub(router::RESERVED_FDS),
-            ),
-            isolate_ignored: !args.sentry_only && args.git_dir.is_none(),
-            protected: protected.iter().map(|(p, _)| p.clone()).collect(),
-            state_max_bytes: args.state_max_bytes,
-            journal,
-            inside_owner: args.inside_owner,
-        },
-    );
-    let filters = confine::seccomp_filters()?;
+}
+
+fn router_options(
+    args: &Args,
+    nofile: u64,
+    protected: &[(Vec<u8>, &'static str)],
+    journal: journal::Journal,
+) -> router::Options {
+    router::Options {
+        ttl: Duration::from_millis(args.cache_ms),
+        max_open: args.max_open.min(
+            usize::try_from(nofile)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(router::RESERVED_FDS),
+        ),
+        isolate_ignored: !args.sentry_only && args.git_dir.is_none(),
+        protected: protected.iter().map(|(p, _)| p.clone()).collect(),
+        state_max_bytes: args.state_max_bytes,
+        journal,
+        inside_owner: args.inside_owner,
+    }
+}
+
+/// The FUSE session over the mounted `fuse` descriptor.
+fn fuse_session(
+    args: &Args,
+    fs: router::Router,
+    fuse: OwnedFd,
+    mountpoint: &Path,
+) -> Result<fuser::Session<router::Router>, Error> {
     let mut config = fuser::Config::default();
     config.n_threads = Some(usize::from(args.threads));
     config.clone_fd = args.threads > 1;
@@ -630,19 +687,10 @@ pub fn run(args: Args) -> Result<(), Error> {
     } else {
         fuser::SessionACL::Owner
     };
-    let session =
-        fuser::Session::from_fd(fs, fuse, acl, config).map_err(|source| Error::Mount {
-            path: plan.mountpoint.clone(),
-            source,
-        })?;
-    confine::apply(&plan, confine_host.as_fd(), confine_state.as_fd(), filters)?;
-    drop((confine_host, confine_state));
-    if let Some(mut r) = ready {
-        // A parent that stopped listening is not our failure: the mount is
-        // up either way, and it learns of it from the mount table.
-        let _ = r.write_all(b"ready\n");
-    }
-    session.run().map_err(Error::Session)
+    fuser::Session::from_fd(fs, fuse, acl, config).map_err(|source| Error::Mount {
+        path: mountpoint.to_path_buf(),
+        source,
+    })
 }
 
 /// This crate's compiled seccomp policies (`build.rs`).

@@ -990,10 +990,13 @@ impl Router {
         } else {
             Some(open_dir(self.root(s), ppath).map_err(fe)?)
         };
-        let name_or_dot: &[u8] = if path.is_empty() { b"." } else { name };
-        let dirfd = || match &pfd {
-            Some(fd) => fd.as_fd(),
-            None => self.root(s),
+        let at = AttrTarget {
+            file: file.as_deref(),
+            dir: match &pfd {
+                Some(fd) => fd.as_fd(),
+                None => self.root(s),
+            },
+            name: if path.is_empty() { &b"."[..] } else { name },
         };
         if mode.is_some() || uid.is_some() || gid.is_some() {
             self.journal(s, Op::Attr, &path, None)?;
@@ -1002,103 +1005,58 @@ impl Router {
             self.journal(s, Op::Write, &path, None)?;
         }
         if let Some(m) = mode {
-            match &file {
-                Some(f) => rustix::fs::fchmod(f.as_fd(), Mode::from_raw_mode(m & 0o7777)),
-                None => crate::sys::chmod_nofollow(dirfd(), name_or_dot, m & 0o7777),
-            }
-            .map_err(fe)?;
+            at.chmod(m)?;
         }
         if uid.is_some() || gid.is_some() {
-            let u = uid.map(rustix::fs::Uid::from_raw);
-            let g = gid.map(rustix::fs::Gid::from_raw);
-            match &file {
-                Some(f) => rustix::fs::fchown(f.as_fd(), u, g),
-                None => rustix::fs::chownat(
-                    dirfd(),
-                    OsStr::from_bytes(name_or_dot),
-                    u,
-                    g,
-                    AtFlags::SYMLINK_NOFOLLOW,
-                ),
-            }
-            .map_err(fe)?;
+            at.chown(uid, gid)?;
         }
         if let Some(sz) = size {
-            let opened = match &file {
-                Some(_) => None,
-                None => Some(
-                    open_beneath(
-                        self.root(s),
-                        &path,
-                        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
-                    )
-                    .map_err(fe)?,
-                ),
-            };
-            let fd = match (&file, &opened) {
-                (Some(f), _) => f.as_fd(),
-                (None, Some(o)) => o.as_fd(),
-                (None, None) => return Err(Errno::EBADF),
-            };
-            let counted = s == Store::State;
-            let before = if counted {
-                self.quota.admit(self.root(s), fd, sz)?
-            } else {
-                0
-            };
-            let done = rustix::fs::ftruncate(fd, sz);
-            if counted {
-                self.quota.settle(fd, before);
-            }
-            done.map_err(fe)?;
-            if s == Store::Host && is_rules_path(&path) {
-                self.rules.after_sandbox_change(&path);
-            }
+            self.truncate(s, &path, at.file, sz)?;
         }
         if atime.is_some() || mtime.is_some() {
-            let ts = |t: Option<TimeOrNow>| match t {
-                None => rustix::fs::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_OMIT,
-                },
-                Some(TimeOrNow::Now) => rustix::fs::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_NOW,
-                },
-                Some(TimeOrNow::SpecificTime(t)) => {
-                    let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
-                        Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
-                        Err(e) => {
-                            let d = e.duration();
-                            (-(d.as_secs() as i64), 0)
-                        }
-                    };
-                    rustix::fs::Timespec {
-                        tv_sec: sec,
-                        tv_nsec: nsec as _,
-                    }
-                }
-            };
-            let times = rustix::fs::Timestamps {
-                last_access: ts(atime),
-                last_modification: ts(mtime),
-            };
-            match &file {
-                Some(f) => rustix::fs::futimens(f.as_fd(), &times),
-                None => rustix::fs::utimensat(
-                    dirfd(),
-                    OsStr::from_bytes(name_or_dot),
-                    &times,
-                    AtFlags::SYMLINK_NOFOLLOW,
-                ),
-            }
-            .map_err(fe)?;
+            at.set_times(atime, mtime)?;
         }
         let st = match &file {
             Some(f) => rustix::fs::fstat(f.as_fd()).map_err(fe)?,
             None => self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?,
         };
         Ok(self.attr(ino.0, &st))
+    }
+
+    /// setattr's size: truncates (or extends) `path` in store `s`, through
+    /// the open `file` if there is one, within the state store's quota.
+    fn truncate(&self, s: Store, path: &[u8], file: Option<&File>, sz: u64) -> Result<(), Errno> {
+        let opened = match &file {
+            Some(_) => None,
+            None => Some(
+                open_beneath(
+                    self.root(s),
+                    path,
+                    OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+                )
+                .map_err(fe)?,
+            ),
+        };
+        let fd = match (&file, &opened) {
+            (Some(f), _) => f.as_fd(),
+            (None, Some(o)) => o.as_fd(),
+            (None, None) => return Err(Errno::EBADF),
+        };
+        let counted = s == Store::State;
+        let before = if counted {
+            self.quota.admit(self.root(s), fd, sz)?
+        } else {
+            0
+        };
+        let done = rustix::fs::ftruncate(fd, sz);
+        if counted {
+            self.quota.settle(fd, before);
+        }
+        done.map_err(fe)?;
+        if s == Store::Host && is_rules_path(path) {
+            self.rules.after_sandbox_change(path);
+        }
+        Ok(())
     }
 
     fn do_rename(
@@ -1126,143 +1084,46 @@ impl Router {
         if s != dst {
             return Err(Errno::EXDEV);
         }
-        if nps == Store::Host && self.rename_only(&to) {
-            // `packed-refs`: only a file whose replace refs the host's
-            // already has.
-            self.may_change(dst, &to)?;
-            self.check_packed_refs(s, &from, &to)?;
-        } else if nps == Store::Host {
-            self.may_create(dst, &to)?;
-            self.may_change(dst, &to)?;
-        }
-        if s == Store::Host && dir {
-            self.may_move_dir(&from, &to)?;
-        }
-        if s == Store::Host && is_symlink(&st) && self.access(&to) != Access::Free {
-            return Err(Errno::EPERM);
-        }
-        if s == Store::Host && is_rules_path(&to) && !dir {
-            // The rules file must change only through its own name: not
-            // through another link, nor a descriptor opened under
-            // another name.
-            if st.st_nlink > 1 || self.has_writer(&st) {
-                return Err(Errno::EPERM);
-            }
-        }
+        self.may_rename(s, &st, nps, &from, &to)?;
         for p in [&from, &to] {
             if s == Store::Host && is_rules_path(p) {
                 self.rules.before_sandbox_change(p);
             }
         }
-        // Replacing a visible entry of the other store would leave two
-        // entries under one name: refuse like a cross-store rename.
-        let target = if dst == Store::State && self.access(&to) == Access::Shadowed {
-            // A private copy replaces the host's only in the sandbox's view.
-            self.stat_in(Store::State, &to)
-                .map_err(fe)?
-                .map(|st| (Store::State, st))
-        } else {
-            self.resolve(nps, &to).map_err(fe)?
+        let target = self.rename_target(s, nps, &to)?;
+        let r = Rename {
+            ppath: &ppath,
+            name,
+            nppath: &nppath,
+            newname,
+            from: &from,
+            to: &to,
+            rflags: rustix::fs::RenameFlags::from_bits_retain(flags.bits()),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        if let Some((vs, _)) = &target {
-            if *vs != s {
-                return Err(Errno::EXDEV);
-            }
-        }
-        let rflags = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
-        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         self.journal(s, Op::Rename, &from, Some(&to))?;
-        if exchange {
+        if r.exchange {
             self.journal(s, Op::Rename, &to, Some(&from))?;
         }
         let src_dir = open_dir(self.root(s), &ppath).map_err(fe)?;
         let dst_dir = self.dir_fd(s, &nppath, true).map_err(fe)?;
         // A host directory carries its state counterpart along.
-        let mut moved_state = false;
-        if s == Store::Host && dir {
-            let counterpart = self.stat_in(Store::State, &from).map_err(fe)?;
-            let dst_counterpart = self.stat_in(Store::State, &to).map_err(fe)?;
-            if exchange && (counterpart.is_some() || dst_counterpart.is_some()) {
-                return Err(Errno::EXDEV);
-            }
-            if let Some(c) = counterpart {
-                if !is_dir(&c) {
-                    return Err(Errno::EXDEV);
-                }
-                if let Some(d) = dst_counterpart {
-                    // Only an empty scaffolding directory may be replaced.
-                    if !is_dir(&d) {
-                        return Err(Errno::EXDEV);
-                    }
-                    let (tp, tn) = split(&to);
-                    let tfd = open_dir(self.root(Store::State), tp).map_err(fe)?;
-                    rustix::fs::unlinkat(&tfd, OsStr::from_bytes(tn), AtFlags::REMOVEDIR)
-                        .map_err(|_| Errno::EXDEV)?;
-                }
-                let sfrom = open_dir(self.root(Store::State), &ppath).map_err(fe)?;
-                let sto = self.dir_fd(Store::State, &nppath, true).map_err(fe)?;
-                rustix::fs::renameat_with(
-                    &sfrom,
-                    OsStr::from_bytes(name),
-                    &sto,
-                    OsStr::from_bytes(newname),
-                    rustix::fs::RenameFlags::NOREPLACE,
-                )
-                .map_err(|_| Errno::EXDEV)?;
-                moved_state = true;
-                if let Err(e) = rustix::fs::renameat_with(
-                    &src_dir,
-                    OsStr::from_bytes(name),
-                    &dst_dir,
-                    OsStr::from_bytes(newname),
-                    rflags,
-                ) {
-                    // Put the state counterpart back; the rename did not happen.
-                    let _ = rustix::fs::renameat_with(
-                        &sto,
-                        OsStr::from_bytes(newname),
-                        &sfrom,
-                        OsStr::from_bytes(name),
-                        rustix::fs::RenameFlags::NOREPLACE,
-                    );
-                    return Err(fe(e));
-                }
-            }
-        }
+        let moved_state = if s == Store::Host && dir {
+            self.rename_with_state(&r, &src_dir, &dst_dir)?
+        } else {
+            false
+        };
         if !moved_state {
             rustix::fs::renameat_with(
                 &src_dir,
                 OsStr::from_bytes(name),
                 &dst_dir,
                 OsStr::from_bytes(newname),
-                rflags,
+                r.rflags,
             )
             .map_err(fe)?;
         }
-        {
-            let mut t = lock(&self.table);
-            if exchange {
-                let tmp = b"\0exchange".to_vec();
-                t.moved(s, &from, &tmp);
-                t.moved(s, &to, &from);
-                t.moved(s, &tmp, &to);
-            } else {
-                // The entry replaced goes, unless it was the same file:
-                // then rename does nothing.
-                let same = |tst: &Stat| (tst.st_dev, tst.st_ino) == (st.st_dev, st.st_ino);
-                match &target {
-                    Some((_, tst)) if same(tst) => {}
-                    Some((ts, tst)) => {
-                        t.removed(*ts, &to, tst);
-                        t.moved(s, &from, &to);
-                    }
-                    None => t.moved(s, &from, &to),
-                }
-                if moved_state {
-                    t.moved(Store::State, &from, &to);
-                }
-            }
-        }
+        self.record_rename(s, &r, &target, &st, moved_state);
         for p in [&from, &to] {
             if s == Store::Host && is_rules_path(p) {
                 self.rules.after_sandbox_change(p);
@@ -1273,6 +1134,259 @@ impl Router {
         }
         Ok(())
     }
+
+    /// Whether Git Sentry lets `from` (in store `s`, the same as the
+    /// destination's, `st` its status) be renamed to `to` (whose parent
+    /// is in `nps`).
+    fn may_rename(
+        &self,
+        s: Store,
+        st: &Stat,
+        nps: Store,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), Errno> {
+        let dir = is_dir(st);
+        // The destination's store: the source's (checked by the caller).
+        let dst = s;
+        if nps == Store::Host && self.rename_only(to) {
+            // `packed-refs`: only a file whose replace refs the host's
+            // already has.
+            self.may_change(dst, to)?;
+            self.check_packed_refs(s, from, to)?;
+        } else if nps == Store::Host {
+            self.may_create(dst, to)?;
+            self.may_change(dst, to)?;
+        }
+        if s == Store::Host && dir {
+            self.may_move_dir(from, to)?;
+        }
+        if s == Store::Host && is_symlink(st) && self.access(to) != Access::Free {
+            return Err(Errno::EPERM);
+        }
+        if s == Store::Host && is_rules_path(to) && !dir {
+            // The rules file must change only through its own name: not
+            // through another link, nor a descriptor opened under
+            // another name.
+            if st.st_nlink > 1 || self.has_writer(st) {
+                return Err(Errno::EPERM);
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry a rename into store `s` replaces, if any, as the sandbox
+    /// sees it.
+    fn rename_target(
+        &self,
+        s: Store,
+        nps: Store,
+        to: &[u8],
+    ) -> Result<Option<(Store, Stat)>, Errno> {
+        // Replacing a visible entry of the other store would leave two
+        // entries under one name: refuse like a cross-store rename.
+        let target = if s == Store::State && self.access(to) == Access::Shadowed {
+            // A private copy replaces the host's only in the sandbox's view.
+            self.stat_in(Store::State, to)
+                .map_err(fe)?
+                .map(|st| (Store::State, st))
+        } else {
+            self.resolve(nps, to).map_err(fe)?
+        };
+        if let Some((vs, _)) = &target {
+            if *vs != s {
+                return Err(Errno::EXDEV);
+            }
+        }
+        Ok(target)
+    }
+
+    /// Renames a host directory together with its state counterpart, if
+    /// it has one (then `true`); a counterpart that cannot move with it
+    /// fails the rename with `EXDEV`.
+    fn rename_with_state(
+        &self,
+        r: &Rename,
+        src_dir: &OwnedFd,
+        dst_dir: &OwnedFd,
+    ) -> Result<bool, Errno> {
+        let counterpart = self.stat_in(Store::State, r.from).map_err(fe)?;
+        let dst_counterpart = self.stat_in(Store::State, r.to).map_err(fe)?;
+        if r.exchange && (counterpart.is_some() || dst_counterpart.is_some()) {
+            return Err(Errno::EXDEV);
+        }
+        let Some(c) = counterpart else {
+            return Ok(false);
+        };
+        if !is_dir(&c) {
+            return Err(Errno::EXDEV);
+        }
+        if let Some(d) = dst_counterpart {
+            // Only an empty scaffolding directory may be replaced.
+            if !is_dir(&d) {
+                return Err(Errno::EXDEV);
+            }
+            let (tp, tn) = split(r.to);
+            let tfd = open_dir(self.root(Store::State), tp).map_err(fe)?;
+            rustix::fs::unlinkat(&tfd, OsStr::from_bytes(tn), AtFlags::REMOVEDIR)
+                .map_err(|_| Errno::EXDEV)?;
+        }
+        let sfrom = open_dir(self.root(Store::State), r.ppath).map_err(fe)?;
+        let sto = self.dir_fd(Store::State, r.nppath, true).map_err(fe)?;
+        rustix::fs::renameat_with(
+            &sfrom,
+            OsStr::from_bytes(r.name),
+            &sto,
+            OsStr::from_bytes(r.newname),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(|_| Errno::EXDEV)?;
+        if let Err(e) = rustix::fs::renameat_with(
+            src_dir,
+            OsStr::from_bytes(r.name),
+            dst_dir,
+            OsStr::from_bytes(r.newname),
+            r.rflags,
+        ) {
+            // Put the state counterpart back; the rename did not happen.
+            let _ = rustix::fs::renameat_with(
+                &sto,
+                OsStr::from_bytes(r.newname),
+                &sfrom,
+                OsStr::from_bytes(r.name),
+                rustix::fs::RenameFlags::NOREPLACE,
+            );
+            return Err(fe(e));
+        }
+        Ok(true)
+    }
+
+    /// The node table after a rename of `st` in store `s` that replaced
+    /// `target` (if any).
+    fn record_rename(
+        &self,
+        s: Store,
+        r: &Rename,
+        target: &Option<(Store, Stat)>,
+        st: &Stat,
+        moved_state: bool,
+    ) {
+        let (from, to) = (r.from, r.to);
+        let mut t = lock(&self.table);
+        if r.exchange {
+            let tmp = b"\0exchange".to_vec();
+            t.moved(s, from, &tmp);
+            t.moved(s, to, from);
+            t.moved(s, &tmp, to);
+        } else {
+            // The entry replaced goes, unless it was the same file:
+            // then rename does nothing.
+            let same = |tst: &Stat| (tst.st_dev, tst.st_ino) == (st.st_dev, st.st_ino);
+            match target {
+                Some((_, tst)) if same(tst) => {}
+                Some((ts, tst)) => {
+                    t.removed(*ts, to, tst);
+                    t.moved(s, from, to);
+                }
+                None => t.moved(s, from, to),
+            }
+            if moved_state {
+                t.moved(Store::State, from, to);
+            }
+        }
+    }
+}
+
+/// What setattr changes, other than the size: the open `file` if there is
+/// one, else `name` (`.` for the root) in directory `dir`, not following
+/// a symlink.
+struct AttrTarget<'a> {
+    file: Option<&'a File>,
+    dir: BorrowedFd<'a>,
+    name: &'a [u8],
+}
+
+impl AttrTarget<'_> {
+    fn chmod(&self, m: u32) -> Result<(), Errno> {
+        match self.file {
+            Some(f) => rustix::fs::fchmod(f.as_fd(), Mode::from_raw_mode(m & 0o7777)),
+            None => crate::sys::chmod_nofollow(self.dir, self.name, m & 0o7777),
+        }
+        .map_err(fe)
+    }
+
+    fn chown(&self, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        let u = uid.map(rustix::fs::Uid::from_raw);
+        let g = gid.map(rustix::fs::Gid::from_raw);
+        match self.file {
+            Some(f) => rustix::fs::fchown(f.as_fd(), u, g),
+            None => rustix::fs::chownat(
+                self.dir,
+                OsStr::from_bytes(self.name),
+                u,
+                g,
+                AtFlags::SYMLINK_NOFOLLOW,
+            ),
+        }
+        .map_err(fe)
+    }
+
+    fn set_times(&self, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> Result<(), Errno> {
+        let times = rustix::fs::Timestamps {
+            last_access: timespec_of(atime),
+            last_modification: timespec_of(mtime),
+        };
+        match self.file {
+            Some(f) => rustix::fs::futimens(f.as_fd(), &times),
+            None => rustix::fs::utimensat(
+                self.dir,
+                OsStr::from_bytes(self.name),
+                &times,
+                AtFlags::SYMLINK_NOFOLLOW,
+            ),
+        }
+        .map_err(fe)
+    }
+}
+
+/// A setattr time as `utimensat` takes it: none leaves it as it is.
+fn timespec_of(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
+    match t {
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    (-(d.as_secs() as i64), 0)
+                }
+            };
+            rustix::fs::Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec as _,
+            }
+        }
+    }
+}
+
+/// One rename's names: from `name` in `ppath` (`from`) to `newname` in
+/// `nppath` (`to`).
+struct Rename<'a> {
+    ppath: &'a [u8],
+    name: &'a [u8],
+    nppath: &'a [u8],
+    newname: &'a [u8],
+    from: &'a [u8],
+    to: &'a [u8],
+    rflags: rustix::fs::RenameFlags,
+    exchange: bool,
 }
 
 impl Filesystem for Router {

@@ -490,14 +490,84 @@ fn refresh(
     now: Instant,
     bl: &crate::baseline::Baseline,
 ) -> Lists {
-    let lists = |c: &Cached| Lists {
-        now: c.list.clone(),
-        host: c.host_list.clone(),
-        over: c.over.is_some(),
+    let (fd, stamp) = match revalidate(host, src, slot, epoch, now) {
+        Revalidated::Current(l) => return l,
+        Revalidated::Changed(fd, stamp) => (fd, stamp),
     };
+    // What this slot held is released first: the file's new version is
+    // judged against the rest.
+    let prev_host = slot.take().and_then(|c| {
+        budget.sub(c.list_cost);
+        budget.sub(c.host_cost);
+        let reusable = c.over.is_none() && (c.host_list.is_some() || c.list.is_none());
+        reusable.then_some((c.host_list, c.host_cost))
+    });
+    let (list, mut list_cost, mut over) = read_list(fd, stamp, src, budget);
+    budget.add(list_cost);
+    let (host_list, mut host_cost, host_over) =
+        host_version(src, stamp, prev_host, &list, budget, bl);
+    if host_over.is_some() {
+        over = host_over;
+    }
+    budget.add(host_cost);
+    let (list, host_list) = match &over {
+        Some(why) => {
+            budget.report(src, why);
+            budget.sub(list_cost);
+            budget.sub(host_cost);
+            list_cost = Cost::default();
+            host_cost = Cost::default();
+            (None, None)
+        }
+        None => (list, host_list),
+    };
+    let l = Lists {
+        now: list.clone(),
+        host: host_list.clone(),
+        over: over.is_some(),
+    };
+    *slot = Some(Cached {
+        stamp,
+        over,
+        list_cost,
+        host_cost,
+        list,
+        host_list,
+        checked: now,
+        epoch,
+    });
+    l
+}
+
+impl Cached {
+    fn lists(&self) -> Lists {
+        Lists {
+            now: self.list.clone(),
+            host: self.host_list.clone(),
+            over: self.over.is_some(),
+        }
+    }
+}
+
+/// A cached rules file, checked again.
+enum Revalidated {
+    /// Its cached lists still hold.
+    Current(Lists),
+    /// It changed (or was never read): opened anew (none if it does not
+    /// exist), with its stamp.
+    Changed(Option<OwnedFd>, Option<Stamp>),
+}
+
+fn revalidate(
+    host: BorrowedFd<'_>,
+    src: &Source,
+    slot: &mut Option<Cached>,
+    epoch: u64,
+    now: Instant,
+) -> Revalidated {
     if let Some(c) = slot {
         if c.epoch == epoch && now.duration_since(c.checked) < REVALIDATE {
-            return lists(c);
+            return Revalidated::Current(c.lists());
         }
     }
     let fd = match open_rules(host, src) {
@@ -509,9 +579,9 @@ fn refresh(
             if let Some(c) = slot.as_mut() {
                 c.checked = now;
                 c.epoch = epoch;
-                return lists(c);
+                return Revalidated::Current(c.lists());
             }
-            return Lists::default();
+            return Revalidated::Current(Lists::default());
         }
     };
     let stamp = fd.as_ref().and_then(|fd| stamp(fd.as_fd()));
@@ -519,17 +589,20 @@ fn refresh(
         if c.stamp == stamp {
             c.checked = now;
             c.epoch = epoch;
-            return lists(c);
+            return Revalidated::Current(c.lists());
         }
     }
-    // What this slot held is released first: the file's new version is
-    // judged against the rest.
-    let prev_host = slot.take().and_then(|c| {
-        budget.sub(c.list_cost);
-        budget.sub(c.host_cost);
-        let reusable = c.over.is_none() && (c.host_list.is_some() || c.list.is_none());
-        reusable.then_some((c.host_list, c.host_cost))
-    });
+    Revalidated::Changed(fd, stamp)
+}
+
+/// Reads and parses the rules file `fd` (of `src`), within the bounds:
+/// its rules, their cost, and the bound it is over if it is.
+fn read_list(
+    fd: Option<OwnedFd>,
+    stamp: Option<Stamp>,
+    src: &Source,
+    budget: &Budget,
+) -> (Option<Arc<List<Ignore>>>, Cost, Option<OverBound>) {
     let mut over = None;
     let mut list_cost = Cost::default();
     let list = match (fd, stamp) {
@@ -562,9 +635,23 @@ fn refresh(
         }
         _ => None,
     };
-    budget.add(list_cost);
-    // Who wrote this version: the sandbox (its stamp is the one the
-    // router recorded after the sandbox's last change), or the host.
+    (list, list_cost, over)
+}
+
+/// The host's version of the rules `list` just read: who wrote this
+/// version, the sandbox (its stamp is the one the router recorded after
+/// the sandbox's last change), or the host. For the sandbox's, the
+/// host's last (`prev_host`, or parsed from the baseline); its cost, and
+/// the bound it is over if it is.
+fn host_version(
+    src: &Source,
+    stamp: Option<Stamp>,
+    prev_host: Option<(Option<Arc<List<Ignore>>>, Cost)>,
+    list: &Option<Arc<List<Ignore>>>,
+    budget: &Budget,
+    bl: &crate::baseline::Baseline,
+) -> (Option<Arc<List<Ignore>>>, Cost, Option<OverBound>) {
+    let mut over = None;
     let mut host_cost = Cost::default();
     let host_list = match src {
         Source::Workspace(rel) => match bl.get(rel) {
@@ -596,34 +683,7 @@ fn refresh(
         },
         Source::Absolute(_) => list.clone(),
     };
-    budget.add(host_cost);
-    let (list, host_list) = match &over {
-        Some(why) => {
-            budget.report(src, why);
-            budget.sub(list_cost);
-            budget.sub(host_cost);
-            list_cost = Cost::default();
-            host_cost = Cost::default();
-            (None, None)
-        }
-        None => (list, host_list),
-    };
-    let l = Lists {
-        now: list.clone(),
-        host: host_list.clone(),
-        over: over.is_some(),
-    };
-    *slot = Some(Cached {
-        stamp,
-        over,
-        list_cost,
-        host_cost,
-        list,
-        host_list,
-        checked: now,
-        epoch,
-    });
-    l
+    (host_list, host_cost, over)
 }
 
 /// Parses a rules file. Workspace `.gitignore` files are anchored at

@@ -83,6 +83,26 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         env_name(name).map_err(|e| (at.key("pass_env").index(i), e))?;
     }
 
+    volumes(profile, at)?;
+    shared_paths(profile, at)?;
+    if let Some(u) = &profile.user {
+        user_name(u).map_err(|e| (at.key("user"), e))?;
+    }
+    crate::ports::parse_ports(&profile.ports).map_err(|(i, e)| (at.key("ports").index(i), e))?;
+    if !profile.ports.is_empty() && profile.network.mode == Some(crate::schema::NetworkMode::None) {
+        return Err((at.key("ports"), Invalid::PortsWithoutNetwork));
+    }
+
+    profile
+        .limits
+        .check()
+        .map_err(|(key, e)| (at.key("limits").key(key), e))?;
+
+    escalation(profile, at)
+}
+
+/// `volumes`: host paths, and sandbox paths each used once.
+fn volumes(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
     // Mount point -> index of the first volume using it.
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, volume) in profile.volumes.iter().enumerate() {
@@ -100,20 +120,12 @@ fn validate_profile(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
         }
         seen.insert(&volume.sandbox, i);
     }
-    shared_paths(profile, at)?;
-    if let Some(u) = &profile.user {
-        user_name(u).map_err(|e| (at.key("user"), e))?;
-    }
-    crate::ports::parse_ports(&profile.ports).map_err(|(i, e)| (at.key("ports").index(i), e))?;
-    if !profile.ports.is_empty() && profile.network.mode == Some(crate::schema::NetworkMode::None) {
-        return Err((at.key("ports"), Invalid::PortsWithoutNetwork));
-    }
+    Ok(())
+}
 
-    profile
-        .limits
-        .check()
-        .map_err(|(key, e)| (at.key("limits").key(key), e))?;
-
+/// `[escalation]`: environment names outside `LAZARET_`, and auto-approve
+/// rules with a program and well-formed arguments and trailing options.
+fn escalation(profile: &Profile, at: &KeyPath) -> Result<(), Failure> {
     for (i, name) in profile.escalation.pass_env.iter().enumerate() {
         let name_at = at.key("escalation").key("pass_env").index(i);
         env_name(name).map_err(|e| (name_at.clone(), e))?;

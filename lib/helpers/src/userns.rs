@@ -196,31 +196,7 @@ where
     let go_w_raw = go_w.as_raw_fd();
     let mut stack = vec![0u8; 1 << 20];
     let cb = Box::new(move || -> isize {
-        // Our copy of the write end must go, or a parent that fails to map
-        // us (and drops its own) would leave us waiting forever.
-        // SAFETY: closing the clone's copy of a descriptor it owns.
-        unsafe { libc::close(go_w_raw) };
-        // Wait until the parent wrote our maps (one byte), or gave up (EOF).
-        let mut b = [0u8; 1];
-        // SAFETY: go_r_raw is the read end of a pipe this process inherited
-        // from the clone; reading one byte into a stack buffer is sound.
-        let n = unsafe { libc::read(go_r_raw, b.as_mut_ptr().cast(), 1) };
-        if n != 1 {
-            return 125;
-        }
-        if rustix::thread::set_thread_res_gid(
-            rustix::process::Gid::ROOT,
-            rustix::process::Gid::ROOT,
-            rustix::process::Gid::ROOT,
-        )
-        .is_err()
-            || rustix::thread::set_thread_res_uid(
-                rustix::process::Uid::ROOT,
-                rustix::process::Uid::ROOT,
-                rustix::process::Uid::ROOT,
-            )
-            .is_err()
-        {
+        if !child_awaits_maps(go_r_raw, go_w_raw) {
             return 125;
         }
         match child.take() {
@@ -264,6 +240,37 @@ where
             Err(e)
         }
     }
+}
+
+/// In the cloned child, before its callback runs: drops its copy of the
+/// write end, waits for the parent's byte (its maps are written) and
+/// becomes ID 0 of the namespace. False when the parent gave up (end of
+/// file) or the IDs cannot be set.
+fn child_awaits_maps(go_r_raw: std::os::fd::RawFd, go_w_raw: std::os::fd::RawFd) -> bool {
+    // Our copy of the write end must go, or a parent that fails to map
+    // us (and drops its own) would leave us waiting forever.
+    // SAFETY: closing the clone's copy of a descriptor it owns.
+    unsafe { libc::close(go_w_raw) };
+    // Wait until the parent wrote our maps (one byte), or gave up (EOF).
+    let mut b = [0u8; 1];
+    // SAFETY: go_r_raw is the read end of a pipe this process inherited
+    // from the clone; reading one byte into a stack buffer is sound.
+    let n = unsafe { libc::read(go_r_raw, b.as_mut_ptr().cast(), 1) };
+    if n != 1 {
+        return false;
+    }
+    rustix::thread::set_thread_res_gid(
+        rustix::process::Gid::ROOT,
+        rustix::process::Gid::ROOT,
+        rustix::process::Gid::ROOT,
+    )
+    .is_ok()
+        && rustix::thread::set_thread_res_uid(
+            rustix::process::Uid::ROOT,
+            rustix::process::Uid::ROOT,
+            rustix::process::Uid::ROOT,
+        )
+        .is_ok()
 }
 
 /// Runs `cmd` as ID 0 of a fresh mapped user namespace and waits for it.

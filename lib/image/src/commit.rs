@@ -518,6 +518,11 @@ fn apply_upper(
         let ufd = open_dir(upper, &d)?;
         let dfd = open_dir(dst, &at.join(&d))?;
         let shown = |n: &OsStr| format!("{anchor}/{}", d.join(n).display()).replace("//", "/");
+        let dirs = UpperDir {
+            upper: ufd.as_fd(),
+            dst: dfd.as_fd(),
+            shown: &shown,
+        };
         for n in
             names(ufd.as_fd()).map_err(|e| format!("cannot list {}: {e}", shown(OsStr::new(""))))?
         {
@@ -530,66 +535,10 @@ fn apply_upper(
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::CharacterDevice if st.st_rdev == 0 => remove(dfd.as_fd(), &n)?,
                 FileType::Directory => {
-                    let sub = rustix::fs::openat(
-                        &ufd,
-                        &n,
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(|e| format!("cannot open {}: {e}", shown(&n)))?;
-                    let opaque = xattr(sub.as_fd(), "user.overlay.opaque").as_deref() == Some(b"y");
-                    let here =
-                        stat_at(dfd.as_fd(), &n).map_err(|e| format!("{}: {e}", shown(&n)))?;
-                    let is_dir = here
-                        .is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
-                    if here.is_some() && (opaque || !is_dir) {
-                        remove(dfd.as_fd(), &n)?;
-                    }
-                    if !is_dir || opaque {
-                        rustix::fs::mkdirat(&dfd, &n, Mode::from_raw_mode(0o700))
-                            .map_err(|e| format!("cannot create {}: {e}", shown(&n)))?;
-                    }
-                    set_meta(dfd.as_fd(), &n, &st, st.st_mode & 0o7777)?;
+                    dirs.directory(&n, &st)?;
                     stack.push(d.join(&n));
                 }
-                FileType::RegularFile => {
-                    let from = File::from(
-                        rustix::fs::openat(
-                            &ufd,
-                            &n,
-                            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                            Mode::empty(),
-                        )
-                        .map_err(|e| format!("cannot open {}: {e}", shown(&n)))?,
-                    );
-                    if xattr(from.as_fd(), "user.overlay.whiteout").is_some() {
-                        remove(dfd.as_fd(), &n)?;
-                        continue;
-                    }
-                    remove(dfd.as_fd(), &n)?;
-                    let to = File::from(
-                        rustix::fs::openat(
-                            &dfd,
-                            &n,
-                            OFlags::WRONLY
-                                | OFlags::CREATE
-                                | OFlags::EXCL
-                                | OFlags::NOFOLLOW
-                                | OFlags::CLOEXEC,
-                            Mode::from_raw_mode(0o600),
-                        )
-                        .map_err(|e| format!("cannot create {}: {e}", shown(&n)))?,
-                    );
-                    // Holes stay holes; the bound is on what is written.
-                    crate::sparse::copy(&from, &to, st.st_size as u64, &mut |k| b.bytes(k))
-                        .map_err(|e| format!("cannot copy {}: {e}", shown(&n)))?;
-                    let mut mode = st.st_mode & 0o7777;
-                    if mode & 0o6000 != 0 {
-                        mode &= !0o6000;
-                        listed(&mut report.stripped, shown(&n));
-                    }
-                    set_meta(dfd.as_fd(), &n, &st, mode)?;
-                }
+                FileType::RegularFile => dirs.file(&n, &st, b, report)?,
                 FileType::Symlink => {
                     remove(dfd.as_fd(), &n)?;
                     let target = rustix::fs::readlinkat(&ufd, &n, Vec::new())
@@ -612,6 +561,84 @@ fn apply_upper(
         }
     }
     Ok(())
+}
+
+/// One directory of the upper layer and its counterpart in the new tree;
+/// `shown` names an entry of it in messages.
+struct UpperDir<'a> {
+    upper: BorrowedFd<'a>,
+    dst: BorrowedFd<'a>,
+    shown: &'a dyn Fn(&OsStr) -> String,
+}
+
+impl UpperDir<'_> {
+    /// An upper directory `n`: replaces what is there unless it is a
+    /// directory the upper one is not opaque over.
+    fn directory(&self, n: &OsStr, st: &Stat) -> Result<(), String> {
+        let shown = self.shown;
+        let sub = rustix::fs::openat(
+            self.upper,
+            n,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {e}", shown(n)))?;
+        let opaque = xattr(sub.as_fd(), "user.overlay.opaque").as_deref() == Some(b"y");
+        let here = stat_at(self.dst, n).map_err(|e| format!("{}: {e}", shown(n)))?;
+        let is_dir =
+            here.is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
+        if here.is_some() && (opaque || !is_dir) {
+            remove(self.dst, n)?;
+        }
+        if !is_dir || opaque {
+            rustix::fs::mkdirat(self.dst, n, Mode::from_raw_mode(0o700))
+                .map_err(|e| format!("cannot create {}: {e}", shown(n)))?;
+        }
+        set_meta(self.dst, n, st, st.st_mode & 0o7777)
+    }
+
+    /// An upper regular file `n`: a whiteout removes what is there;
+    /// otherwise it is copied, setuid and setgid cleared.
+    fn file(
+        &self,
+        n: &OsStr,
+        st: &Stat,
+        b: &mut Budget,
+        report: &mut CommitReport,
+    ) -> Result<(), String> {
+        let shown = self.shown;
+        let from = File::from(
+            rustix::fs::openat(
+                self.upper,
+                n,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| format!("cannot open {}: {e}", shown(n)))?,
+        );
+        if xattr(from.as_fd(), "user.overlay.whiteout").is_some() {
+            return remove(self.dst, n);
+        }
+        remove(self.dst, n)?;
+        let to = File::from(
+            rustix::fs::openat(
+                self.dst,
+                n,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| format!("cannot create {}: {e}", shown(n)))?,
+        );
+        // Holes stay holes; the bound is on what is written.
+        crate::sparse::copy(&from, &to, st.st_size as u64, &mut |k| b.bytes(k))
+            .map_err(|e| format!("cannot copy {}: {e}", shown(n)))?;
+        let mut mode = st.st_mode & 0o7777;
+        if mode & 0o6000 != 0 {
+            mode &= !0o6000;
+            listed(&mut report.stripped, shown(n));
+        }
+        set_meta(self.dst, n, st, mode)
+    }
 }
 
 /// The new tree at `rootfs` (which must not exist): `base` hard-linked,

@@ -188,6 +188,27 @@ pub(crate) fn read_layout(layout: &Path, reference: &str) -> Result<Image, Image
         return Err(bad("the manifest is an index, not an image".into()));
     }
     let config: ImageConfig = read_json_blob(layout, &manifest.config, "image config")?;
+    let platform = checked_platform(&config, reference)?;
+    if manifest.layers.len() != config.rootfs.diff_ids.len() {
+        return Err(bad(format!(
+            "the manifest has {} layers but the config {} diff_ids",
+            manifest.layers.len(),
+            config.rootfs.diff_ids.len()
+        )));
+    }
+    let mut layers = Vec::new();
+    for (d, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
+        layers.push(layer_of(layout, d, diff_id)?);
+    }
+    Ok(Image {
+        manifest_digest: desc.digest.clone(),
+        platform,
+        layers,
+    })
+}
+
+/// The image's platform (`OS/ARCH[/VARIANT]`), which must be this host's.
+fn checked_platform(config: &ImageConfig, reference: &str) -> Result<String, ImageError> {
     let mut platform = format!("{}/{}", config.os, config.architecture);
     if let Some(v) = config.variant.as_deref().filter(|v| !v.is_empty()) {
         platform.push('/');
@@ -201,46 +222,37 @@ pub(crate) fn read_layout(layout: &Path, reference: &str) -> Result<Image, Image
             expected: host,
         });
     }
-    if manifest.layers.len() != config.rootfs.diff_ids.len() {
-        return Err(bad(format!(
-            "the manifest has {} layers but the config {} diff_ids",
-            manifest.layers.len(),
-            config.rootfs.diff_ids.len()
-        )));
-    }
-    let mut layers = Vec::new();
-    for (d, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
-        let blob = blob_path(layout, &d.digest).ok_or_else(|| ImageError::BadBlob {
+    Ok(platform)
+}
+
+/// The layer descriptor `d` (uncompressed digest `diff_id`): its blob in
+/// `layout`, and its compression, from a tar layer's media type.
+fn layer_of(layout: &Path, d: &Descriptor, diff_id: &str) -> Result<Layer, ImageError> {
+    let blob = blob_path(layout, &d.digest).ok_or_else(|| ImageError::BadBlob {
+        what: "layer",
+        digest: d.digest.clone(),
+        reason: "its digest is not a sha256 digest".into(),
+    })?;
+    let mt = d.media_type.as_str();
+    let compression = if mt.ends_with(".tar") || mt.ends_with("diff.tar") {
+        Compression::None
+    } else if mt.ends_with("+gzip") || mt.ends_with(".tar.gzip") {
+        Compression::Gzip
+    } else if mt.ends_with("+zstd") {
+        Compression::Zstd
+    } else {
+        return Err(ImageError::BadBlob {
             what: "layer",
             digest: d.digest.clone(),
-            reason: "its digest is not a sha256 digest".into(),
-        })?;
-        let mt = d.media_type.as_str();
-        let compression = if mt.ends_with(".tar") || mt.ends_with("diff.tar") {
-            Compression::None
-        } else if mt.ends_with("+gzip") || mt.ends_with(".tar.gzip") {
-            Compression::Gzip
-        } else if mt.ends_with("+zstd") {
-            Compression::Zstd
-        } else {
-            return Err(ImageError::BadBlob {
-                what: "layer",
-                digest: d.digest.clone(),
-                reason: format!("its media type `{mt}` is not a tar layer"),
-            });
-        };
-        layers.push(Layer {
-            blob,
-            digest: d.digest.clone(),
-            size: d.size,
-            diff_id: diff_id.clone(),
-            compression,
+            reason: format!("its media type `{mt}` is not a tar layer"),
         });
-    }
-    Ok(Image {
-        manifest_digest: desc.digest.clone(),
-        platform,
-        layers,
+    };
+    Ok(Layer {
+        blob,
+        digest: d.digest.clone(),
+        size: d.size,
+        diff_id: diff_id.to_string(),
+        compression,
     })
 }
 
@@ -312,6 +324,18 @@ fn skopeo_copy(
     if status.success() {
         return Ok(());
     }
+    Err(skopeo_failure(reference, r, staging, status, &tail))
+}
+
+/// Why skopeo failed (`status`, its last lines `tail`): a full or
+/// read-only destination, an unreachable registry, or its own words.
+fn skopeo_failure(
+    reference: &str,
+    r: &Reference,
+    staging: &Path,
+    status: std::process::ExitStatus,
+    tail: &[String],
+) -> ImageError {
     let output = tail.join("\n");
     // skopeo reports a full or read-only destination only in its text.
     let lower = output.to_ascii_lowercase();
@@ -321,11 +345,11 @@ fn skopeo_copy(
         ("read-only file system", libc::EROFS),
     ] {
         if lower.contains(text) {
-            return Err(ImageError::Unwritable {
+            return ImageError::Unwritable {
                 what: format!("copy `{reference}` into"),
                 path: staging.to_path_buf(),
                 source: std::io::Error::from_raw_os_error(errno),
-            });
+            };
         }
     }
     if r.is_remote() {
@@ -336,16 +360,16 @@ fn skopeo_copy(
                 l.trim_matches('"').chars().take(300).collect::<String>()
             })
             .unwrap_or_else(|| status.to_string());
-        return Err(ImageError::RegistryUnreachable {
+        return ImageError::RegistryUnreachable {
             reference: reference.to_string(),
             detail,
-        });
+        };
     }
-    Err(ImageError::Copy {
+    ImageError::Copy {
         reference: reference.to_string(),
         status: status.to_string(),
         output,
-    })
+    }
 }
 
 /// Prepares an OCI image reference. See the crate documentation.
@@ -450,6 +474,37 @@ fn prepare_in(
         progress.line("removed an incompletely published copy of the image");
     }
 
+    record.size = unpack(store, reference, &image, opts, limits, staging, progress)?;
+    for extra in ["layout", "tmp"] {
+        let p = staging.join(extra);
+        std::fs::remove_dir_all(&p).map_err(ImageError::io("remove", &p))?;
+    }
+    let p = staging.join("policy.json");
+    std::fs::remove_file(&p).map_err(ImageError::io("remove", &p))?;
+    let recipe = format!(
+        "preparer={OCI_PREPARER}\nreference={reference}\nsource={}\nmanifest={}\nplatform={}\nstatx_shim={}\n",
+        record.source, record.manifest_digest, record.platform, opts.statx_shim
+    );
+    store.publish(staging, &id, &recipe)?;
+    catalog.record_artifact(&record, stamp, || store.ready(&id, reference).is_some())?;
+    progress.line(&format!("prepared {reference} as {id}"));
+    store
+        .ready(&id, reference)
+        .ok_or_else(|| vanished(store, &id))
+}
+
+/// Unpacks `image` into `rootfs` of `staging`, with Lazaret's mount
+/// points (and, if asked, the statx shim), its ownership applied; the
+/// bytes of file content written.
+fn unpack(
+    store: &Store,
+    reference: &str,
+    image: &Image,
+    opts: &PrepareOptions,
+    limits: Limits,
+    staging: &Path,
+    progress: &mut dyn Progress,
+) -> Result<u64, ImageError> {
     let rootfs = staging.join("rootfs");
     std::fs::DirBuilder::new()
         .create(&rootfs)
@@ -484,24 +539,9 @@ fn prepare_in(
             progress.line("the image has no /usr/lib directory: the statx shim is not installed");
         }
     }
-    record.size = unpacker.size;
+    let size = unpacker.size;
     unpacker.finish(store, &staging.join("owners"))?;
-    for extra in ["layout", "tmp"] {
-        let p = staging.join(extra);
-        std::fs::remove_dir_all(&p).map_err(ImageError::io("remove", &p))?;
-    }
-    let p = staging.join("policy.json");
-    std::fs::remove_file(&p).map_err(ImageError::io("remove", &p))?;
-    let recipe = format!(
-        "preparer={OCI_PREPARER}\nreference={reference}\nsource={}\nmanifest={}\nplatform={}\nstatx_shim={}\n",
-        record.source, record.manifest_digest, record.platform, opts.statx_shim
-    );
-    store.publish(staging, &id, &recipe)?;
-    catalog.record_artifact(&record, stamp, || store.ready(&id, reference).is_some())?;
-    progress.line(&format!("prepared {reference} as {id}"));
-    store
-        .ready(&id, reference)
-        .ok_or_else(|| vanished(store, &id))
+    Ok(size)
 }
 
 fn vanished(store: &Store, id: &str) -> ImageError {

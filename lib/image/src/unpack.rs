@@ -148,6 +148,102 @@ fn errno_of(e: &std::io::Error) -> Option<Errno> {
     e.raw_os_error().map(Errno::from_raw_os_error)
 }
 
+/// One entry, as its errors name it: its layer, its path as shown, and
+/// the rootfs.
+struct EntryCx<'a> {
+    layer: &'a str,
+    shown: &'a str,
+    rootfs: PathBuf,
+}
+
+impl EntryCx<'_> {
+    fn hostile(&self, reason: String) -> ImageError {
+        ImageError::HostileEntry {
+            layer: self.layer.to_string(),
+            entry: self.shown.to_string(),
+            reason,
+        }
+    }
+
+    /// A failure to `what`. A full or read-only Storage Root is no fault
+    /// of the image: it is reported as such, never as a hostile entry.
+    fn io(&self, what: &str, e: std::io::Error) -> ImageError {
+        if lazaret_helpers::storage::is_unwritable(&e) {
+            ImageError::Unwritable {
+                what: format!(
+                    "{what} for entry `{}` (layer {}) in",
+                    self.shown, self.layer
+                ),
+                path: self.rootfs.clone(),
+                source: e,
+            }
+        } else {
+            self.hostile(format!("cannot {what}: {e}"))
+        }
+    }
+}
+
+/// What an entry's header says, as applied.
+struct EntryMeta {
+    kind: tar::EntryType,
+    /// Permission bits (`0o7777`).
+    mode: u32,
+    owner: (u32, u32),
+    mtime: Option<u64>,
+}
+
+/// Where an entry goes: its parent directory (resolved inside the rootfs)
+/// and that directory's path, its name, and its own path.
+struct Place<'a> {
+    dir: OwnedFd,
+    prel: PathBuf,
+    name: &'a OsStr,
+    rel: PathBuf,
+}
+
+/// A link entry's target, as its bytes (empty if it has none).
+fn link_target<R: Read>(entry: &tar::Entry<'_, R>) -> Vec<u8> {
+    entry
+        .link_name_bytes()
+        .map(|t| t.into_owned())
+        .unwrap_or_default()
+}
+
+/// Copies a regular file's content from the tar stream into `f`; the
+/// bytes copied, which must be the entry's size.
+fn copy_content<R: Read>(
+    cx: &EntryCx,
+    entry: &mut tar::Entry<'_, R>,
+    f: &mut File,
+    diff_over: &Cell<bool>,
+) -> Result<u64, ImageError> {
+    let want = entry.size();
+    let mut buf = vec![0u8; 128 << 10];
+    let mut got = 0u64;
+    loop {
+        let n = match entry.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) if diff_over.get() => return Err(cx.hostile("the image is too large".into())),
+            Err(e) => {
+                return Err(cx.hostile(format!(
+                    "the layer is truncated or corrupt inside this entry ({e})"
+                )))
+            }
+        };
+        f.write_all(&buf[..n])
+            .map_err(|e| cx.io("write the file", e))?;
+        got += n as u64;
+    }
+    if got != want {
+        return Err(cx.hostile(format!(
+            "the layer is truncated inside this entry ({got} of {want} bytes)"
+        )));
+    }
+    Ok(got)
+}
+
 /// Applies layers to a rootfs. See the module documentation.
 pub(crate) struct Unpacker {
     root: OwnedFd,
@@ -443,84 +539,41 @@ impl Unpacker {
         entry: &mut tar::Entry<'_, R>,
         diff_over: &Cell<bool>,
     ) -> Result<(), ImageError> {
-        let hostile = |reason: String| ImageError::HostileEntry {
-            layer: layer.to_string(),
-            entry: shown.to_string(),
-            reason,
-        };
-        // A full or read-only Storage Root is no fault of the image: it is
-        // reported as such, never as a hostile entry.
-        let rootfs = self.root_path.clone();
-        let io = |what: &str, e: std::io::Error| {
-            if lazaret_helpers::storage::is_unwritable(&e) {
-                ImageError::Unwritable {
-                    what: format!("{what} for entry `{shown}` (layer {layer}) in"),
-                    path: rootfs.clone(),
-                    source: e,
-                }
-            } else {
-                hostile(format!("cannot {what}: {e}"))
-            }
+        let cx = EntryCx {
+            layer,
+            shown,
+            rootfs: self.root_path.clone(),
         };
         self.entries += 1;
         if self.entries > self.limits.max_entries {
-            return Err(hostile(format!(
+            return Err(cx.hostile(format!(
                 "the image has more than {} entries, the limit",
                 self.limits.max_entries
             )));
         }
         let raw = entry.path_bytes().into_owned();
-        let comps = normalize(Path::new(OsStr::from_bytes(&raw))).map_err(hostile)?;
-        let header = entry.header();
-        let kind = header.entry_type();
-        let mode = header.mode().map_err(|e| io("read the mode", e))? & 0o7777;
-        let uid = header.uid().map_err(|e| io("read the owner", e))?;
-        let gid = header.gid().map_err(|e| io("read the group", e))?;
-        let mtime = header.mtime().ok();
-        if uid > self.max_uid || gid > self.max_gid {
-            return Err(hostile(format!(
-                "it is owned by {uid}:{gid}, beyond the ids the sandbox maps (0..={}:0..={})",
-                self.max_uid, self.max_gid
-            )));
-        }
-        let owner = (uid as u32, gid as u32);
+        let comps = normalize(Path::new(OsStr::from_bytes(&raw))).map_err(|r| cx.hostile(r))?;
+        let meta = self.entry_meta(&cx, entry.header())?;
 
         let Some((name, parents)) = comps.split_last() else {
             // The root itself (`./`).
-            if !kind.is_dir() {
-                return Err(hostile("the rootfs itself must be a directory".into()));
+            if !meta.kind.is_dir() {
+                return Err(cx.hostile("the rootfs itself must be a directory".into()));
             }
-            self.dirs.insert(PathBuf::new(), (mode, mtime));
-            self.set_owner(PathBuf::new(), owner);
+            self.dirs.insert(PathBuf::new(), (meta.mode, meta.mtime));
+            self.set_owner(PathBuf::new(), meta.owner);
             return Ok(());
         };
-        let name_b = name.as_bytes();
-        if let Some(target) = name_b.strip_prefix(b".wh.") {
-            let Some((dir, rel)) = self
-                .existing_dir(parents)
-                .map_err(|e| io("find the whiteout's directory", e))?
-            else {
-                return Ok(());
-            };
-            if target == b".wh..opq" {
-                return self
-                    .opaque(&dir, &rel)
-                    .map_err(|e| io("apply the opaque whiteout", e));
-            }
-            if target.is_empty() || target.starts_with(b".wh.") {
-                return Err(hostile("it is a malformed whiteout".into()));
-            }
-            return self
-                .remove_at(&dir, &rel, OsStr::from_bytes(target))
-                .map_err(|e| io("apply the whiteout", e));
+        if let Some(target) = name.as_bytes().strip_prefix(b".wh.") {
+            return self.apply_whiteout(&cx, parents, target);
         }
 
-        if matches!(kind, tar::EntryType::Char | tar::EntryType::Block) {
+        if matches!(meta.kind, tar::EntryType::Char | tar::EntryType::Block) {
             self.devices.push(format!("{shown} (layer {layer})"));
             return Ok(());
         }
         if matches!(
-            kind,
+            meta.kind,
             tar::EntryType::XGlobalHeader
                 | tar::EntryType::XHeader
                 | tar::EntryType::GNULongName
@@ -530,161 +583,214 @@ impl Unpacker {
         }
         let (dir, prel) = self
             .parent(parents)
-            .map_err(|e| io("create its parent directory inside the rootfs", e))?;
-        let rel = prel.join(name);
-        let name = name.as_os_str();
-        match kind {
-            tar::EntryType::Directory => {
-                match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
-                    other => {
-                        if other.is_ok() {
-                            self.remove_at(&dir, &prel, name)
-                                .map_err(|e| io("replace what is there", e))?;
-                        }
-                        rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))
-                            .map_err(|e| io("create the directory", e.into()))?;
-                    }
-                }
-                self.dirs.insert(rel.clone(), (mode, mtime));
-            }
+            .map_err(|e| cx.io("create its parent directory inside the rootfs", e))?;
+        let at = Place {
+            rel: prel.join(name),
+            dir,
+            prel,
+            name: name.as_os_str(),
+        };
+        match meta.kind {
+            tar::EntryType::Directory => self.make_dir(&cx, &at, &meta)?,
             tar::EntryType::Regular | tar::EntryType::Continuous => {
-                self.remove_at(&dir, &prel, name)
-                    .map_err(|e| io("replace what is there", e))?;
-                let fd = rustix::fs::openat(
-                    &dir,
-                    name,
-                    OFlags::WRONLY
-                        | OFlags::CREATE
-                        | OFlags::EXCL
-                        | OFlags::NOFOLLOW
-                        | OFlags::CLOEXEC,
-                    Mode::from_raw_mode(0o600),
-                )
-                .map_err(|e| io("create the file", e.into()))?;
-                let mut f = File::from(fd);
-                let want = entry.size();
-                let mut buf = vec![0u8; 128 << 10];
-                let mut got = 0u64;
-                loop {
-                    let n = match entry.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) if diff_over.get() => {
-                            return Err(hostile("the image is too large".into()))
-                        }
-                        Err(e) => {
-                            return Err(hostile(format!(
-                                "the layer is truncated or corrupt inside this entry ({e})"
-                            )))
-                        }
-                    };
-                    f.write_all(&buf[..n])
-                        .map_err(|e| io("write the file", e))?;
-                    got += n as u64;
-                }
-                if got != want {
-                    return Err(hostile(format!(
-                        "the layer is truncated inside this entry ({got} of {want} bytes)"
-                    )));
-                }
-                let mut m = mode;
-                if m & 0o6000 != 0 {
-                    m &= !0o6000;
-                    self.stripped.push(format!("{shown} (layer {layer})"));
-                }
-                rustix::fs::fchmod(&f, Mode::from_raw_mode(m))
-                    .map_err(|e| io("set the mode", e.into()))?;
-                if let Some(t) = mtime {
-                    let ts = rustix::fs::Timespec {
-                        tv_sec: t as i64,
-                        tv_nsec: 0,
-                    };
-                    let _ = rustix::fs::futimens(
-                        &f,
-                        &Timestamps {
-                            last_access: ts,
-                            last_modification: ts,
-                        },
-                    );
-                }
-                self.size += got;
+                self.write_file(&cx, &at, &meta, entry, diff_over)?
             }
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                if target.is_empty() || target.contains(&0) {
-                    return Err(hostile("its symlink target is empty or invalid".into()));
-                }
-                self.remove_at(&dir, &prel, name)
-                    .map_err(|e| io("replace what is there", e))?;
-                rustix::fs::symlinkat(OsStr::from_bytes(&target), &dir, name)
-                    .map_err(|e| io("create the symlink", e.into()))?;
-            }
-            tar::EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                let tcomps = normalize(Path::new(OsStr::from_bytes(&target)))
-                    .map_err(|r| hostile(format!("its hard-link target: {r}")))?;
-                let Some((tname, tparents)) = tcomps.split_last() else {
-                    return Err(hostile("its hard-link target is the rootfs itself".into()));
-                };
-                let shown_target = String::from_utf8_lossy(&target).into_owned();
-                let missing = || {
-                    hostile(format!(
-                        "its hard-link target `{shown_target}` does not exist in the rootfs"
-                    ))
-                };
-                let (tdir, trel) = self
-                    .existing_dir(tparents)
-                    .map_err(|e| io("find the hard-link target", e))?
-                    .ok_or_else(missing)?;
-                let st = rustix::fs::statat(&tdir, tname.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(|_| missing())?;
-                if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    return Err(hostile(format!(
-                        "its hard-link target `{shown_target}` is a directory"
-                    )));
-                }
-                let trel = trel.join(tname);
-                if trel == rel {
-                    return Ok(());
-                }
-                self.remove_at(&dir, &prel, name)
-                    .map_err(|e| io("replace what is there", e))?;
-                rustix::fs::linkat(&tdir, tname.as_os_str(), &dir, name, AtFlags::empty())
-                    .map_err(|e| io("create the hard link", e.into()))?;
-                // One inode: it keeps the target's owner.
-                let o = self.owners.get(&trel).copied().unwrap_or((0, 0));
-                self.set_owner(rel.clone(), o);
-                self.this_layer.insert(rel);
-                return Ok(());
-            }
-            tar::EntryType::Fifo => {
-                self.remove_at(&dir, &prel, name)
-                    .map_err(|e| io("replace what is there", e))?;
-                rustix::fs::mknodat(
-                    &dir,
-                    name,
-                    FileType::Fifo,
-                    Mode::from_raw_mode(mode & 0o777),
-                    0,
-                )
-                .map_err(|e| io("create the fifo", e.into()))?;
-            }
+            tar::EntryType::Symlink => self.make_symlink(&cx, &at, entry)?,
+            tar::EntryType::Link => return self.make_hard_link(&cx, at, entry),
+            tar::EntryType::Fifo => self.make_fifo(&cx, &at, meta.mode)?,
+            other => return Err(cx.hostile(format!("its entry type {other:?} is not supported"))),
+        }
+        self.set_owner(at.rel.clone(), meta.owner);
+        self.this_layer.insert(at.rel);
+        Ok(())
+    }
+
+    /// The entry's header as applied: its type, mode, owner (checked
+    /// against the mapped ids) and mtime.
+    fn entry_meta(&self, cx: &EntryCx, header: &tar::Header) -> Result<EntryMeta, ImageError> {
+        let kind = header.entry_type();
+        let mode = header.mode().map_err(|e| cx.io("read the mode", e))? & 0o7777;
+        let uid = header.uid().map_err(|e| cx.io("read the owner", e))?;
+        let gid = header.gid().map_err(|e| cx.io("read the group", e))?;
+        let mtime = header.mtime().ok();
+        if uid > self.max_uid || gid > self.max_gid {
+            return Err(cx.hostile(format!(
+                "it is owned by {uid}:{gid}, beyond the ids the sandbox maps (0..={}:0..={})",
+                self.max_uid, self.max_gid
+            )));
+        }
+        Ok(EntryMeta {
+            kind,
+            mode,
+            owner: (uid as u32, gid as u32),
+            mtime,
+        })
+    }
+
+    /// A whiteout `.wh.TARGET` in directory `parents`: removes `TARGET`
+    /// (or, for `.wh..wh..opq`, what the layers below put there).
+    fn apply_whiteout(
+        &mut self,
+        cx: &EntryCx,
+        parents: &[OsString],
+        target: &[u8],
+    ) -> Result<(), ImageError> {
+        let Some((dir, rel)) = self
+            .existing_dir(parents)
+            .map_err(|e| cx.io("find the whiteout's directory", e))?
+        else {
+            return Ok(());
+        };
+        if target == b".wh..opq" {
+            return self
+                .opaque(&dir, &rel)
+                .map_err(|e| cx.io("apply the opaque whiteout", e));
+        }
+        if target.is_empty() || target.starts_with(b".wh.") {
+            return Err(cx.hostile("it is a malformed whiteout".into()));
+        }
+        self.remove_at(&dir, &rel, OsStr::from_bytes(target))
+            .map_err(|e| cx.io("apply the whiteout", e))
+    }
+
+    /// A directory entry: an existing directory is kept (its mode and
+    /// mtime are applied at the end), anything else there replaced.
+    fn make_dir(&mut self, cx: &EntryCx, at: &Place, meta: &EntryMeta) -> Result<(), ImageError> {
+        match rustix::fs::statat(&at.dir, at.name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
             other => {
-                return Err(hostile(format!(
-                    "its entry type {other:?} is not supported"
-                )))
+                if other.is_ok() {
+                    self.remove_at(&at.dir, &at.prel, at.name)
+                        .map_err(|e| cx.io("replace what is there", e))?;
+                }
+                rustix::fs::mkdirat(&at.dir, at.name, Mode::from_raw_mode(0o700))
+                    .map_err(|e| cx.io("create the directory", e.into()))?;
             }
         }
-        self.set_owner(rel.clone(), owner);
-        self.this_layer.insert(rel);
+        self.dirs.insert(at.rel.clone(), (meta.mode, meta.mtime));
+        Ok(())
+    }
+
+    /// A regular file: created afresh, its content copied, setuid and
+    /// setgid cleared, its mode and mtime set.
+    fn write_file<R: Read>(
+        &mut self,
+        cx: &EntryCx,
+        at: &Place,
+        meta: &EntryMeta,
+        entry: &mut tar::Entry<'_, R>,
+        diff_over: &Cell<bool>,
+    ) -> Result<(), ImageError> {
+        self.remove_at(&at.dir, &at.prel, at.name)
+            .map_err(|e| cx.io("replace what is there", e))?;
+        let fd = rustix::fs::openat(
+            &at.dir,
+            at.name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| cx.io("create the file", e.into()))?;
+        let mut f = File::from(fd);
+        let got = copy_content(cx, entry, &mut f, diff_over)?;
+        let mut m = meta.mode;
+        if m & 0o6000 != 0 {
+            m &= !0o6000;
+            self.stripped
+                .push(format!("{} (layer {})", cx.shown, cx.layer));
+        }
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(m))
+            .map_err(|e| cx.io("set the mode", e.into()))?;
+        if let Some(t) = meta.mtime {
+            let ts = rustix::fs::Timespec {
+                tv_sec: t as i64,
+                tv_nsec: 0,
+            };
+            let _ = rustix::fs::futimens(
+                &f,
+                &Timestamps {
+                    last_access: ts,
+                    last_modification: ts,
+                },
+            );
+        }
+        self.size += got;
+        Ok(())
+    }
+
+    fn make_symlink<R: Read>(
+        &mut self,
+        cx: &EntryCx,
+        at: &Place,
+        entry: &tar::Entry<'_, R>,
+    ) -> Result<(), ImageError> {
+        let target = link_target(entry);
+        if target.is_empty() || target.contains(&0) {
+            return Err(cx.hostile("its symlink target is empty or invalid".into()));
+        }
+        self.remove_at(&at.dir, &at.prel, at.name)
+            .map_err(|e| cx.io("replace what is there", e))?;
+        rustix::fs::symlinkat(OsStr::from_bytes(&target), &at.dir, at.name)
+            .map_err(|e| cx.io("create the symlink", e.into()))?;
+        Ok(())
+    }
+
+    /// A hard link to an existing non-directory of the rootfs; one inode,
+    /// so it keeps the target's owner (a link to itself is nothing).
+    fn make_hard_link<R: Read>(
+        &mut self,
+        cx: &EntryCx,
+        at: Place,
+        entry: &tar::Entry<'_, R>,
+    ) -> Result<(), ImageError> {
+        let target = link_target(entry);
+        let tcomps = normalize(Path::new(OsStr::from_bytes(&target)))
+            .map_err(|r| cx.hostile(format!("its hard-link target: {r}")))?;
+        let Some((tname, tparents)) = tcomps.split_last() else {
+            return Err(cx.hostile("its hard-link target is the rootfs itself".into()));
+        };
+        let shown_target = String::from_utf8_lossy(&target).into_owned();
+        let missing = || {
+            cx.hostile(format!(
+                "its hard-link target `{shown_target}` does not exist in the rootfs"
+            ))
+        };
+        let (tdir, trel) = self
+            .existing_dir(tparents)
+            .map_err(|e| cx.io("find the hard-link target", e))?
+            .ok_or_else(missing)?;
+        let st = rustix::fs::statat(&tdir, tname.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|_| missing())?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            return Err(cx.hostile(format!(
+                "its hard-link target `{shown_target}` is a directory"
+            )));
+        }
+        let trel = trel.join(tname);
+        if trel == at.rel {
+            return Ok(());
+        }
+        self.remove_at(&at.dir, &at.prel, at.name)
+            .map_err(|e| cx.io("replace what is there", e))?;
+        rustix::fs::linkat(&tdir, tname.as_os_str(), &at.dir, at.name, AtFlags::empty())
+            .map_err(|e| cx.io("create the hard link", e.into()))?;
+        // One inode: it keeps the target's owner.
+        let o = self.owners.get(&trel).copied().unwrap_or((0, 0));
+        self.set_owner(at.rel.clone(), o);
+        self.this_layer.insert(at.rel);
+        Ok(())
+    }
+
+    fn make_fifo(&mut self, cx: &EntryCx, at: &Place, mode: u32) -> Result<(), ImageError> {
+        self.remove_at(&at.dir, &at.prel, at.name)
+            .map_err(|e| cx.io("replace what is there", e))?;
+        rustix::fs::mknodat(
+            &at.dir,
+            at.name,
+            FileType::Fifo,
+            Mode::from_raw_mode(mode & 0o777),
+            0,
+        )
+        .map_err(|e| cx.io("create the fifo", e.into()))?;
         Ok(())
     }
 

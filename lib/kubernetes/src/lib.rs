@@ -602,6 +602,62 @@ fn template(
     networked: bool,
     notes: &mut Vec<String>,
 ) -> Result<Manifest, ExportError> {
+    let image = agent_image(profile, opts, notes);
+    let env_vars = agent_env(profile, opts, names, networked);
+    let storage = agent_storage(profile, opts, names, &image, notes);
+    let agent = agent_container(profile, image, env_vars, storage.mounts);
+    let spec = PodSpec {
+        runtime_class_name: Some(RUNTIME_CLASS.into()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        dns_policy: Some("None".into()),
+        dns_config: Some(PodDNSConfig {
+            // The egress Pod's filtering resolver; with no network, an
+            // address nothing answers on.
+            nameservers: Some(vec![if networked {
+                opts.egress_ip.to_string()
+            } else {
+                "127.0.0.1".into()
+            }]),
+            ..PodDNSConfig::default()
+        }),
+        init_containers: (!storage.init.is_empty()).then_some(storage.init),
+        containers: vec![agent],
+        volumes: Some(storage.volumes),
+        ..PodSpec::default()
+    };
+    let mut labels = names.labels("agent");
+    labels.insert(LABEL_MANAGED.into(), "lazaret".into());
+    let pod_template = PodTemplate {
+        metadata: EmbeddedMetadata {
+            name: None,
+            labels,
+            annotations: BTreeMap::from([("lazaret.dev/host-escalation".into(), "off".into())]),
+        },
+        spec,
+    };
+    let t = SandboxTemplate::new(
+        names.meta(&names.template, "agent", &opts.namespace),
+        SandboxTemplateSpec {
+            pod_template,
+            network_policy: Some(SandboxNetworkPolicy {
+                egress: agent_egress(names, networked),
+                ingress: Vec::new(),
+            }),
+            network_policy_management: Some(NetworkPolicyManagement::Managed),
+            env_vars_injection_policy: Some(InjectionPolicy::Disallowed),
+            volume_claim_templates: storage.claims,
+            volume_claim_templates_policy: Some(InjectionPolicy::Disallowed),
+            service: Some(false),
+        },
+    );
+    let comment = template_comment(profile, names);
+    Manifest::new("SandboxTemplate", &names.template, Some(comment), &t)
+}
+
+/// The agent's image reference, with a note when it names this machine's
+/// store.
+fn agent_image(profile: &Profile, opts: &Options, notes: &mut Vec<String>) -> String {
     // `docker://REGISTRY/NAME:TAG` is the one kind of reference a
     // cluster pulls as it is; the others name this machine's store.
     let image = opts.image.clone().unwrap_or_else(|| {
@@ -621,6 +677,12 @@ fn template(
             "image {image:?} is in this machine's Lazaret image store: push it to a registry the cluster pulls from and pass --image"
         ));
     }
+    image
+}
+
+/// The agent's environment: the profile's `env`, its `pass_env` from the
+/// Secret by name, the Git identity, and (networked) the proxy.
+fn agent_env(profile: &Profile, opts: &Options, names: &Names, networked: bool) -> Vec<EnvVar> {
     let mut env_vars: Vec<EnvVar> = profile.env.iter().map(|(k, v)| env(k, v)).collect();
     for name in &profile.pass_env {
         env_vars.push(EnvVar {
@@ -651,42 +713,86 @@ fn template(
             env_vars.push(env(k, &proxy));
         }
     }
+    env_vars
+}
 
-    let mut volumes = vec![empty_dir(
-        "workspace",
-        quantity(profile.limits.ignored_state_bytes()),
-    )];
-    let mut mounts = vec![mount("workspace", WORKSPACE, false, None)];
-    let mut init = Vec::new();
+/// The agent Pod's storage: its volumes, the agent's mounts (sorted), the
+/// init containers that fill them, and the per-Sandbox claims.
+struct Storage {
+    volumes: Vec<Volume>,
+    mounts: Vec<VolumeMount>,
+    init: Vec<Container>,
+    claims: Vec<VolumeClaimTemplate>,
+}
+
+fn agent_storage(
+    profile: &Profile,
+    opts: &Options,
+    names: &Names,
+    image: &str,
+    notes: &mut Vec<String>,
+) -> Storage {
+    let mut s = Storage {
+        volumes: vec![empty_dir(
+            "workspace",
+            quantity(profile.limits.ignored_state_bytes()),
+        )],
+        mounts: vec![mount("workspace", WORKSPACE, false, None)],
+        init: Vec::new(),
+        claims: Vec::new(),
+    };
     if let Some(repo) = &opts.repo {
-        volumes.push(empty_dir("git-dir", None));
-        volumes.push(empty_dir("git-hooks", Some(Quantity("1Mi".into()))));
-        mounts.push(mount("git-dir", "/workspace/.git", false, None));
-        mounts.push(mount(
+        s.volumes.push(empty_dir("git-dir", None));
+        s.volumes
+            .push(empty_dir("git-hooks", Some(Quantity("1Mi".into()))));
+        s.mounts
+            .push(mount("git-dir", "/workspace/.git", false, None));
+        s.mounts.push(mount(
             "git-dir",
             "/workspace/.git/config",
             true,
             Some("config"),
         ));
-        mounts.push(mount("git-hooks", "/workspace/.git/hooks", true, None));
-        init.push(clone_container(opts, repo));
+        s.mounts
+            .push(mount("git-hooks", "/workspace/.git/hooks", true, None));
+        s.init.push(clone_container(opts, repo));
     } else {
         notes.push("no --repo: the workspace starts empty".into());
     }
     for p in &profile.protected_paths {
         let rel = p.trim_start_matches("./").trim_end_matches('/');
-        mounts.push(mount(
+        s.mounts.push(mount(
             "workspace",
             &format!("{WORKSPACE}/{rel}"),
             true,
             Some(rel),
         ));
     }
-    let mut claims = Vec::new();
+    persistent_storage(profile, image, &mut s);
+    for (i, p) in profile.shared_paths.iter().enumerate() {
+        let name = format!("shared-{i}");
+        s.volumes.push(Volume {
+            name: name.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{}-shared-{i}", names.template),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+        s.mounts.push(mount(&name, p, false, None));
+    }
+    // Nested mounts after their parents (`/root` before `/root/.codex`).
+    s.mounts.sort_by(|a, b| a.mount_path.cmp(&b.mount_path));
+    s
+}
+
+/// The persistent paths: a claim per Sandbox each, seeded from the image
+/// by one init container.
+fn persistent_storage(profile: &Profile, image: &str, s: &mut Storage) {
     let anchor = quantity(profile.limits.anchor_bytes()).unwrap_or(Quantity("8Gi".into()));
     for (i, p) in profile.persistent_paths.iter().enumerate() {
         let name = format!("persist-{i}");
-        claims.push(VolumeClaimTemplate {
+        s.claims.push(VolumeClaimTemplate {
             metadata: EmbeddedMetadata {
                 name: Some(name.clone()),
                 annotations: BTreeMap::from([("lazaret.dev/path".into(), p.clone())]),
@@ -701,33 +807,27 @@ fn template(
                 ..PersistentVolumeClaimSpec::default()
             },
         });
-        mounts.push(mount(&name, p, false, None));
+        s.mounts.push(mount(&name, p, false, None));
     }
     if !profile.persistent_paths.is_empty() {
-        init.push(seed_container(&image, &profile.persistent_paths));
+        s.init
+            .push(seed_container(image, &profile.persistent_paths));
     }
-    for (i, p) in profile.shared_paths.iter().enumerate() {
-        let name = format!("shared-{i}");
-        volumes.push(Volume {
-            name: name.clone(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: format!("{}-shared-{i}", names.template),
-                read_only: None,
-            }),
-            ..Volume::default()
-        });
-        mounts.push(mount(&name, p, false, None));
-    }
-    // Nested mounts after their parents (`/root` before `/root/.codex`).
-    mounts.sort_by(|a, b| a.mount_path.cmp(&b.mount_path));
+}
 
+fn agent_container(
+    profile: &Profile,
+    image: String,
+    env_vars: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
     let memory = quantity(profile.limits.memory_bytes());
     let resources = memory.map(|m| ResourceRequirements {
         limits: Some(BTreeMap::from([("memory".into(), m.clone())])),
         requests: Some(BTreeMap::from([("memory".into(), m)])),
         ..ResourceRequirements::default()
     });
-    let agent = Container {
+    Container {
         name: "agent".into(),
         image: Some(image),
         working_dir: Some(WORKSPACE.into()),
@@ -746,53 +846,11 @@ fn template(
             ..SecurityContext::default()
         }),
         ..Container::default()
-    };
-    let spec = PodSpec {
-        runtime_class_name: Some(RUNTIME_CLASS.into()),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        dns_policy: Some("None".into()),
-        dns_config: Some(PodDNSConfig {
-            // The egress Pod's filtering resolver; with no network, an
-            // address nothing answers on.
-            nameservers: Some(vec![if networked {
-                opts.egress_ip.to_string()
-            } else {
-                "127.0.0.1".into()
-            }]),
-            ..PodDNSConfig::default()
-        }),
-        init_containers: (!init.is_empty()).then_some(init),
-        containers: vec![agent],
-        volumes: Some(volumes),
-        ..PodSpec::default()
-    };
-    let mut labels = names.labels("agent");
-    labels.insert(LABEL_MANAGED.into(), "lazaret".into());
-    let pod_template = PodTemplate {
-        metadata: EmbeddedMetadata {
-            name: None,
-            labels,
-            annotations: BTreeMap::from([("lazaret.dev/host-escalation".into(), "off".into())]),
-        },
-        spec,
-    };
-    let t = SandboxTemplate::new(
-        names.meta(&names.template, "agent", &opts.namespace),
-        SandboxTemplateSpec {
-            pod_template,
-            network_policy: Some(SandboxNetworkPolicy {
-                egress: agent_egress(names, networked),
-                ingress: Vec::new(),
-            }),
-            network_policy_management: Some(NetworkPolicyManagement::Managed),
-            env_vars_injection_policy: Some(InjectionPolicy::Disallowed),
-            volume_claim_templates: claims,
-            volume_claim_templates_policy: Some(InjectionPolicy::Disallowed),
-            service: Some(false),
-        },
-    );
-    let comment = format!(
+    }
+}
+
+fn template_comment(profile: &Profile, names: &Names) -> String {
+    format!(
         "Profile {:?} as an agent-sandbox template. Claim a Sandbox of it with a\n\
          SandboxClaim (spec.sandboxTemplateRef.name: {}).{}\n\
          Host Escalation: off (annotation lazaret.dev/host-escalation).",
@@ -814,8 +872,7 @@ fn template(
                     .join(" ")
             )
         }
-    );
-    Manifest::new("SandboxTemplate", &names.template, Some(comment), &t)
+    )
 }
 
 fn agent_network_policy(
@@ -901,8 +958,65 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
         data: Some(BTreeMap::from([(POLICY_KEY.into(), json)])),
         ..ConfigMap::default()
     };
-    let labels = names.labels("egress");
-    let container = Container {
+    let upstream = Upstream {
+        cluster_dns,
+        list: &upstream_list,
+    };
+    let container = egress_container(opts, &digest);
+    let deployment = egress_deployment(opts, names, container, digest, &upstream);
+    let service = egress_service(opts, names);
+    let fence = egress_fence(policy, opts, names, &upstream);
+    let allow_hosts = match &policy.hosts {
+        Some(h) => format!("allow_hosts: {}", h.allow.join(", ")),
+        None => "no allow_hosts: every name resolves".into(),
+    };
+    Ok(vec![
+        Manifest::new(
+            "ConfigMap",
+            &names.egress,
+            Some(format!(
+                "The Network Sidecar's policy for profile {:?}, derived as the local one\n\
+                 is ({allow_hosts}); the egress Pod reads it.",
+                names.profile
+            )),
+            &cm,
+        )?,
+        Manifest::new(
+            "Deployment",
+            &names.egress,
+            Some("Lazaret's egress Pod: the filtering resolver (NXDOMAIN for names the\npolicy does not allow) and a forwarding proxy that connects only to\nallowed names at allowed addresses. It must not run in the agent's Pod:\nall containers of a Pod share one gVisor kernel and network stack.".into()),
+            &deployment,
+        )?,
+        Manifest::new(
+            "Service",
+            &names.egress,
+            Some(format!(
+                "The agent Pods' resolver and proxy address ({}, --egress-ip): a free\n\
+                 address of the cluster's Service range.",
+                opts.egress_ip
+            )),
+            &service,
+        )?,
+        Manifest::new(
+            "NetworkPolicy",
+            &names.egress,
+            Some("The egress Pod's fence: agent Pods in; out, the policy's allowed\naddresses (each ipBlock minus its denied ranges) and its resolvers.".into()),
+            &fence,
+        )?,
+    ])
+}
+
+/// Where the egress Pod's resolver forwards: the cluster's DNS, or the
+/// listed addresses (the profile's `dns`).
+struct Upstream<'a> {
+    cluster_dns: bool,
+    list: &'a [Ipv4Addr],
+}
+
+/// The egress container: the resolver and proxy, reading the policy
+/// from the ConfigMap, unprivileged and read-only.
+fn egress_container(opts: &Options, digest: &str) -> Container {
+    Container {
         name: "egress".into(),
         image: Some(opts.egress_image.clone()),
         command: Some(vec![EGRESS_ENTRYPOINT.into()]),
@@ -910,7 +1024,7 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             "--policy".into(),
             format!("{POLICY_DIR}/{POLICY_KEY}"),
             "--digest".into(),
-            digest.clone(),
+            digest.to_string(),
             "--dns".into(),
             format!("0.0.0.0:{DNS_POD_PORT}"),
         ]),
@@ -959,15 +1073,25 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ..SecurityContext::default()
         }),
         ..Container::default()
-    };
-    let deployment = Deployment {
+    }
+}
+
+fn egress_deployment(
+    opts: &Options,
+    names: &Names,
+    container: Container,
+    digest: String,
+    upstream: &Upstream,
+) -> Deployment {
+    let cluster_dns = upstream.cluster_dns;
+    Deployment {
         metadata: names.meta(&names.egress, "egress", &opts.namespace),
         spec: DeploymentSpec {
             replicas: Some(1),
             selector: names.selector("egress"),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels),
+                    labels: Some(names.labels("egress")),
                     // A changed policy rolls the Pod.
                     annotations: Some(BTreeMap::from([(
                         "lazaret.dev/policy-digest".into(),
@@ -986,7 +1110,7 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
                     // cluster's (the host's resolver, locally).
                     dns_policy: (!cluster_dns).then(|| "None".into()),
                     dns_config: (!cluster_dns).then(|| PodDNSConfig {
-                        nameservers: Some(upstream_list.iter().map(|a| a.to_string()).collect()),
+                        nameservers: Some(upstream.list.iter().map(|a| a.to_string()).collect()),
                         ..PodDNSConfig::default()
                     }),
                     containers: vec![container],
@@ -1004,8 +1128,11 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
-    };
-    let service = Service {
+    }
+}
+
+fn egress_service(opts: &Options, names: &Names) -> Service {
+    Service {
         metadata: names.meta(&names.egress, "egress", &opts.namespace),
         spec: Some(ServiceSpec {
             cluster_ip: Some(opts.egress_ip.to_string()),
@@ -1035,10 +1162,17 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ..ServiceSpec::default()
         }),
         ..Service::default()
-    };
+    }
+}
 
-    // The egress Pod's own fence: only the agent Pods come in; out, what
-    // the policy's address rules allow, and its resolvers on port 53.
+/// The egress Pod's own fence: only the agent Pods come in; out, what
+/// the policy's address rules allow, and its resolvers on port 53.
+fn egress_fence(
+    policy: &Policy,
+    opts: &Options,
+    names: &Names,
+    upstream: &Upstream,
+) -> NetworkPolicy {
     let mut out_rules = Vec::new();
     let blocks = fence::blocks(policy);
     if !blocks.is_empty() {
@@ -1059,7 +1193,33 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ports: None,
         });
     }
-    let upstream: Vec<NetworkPolicyPeer> = if cluster_dns {
+    out_rules.push(NetworkPolicyEgressRule {
+        to: Some(upstream_peers(upstream)),
+        ports: Some(dns_ports(DNS_PORT)),
+    });
+    let mut in_ports = dns_ports(DNS_POD_PORT);
+    in_ports.push(port("TCP", PROXY_PORT));
+    NetworkPolicy {
+        metadata: names.meta(&names.egress, "egress", &opts.namespace),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(names.selector("egress")),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(names.selector("agent")),
+                    ..NetworkPolicyPeer::default()
+                }]),
+                ports: Some(in_ports),
+            }]),
+            egress: Some(out_rules),
+        }),
+    }
+}
+
+/// The egress Pod's resolvers as peers: the cluster's DNS Pods, or a /32
+/// per listed address.
+fn upstream_peers(upstream: &Upstream) -> Vec<NetworkPolicyPeer> {
+    if upstream.cluster_dns {
         vec![NetworkPolicyPeer {
             namespace_selector: Some(LabelSelector {
                 match_labels: Some(BTreeMap::from([(
@@ -1075,7 +1235,8 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
             ..NetworkPolicyPeer::default()
         }]
     } else {
-        upstream_list
+        upstream
+            .list
             .iter()
             .map(|a| NetworkPolicyPeer {
                 ip_block: Some(IPBlock {
@@ -1085,66 +1246,7 @@ fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest
                 ..NetworkPolicyPeer::default()
             })
             .collect()
-    };
-    out_rules.push(NetworkPolicyEgressRule {
-        to: Some(upstream),
-        ports: Some(dns_ports(DNS_PORT)),
-    });
-    let mut in_ports = dns_ports(DNS_POD_PORT);
-    in_ports.push(port("TCP", PROXY_PORT));
-    let fence = NetworkPolicy {
-        metadata: names.meta(&names.egress, "egress", &opts.namespace),
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(names.selector("egress")),
-            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    pod_selector: Some(names.selector("agent")),
-                    ..NetworkPolicyPeer::default()
-                }]),
-                ports: Some(in_ports),
-            }]),
-            egress: Some(out_rules),
-        }),
-    };
-    let allow_hosts = match &policy.hosts {
-        Some(h) => format!("allow_hosts: {}", h.allow.join(", ")),
-        None => "no allow_hosts: every name resolves".into(),
-    };
-    Ok(vec![
-        Manifest::new(
-            "ConfigMap",
-            &names.egress,
-            Some(format!(
-                "The Network Sidecar's policy for profile {:?}, derived as the local one\n\
-                 is ({allow_hosts}); the egress Pod reads it.",
-                names.profile
-            )),
-            &cm,
-        )?,
-        Manifest::new(
-            "Deployment",
-            &names.egress,
-            Some("Lazaret's egress Pod: the filtering resolver (NXDOMAIN for names the\npolicy does not allow) and a forwarding proxy that connects only to\nallowed names at allowed addresses. It must not run in the agent's Pod:\nall containers of a Pod share one gVisor kernel and network stack.".into()),
-            &deployment,
-        )?,
-        Manifest::new(
-            "Service",
-            &names.egress,
-            Some(format!(
-                "The agent Pods' resolver and proxy address ({}, --egress-ip): a free\n\
-                 address of the cluster's Service range.",
-                opts.egress_ip
-            )),
-            &service,
-        )?,
-        Manifest::new(
-            "NetworkPolicy",
-            &names.egress,
-            Some("The egress Pod's fence: agent Pods in; out, the policy's allowed\naddresses (each ipBlock minus its denied ranges) and its resolvers.".into()),
-            &fence,
-        )?,
-    ])
+    }
 }
 
 /// The admission policy that refuses Pods asking runsc for other flags

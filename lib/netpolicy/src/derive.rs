@@ -184,49 +184,117 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         NetworkDefault::Deny => Verdict::Deny,
     };
     let mut ipv6_denied = Vec::new();
+    let allows = checked_allows(net, &link)?;
+    let denies = checked_denies(net, &link, &allows, &mut ipv6_denied)?;
+    let dns_required = !net.dns.is_empty();
+    let resolvers = checked_resolvers(net, &link, &denies)?;
 
-    // Every config entry: checked against the fixed ranges and the link.
-    let check = |list: &'static str, index: usize, entry: &str, n: Ipv4Net| {
-        if n.prefix_len() == 0 {
-            return Err(PolicyError::WholeSpace {
-                list,
-                index,
-                entry: entry.to_string(),
-                default: if list == "deny" { "deny" } else { "allow" },
-            });
-        }
-        // Inside (or equal to) the link: the link is Lazaret's own. A prefix
-        // strictly containing it is fine, the device route stays more specific.
-        if link.network.contains(&n) {
-            return Err(PolicyError::LinkOverlap {
-                list,
-                index,
-                entry: entry.to_string(),
-                link: link.network,
-            });
-        }
-        if list != "deny" {
-            for b in BUILTINS.iter().filter(|b| b.fixed) {
-                let range = builtin_net(b);
-                if range.contains(&n) {
-                    return Err(PolicyError::Unroutable {
-                        list,
-                        index,
-                        entry: entry.to_string(),
-                        range,
-                        what: b.what,
-                    });
-                }
+    let upstream: Vec<Ipv4Addr> = resolvers.iter().map(|(_, a)| *a).collect();
+    let hosts = derive_hosts(net, &link, &upstream)?;
+    let entries = Entries {
+        net,
+        link: &link,
+        allows: &allows,
+        denies: &denies,
+        resolvers: &resolvers,
+    };
+    let rules = assemble_rules(&entries, opts, hosts.is_some())?;
+    ipv6_denied.sort();
+    ipv6_denied.dedup();
+
+    let mut policy = Policy {
+        version: POLICY_VERSION,
+        binding: opts.binding.clone(),
+        link,
+        default,
+        rules,
+        // With allow_hosts the sandbox asks slirp B's forwarder, which
+        // the holder points at the filter.
+        resolvers: match hosts {
+            Some(_) => vec![Link::default().dns],
+            None => resolvers.into_iter().map(|(_, a)| a).collect(),
+        },
+        ipv6: Ipv6Mode::DisabledInBothNamespaces,
+        ipv6_denied,
+        probe: probe_plan(opts, dns_required),
+        hosts,
+    };
+    policy.probe.denied = match opts.probe_denied {
+        Some(t) => t,
+        None => DEFAULT_DENIED_PROBES
+            .into_iter()
+            .find(|t| policy.verdict_for(*t.ip()).verdict == Verdict::Deny)
+            .expect("240/4 is a fixed denial"),
+    };
+    policy.check_probe()?;
+    Ok(NetworkPlan::Policy(policy))
+}
+
+/// The probe plan before its denied target is chosen (which needs the
+/// assembled policy): the first default denial stands in until then.
+fn probe_plan(opts: &DeriveOptions, dns_required: bool) -> ProbePlan {
+    ProbePlan {
+        denied: DEFAULT_DENIED_PROBES[0],
+        permitted: opts.probe_permitted,
+        dns_name: opts
+            .dns_name
+            .clone()
+            .unwrap_or_else(|| "lazaret-probe.invalid.".into()),
+        timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
+        dns_required,
+    }
+}
+
+/// Every config entry: checked against the fixed ranges and the link.
+fn check_entry(
+    link: &Link,
+    list: &'static str,
+    index: usize,
+    entry: &str,
+    n: Ipv4Net,
+) -> Result<(), PolicyError> {
+    if n.prefix_len() == 0 {
+        return Err(PolicyError::WholeSpace {
+            list,
+            index,
+            entry: entry.to_string(),
+            default: if list == "deny" { "deny" } else { "allow" },
+        });
+    }
+    // Inside (or equal to) the link: the link is Lazaret's own. A prefix
+    // strictly containing it is fine, the device route stays more specific.
+    if link.network.contains(&n) {
+        return Err(PolicyError::LinkOverlap {
+            list,
+            index,
+            entry: entry.to_string(),
+            link: link.network,
+        });
+    }
+    if list != "deny" {
+        for b in BUILTINS.iter().filter(|b| b.fixed) {
+            let range = builtin_net(b);
+            if range.contains(&n) {
+                return Err(PolicyError::Unroutable {
+                    list,
+                    index,
+                    entry: entry.to_string(),
+                    range,
+                    what: b.what,
+                });
             }
         }
-        Ok(())
-    };
+    }
+    Ok(())
+}
 
+/// The `allow` entries, parsed and checked, with their config index.
+fn checked_allows(net: &Network, link: &Link) -> Result<Vec<(usize, Ipv4Net)>, PolicyError> {
     let mut allows: Vec<(usize, Ipv4Net)> = Vec::new();
     for (i, e) in net.allow.iter().enumerate() {
         match parse_entry("allow", i, e)? {
             Entry::V4(n) => {
-                check("allow", i, e, n)?;
+                check_entry(link, "allow", i, e, n)?;
                 allows.push((i, n));
             }
             Entry::V6 => {
@@ -238,11 +306,22 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             }
         }
     }
+    Ok(allows)
+}
+
+/// The `deny` entries, parsed and checked, with their config index; an
+/// IPv6 entry goes to `ipv6_denied` (IPv6 is denied whole anyway).
+fn checked_denies(
+    net: &Network,
+    link: &Link,
+    allows: &[(usize, Ipv4Net)],
+    ipv6_denied: &mut Vec<String>,
+) -> Result<Vec<(usize, Ipv4Net)>, PolicyError> {
     let mut denies: Vec<(usize, Ipv4Net)> = Vec::new();
     for (i, e) in net.deny.iter().enumerate() {
         match parse_entry("deny", i, e)? {
             Entry::V4(n) => {
-                check("deny", i, e, n)?;
+                check_entry(link, "deny", i, e, n)?;
                 if let Some((ai, _)) = allows.iter().find(|(_, a)| *a == n) {
                     return Err(PolicyError::Conflict {
                         allow_index: *ai,
@@ -257,13 +336,21 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             Entry::V6 => ipv6_denied.push(e.trim().to_string()),
         }
     }
+    Ok(denies)
+}
 
+/// The `dns` entries, parsed, checked and deduplicated, with their config
+/// index; none gives slirp's forwarder (index `usize::MAX`).
+fn checked_resolvers(
+    net: &Network,
+    link: &Link,
+    denies: &[(usize, Ipv4Net)],
+) -> Result<Vec<(usize, Ipv4Addr)>, PolicyError> {
     if net.dns.len() > MAX_RESOLVERS {
         return Err(PolicyError::TooManyResolvers {
             count: net.dns.len(),
         });
     }
-    let dns_required = !net.dns.is_empty();
     let mut resolvers: Vec<(usize, Ipv4Addr)> = Vec::new();
     for (i, e) in net.dns.iter().enumerate() {
         let ip: IpAddr = e.trim().parse().map_err(|_| PolicyError::InvalidResolver {
@@ -279,7 +366,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         };
         let host = Ipv4Net::new(a, 32).expect("32 is valid");
         if a != link.dns {
-            check("dns", i, e, host)?;
+            check_entry(link, "dns", i, e, host)?;
         }
         if let Some((di, _)) = denies.iter().find(|(_, d)| *d == host) {
             return Err(PolicyError::ResolverDenied {
@@ -299,61 +386,42 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         // own resolver (see the integration notes).
         resolvers.push((usize::MAX, link.dns));
     }
+    Ok(resolvers)
+}
 
-    let upstream: Vec<Ipv4Addr> = resolvers.iter().map(|(_, a)| *a).collect();
-    let hosts = derive_hosts(net, &link, &upstream)?;
+/// The checked config entries the rules are assembled from.
+struct Entries<'a> {
+    net: &'a Network,
+    link: &'a Link,
+    allows: &'a [(usize, Ipv4Net)],
+    denies: &'a [(usize, Ipv4Net)],
+    resolvers: &'a [(usize, Ipv4Addr)],
+}
 
-    // Assemble: built-ins, link, config. One rule per prefix.
-    let mut rules: Vec<Rule> = Vec::new();
-    let put = |rules: &mut Vec<Rule>, rule: Rule, replace: bool| {
-        if let Some(r) = rules.iter_mut().find(|r| r.prefix == rule.prefix) {
-            if replace {
-                *r = rule;
-            }
-        } else {
-            rules.push(rule);
+/// Adds `rule`, one rule per prefix: an existing rule for the prefix is
+/// kept unless `replace`.
+fn put_rule(rules: &mut Vec<Rule>, rule: Rule, replace: bool) {
+    if let Some(r) = rules.iter_mut().find(|r| r.prefix == rule.prefix) {
+        if replace {
+            *r = rule;
         }
-    };
-    for b in BUILTINS {
-        put(
-            &mut rules,
-            Rule {
-                prefix: builtin_net(b),
-                verdict: Verdict::Deny,
-                origin: Origin::Builtin {
-                    what: b.what.into(),
-                    fixed: b.fixed,
-                },
-            },
-            false,
-        );
+    } else {
+        rules.push(rule);
     }
-    put(
-        &mut rules,
-        Rule {
-            prefix: Ipv4Net::new(link.gateway, 32).expect("32 is valid"),
-            verdict: Verdict::Deny,
-            origin: Origin::Link {
-                what: "slirp host-loopback gateway".into(),
-            },
-        },
-        false,
-    );
-    if !resolvers.iter().any(|(_, r)| *r == link.dns) {
-        put(
-            &mut rules,
-            Rule {
-                prefix: Ipv4Net::new(link.dns, 32).expect("32 is valid"),
-                verdict: Verdict::Deny,
-                origin: Origin::Link {
-                    what: "slirp DNS forwarder (not a chosen resolver)".into(),
-                },
-            },
-            false,
-        );
-    }
-    for (i, n) in &denies {
-        put(
+}
+
+/// Assembles the rules: built-ins, link, config, one rule per prefix,
+/// sorted by prefix.
+fn assemble_rules(
+    e: &Entries,
+    opts: &DeriveOptions,
+    filtered: bool,
+) -> Result<Vec<Rule>, PolicyError> {
+    let (net, link) = (e.net, e.link);
+    let mut rules: Vec<Rule> = Vec::new();
+    put_fixed_rules(&mut rules, link, e.resolvers);
+    for (i, n) in e.denies {
+        put_rule(
             &mut rules,
             Rule {
                 prefix: *n,
@@ -368,12 +436,12 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
     }
     // The host's own addresses: a /32 each, which only an `allow` of
     // exactly that address replaces.
-    let host_denials = host_rules(&opts.host_addresses, &link)?;
+    let host_denials = host_rules(&opts.host_addresses, link)?;
     for r in &host_denials {
-        put(&mut rules, r.clone(), false);
+        put_rule(&mut rules, r.clone(), false);
     }
-    for (i, n) in &allows {
-        put(
+    for (i, n) in e.allows {
+        put_rule(
             &mut rules,
             Rule {
                 prefix: *n,
@@ -386,18 +454,78 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             true,
         );
     }
-    for (i, a) in &resolvers {
-        if *a == link.dns {
+    put_resolver_rules(&mut rules, e, &host_denials, filtered)?;
+    rules.sort_by(|a, b| {
+        (a.prefix.addr(), a.prefix.prefix_len()).cmp(&(b.prefix.addr(), b.prefix.prefix_len()))
+    });
+    Ok(rules)
+}
+
+/// The built-in denials and the link's: its gateway always, its DNS
+/// forwarder unless it is a chosen resolver.
+fn put_fixed_rules(rules: &mut Vec<Rule>, link: &Link, resolvers: &[(usize, Ipv4Addr)]) {
+    for b in BUILTINS {
+        put_rule(
+            rules,
+            Rule {
+                prefix: builtin_net(b),
+                verdict: Verdict::Deny,
+                origin: Origin::Builtin {
+                    what: b.what.into(),
+                    fixed: b.fixed,
+                },
+            },
+            false,
+        );
+    }
+    put_rule(
+        rules,
+        Rule {
+            prefix: Ipv4Net::new(link.gateway, 32).expect("32 is valid"),
+            verdict: Verdict::Deny,
+            origin: Origin::Link {
+                what: "slirp host-loopback gateway".into(),
+            },
+        },
+        false,
+    );
+    if !resolvers.iter().any(|(_, r)| *r == link.dns) {
+        put_rule(
+            rules,
+            Rule {
+                prefix: Ipv4Net::new(link.dns, 32).expect("32 is valid"),
+                verdict: Verdict::Deny,
+                origin: Origin::Link {
+                    what: "slirp DNS forwarder (not a chosen resolver)".into(),
+                },
+            },
+            false,
+        );
+    }
+}
+
+/// The resolvers' rules: with `allow_hosts` (`filtered`) each is the
+/// filter's upstream and denied to the sandbox; otherwise each is allowed,
+/// unless it is one of the host's own addresses no `allow` opens.
+fn put_resolver_rules(
+    rules: &mut Vec<Rule>,
+    e: &Entries,
+    host_denials: &[Rule],
+    filtered: bool,
+) -> Result<(), PolicyError> {
+    let net = e.net;
+    for (i, a) in e.resolvers {
+        if *a == e.link.dns {
             continue; // on-link: the device route reaches it
         }
         let host = Ipv4Net::new(*a, 32).expect("32 is valid");
-        let exact_allow = allows.iter().any(|(_, n)| *n == host);
-        if hosts.is_some() {
+        let exact_allow = e.allows.iter().any(|(_, n)| *n == host);
+        if filtered {
             // The filter's upstream only: routed by mark in table 77, and
             // denied here, so that no answer gets it routed for the
             // sandbox (an `allow` of exactly it still opens it).
-            put(
-                &mut rules,
+            put_rule(
+                rules,
                 Rule {
                     prefix: host,
                     verdict: Verdict::Deny,
@@ -431,47 +559,7 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
             },
         };
         // An `allow` of the same /32 already permits it.
-        put(&mut rules, rule, !exact_allow);
+        put_rule(rules, rule, !exact_allow);
     }
-    rules.sort_by(|a, b| {
-        (a.prefix.addr(), a.prefix.prefix_len()).cmp(&(b.prefix.addr(), b.prefix.prefix_len()))
-    });
-    ipv6_denied.sort();
-    ipv6_denied.dedup();
-
-    let mut policy = Policy {
-        version: POLICY_VERSION,
-        binding: opts.binding.clone(),
-        link,
-        default,
-        rules,
-        // With allow_hosts the sandbox asks slirp B's forwarder, which
-        // the holder points at the filter.
-        resolvers: match hosts {
-            Some(_) => vec![Link::default().dns],
-            None => resolvers.into_iter().map(|(_, a)| a).collect(),
-        },
-        ipv6: Ipv6Mode::DisabledInBothNamespaces,
-        ipv6_denied,
-        probe: ProbePlan {
-            denied: DEFAULT_DENIED_PROBES[0],
-            permitted: opts.probe_permitted,
-            dns_name: opts
-                .dns_name
-                .clone()
-                .unwrap_or_else(|| "lazaret-probe.invalid.".into()),
-            timeout_ms: opts.probe_timeout_ms.unwrap_or(3000),
-            dns_required,
-        },
-        hosts,
-    };
-    policy.probe.denied = match opts.probe_denied {
-        Some(t) => t,
-        None => DEFAULT_DENIED_PROBES
-            .into_iter()
-            .find(|t| policy.verdict_for(*t.ip()).verdict == Verdict::Deny)
-            .expect("240/4 is a fixed denial"),
-    };
-    policy.check_probe()?;
-    Ok(NetworkPlan::Policy(policy))
+    Ok(())
 }

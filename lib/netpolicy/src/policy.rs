@@ -597,6 +597,31 @@ impl Policy {
         if self.link != Link::default() {
             return bad(format!("unexpected link {:?}", self.link));
         }
+        self.check_rules()?;
+        if self.resolvers.is_empty() || self.resolvers.len() > MAX_RESOLVERS {
+            return bad(format!("{} resolvers", self.resolvers.len()));
+        }
+        // With allow_hosts the sandbox's resolver is slirp B's forwarder
+        // (the filter), whatever N1's routes say of 10.0.2.3.
+        for r in self.resolvers.iter().filter(|_| self.hosts.is_none()) {
+            if self.verdict_for(*r).verdict != Verdict::Allow {
+                return bad(format!("resolver {r} is not reachable"));
+            }
+        }
+        if self.binding.len() > 4096 {
+            return bad("binding longer than 4096 bytes".into());
+        }
+        self.check_host_rules()?;
+        if let Some(h) = &self.hosts {
+            self.check_hosts(h)?;
+        }
+        self.check_probe()
+    }
+
+    /// The rules: sorted, one per prefix, none allowing the link or a
+    /// fixed range, the fixed and gateway denials present.
+    fn check_rules(&self) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Inconsistent(m));
         for w in self.rules.windows(2) {
             let k = |r: &Rule| (r.prefix.addr(), r.prefix.prefix_len());
             if k(&w[0]) >= k(&w[1]) {
@@ -639,51 +664,42 @@ impl Policy {
         {
             return bad("host-loopback gateway denial missing".into());
         }
-        if self.resolvers.is_empty() || self.resolvers.len() > MAX_RESOLVERS {
-            return bad(format!("{} resolvers", self.resolvers.len()));
+        Ok(())
+    }
+
+    /// `allow_hosts`: the filtering resolver's plan, with default deny and
+    /// the forwarder as the sandbox's one resolver.
+    fn check_hosts(&self, h: &HostsPlan) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Inconsistent(m));
+        if self.default != Verdict::Deny {
+            return bad("allow_hosts without default deny".into());
         }
-        // With allow_hosts the sandbox's resolver is slirp B's forwarder
-        // (the filter), whatever N1's routes say of 10.0.2.3.
-        for r in self.resolvers.iter().filter(|_| self.hosts.is_none()) {
-            if self.verdict_for(*r).verdict != Verdict::Allow {
-                return bad(format!("resolver {r} is not reachable"));
-            }
+        let implicit = h.upstream == [self.link.dns];
+        let separate = !h.upstream.is_empty()
+            && h.upstream.len() <= MAX_RESOLVERS
+            && h.upstream.iter().all(|u| !self.link.network.contains(u));
+        if h.listen != self.link.guest || !(implicit || separate) {
+            return bad(format!(
+                "filtering resolver on {} with upstream {:?}",
+                h.listen, h.upstream
+            ));
         }
-        if self.binding.len() > 4096 {
-            return bad("binding longer than 4096 bytes".into());
+        if h.allow.len() > MAX_HOSTS || h.patterns().is_err() {
+            return bad("allow_hosts entries do not parse".into());
         }
-        self.check_host_rules()?;
-        if let Some(h) = &self.hosts {
-            if self.default != Verdict::Deny {
-                return bad("allow_hosts without default deny".into());
-            }
-            let implicit = h.upstream == [self.link.dns];
-            let separate = !h.upstream.is_empty()
-                && h.upstream.len() <= MAX_RESOLVERS
-                && h.upstream.iter().all(|u| !self.link.network.contains(u));
-            if h.listen != self.link.guest || !(implicit || separate) {
-                return bad(format!(
-                    "filtering resolver on {} with upstream {:?}",
-                    h.listen, h.upstream
-                ));
-            }
-            if h.allow.len() > MAX_HOSTS || h.patterns().is_err() {
-                return bad("allow_hosts entries do not parse".into());
-            }
-            if h.ttl_floor == 0 || h.ttl_floor > h.ttl_ceiling {
-                return bad(format!("TTL bounds {}..{}", h.ttl_floor, h.ttl_ceiling));
-            }
-            if self.resolvers != [self.link.dns] {
-                return bad("allow_hosts with resolvers other than the forwarder".into());
-            }
-            // No answer may get an upstream routed: each has its own rule.
-            for u in h.upstream.iter().filter(|_| self.upstream_by_mark()) {
-                if !self.decides_exactly(*u) {
-                    return bad(format!("filter upstream {u} has no rule of its own"));
-                }
+        if h.ttl_floor == 0 || h.ttl_floor > h.ttl_ceiling {
+            return bad(format!("TTL bounds {}..{}", h.ttl_floor, h.ttl_ceiling));
+        }
+        if self.resolvers != [self.link.dns] {
+            return bad("allow_hosts with resolvers other than the forwarder".into());
+        }
+        // No answer may get an upstream routed: each has its own rule.
+        for u in h.upstream.iter().filter(|_| self.upstream_by_mark()) {
+            if !self.decides_exactly(*u) {
+                return bad(format!("filter upstream {u} has no rule of its own"));
             }
         }
-        self.check_probe()
+        Ok(())
     }
 
     /// Is there a rule for exactly `addr/32` (a host address, an `allow`

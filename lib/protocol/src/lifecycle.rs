@@ -541,81 +541,21 @@ impl Recorded {
             Event::Owner | Event::Checkpoint(_) => {
                 return Err("not a step of the owner");
             }
-            Event::Recovered { generation, from } => match self.generation {
-                Some((n, p)) if n == *generation && p == *from && p != Phase::Stopped => {
-                    self.generation = Some((n, Phase::Stopped));
-                    self.must_recover = false;
-                }
-                _ => return Err("recovered a generation that is not the unfinished one"),
-            },
-            Event::Begin { generation } => {
-                let expected = match self.generation {
-                    None => 1,
-                    Some((n, Phase::Stopped)) => n + 1,
-                    Some(_) => return Err("a generation began before the last one stopped"),
-                };
-                if *generation != expected {
-                    return Err("generations are numbered one after the other");
-                }
-                self.generation = Some((expected, Phase::Starting));
-            }
+            Event::Recovered { generation, from } => self.recover(*generation, *from)?,
+            Event::Begin { generation } => self.begin(*generation)?,
             Event::Phase {
                 generation,
                 from,
                 to,
-            } => match self.generation {
-                Some((n, p)) if n == *generation && p == *from && from.may_become(*to) => {
-                    self.generation = Some((n, *to));
-                }
-                _ => return Err("not a phase transition of the current generation"),
-            },
-            Event::Joined { session } => {
-                if self.phase() != Some(Phase::Running) {
-                    return Err("a session joined a generation that is not running");
-                }
-                if self.sessions.contains_key(session) {
-                    return Err("a session joined twice");
-                }
-                self.sessions.insert(session.clone(), ());
-            }
+            } => self.change_phase(*generation, *from, *to)?,
+            Event::Joined { session } => self.join(session)?,
             Event::Left { session } => {
                 if self.sessions.remove(session).is_none() {
                     return Err("a session that had not joined left");
                 }
             }
-            Event::Accepted { request, session } => {
-                // The session may have ended since the coordinator looked
-                // it up: the request is then resolved as cancelled.
-                if !matches!(self.phase(), Some(Phase::Running | Phase::Stopping)) {
-                    return Err("a request was accepted outside a running generation");
-                }
-                if self.requests.contains_key(request) {
-                    return Err("a request ID was accepted twice (replay)");
-                }
-                self.requests.insert(
-                    request.clone(),
-                    RequestRecord {
-                        session: Some(session.clone()),
-                        accepted: true,
-                        owner: by,
-                        ..Default::default()
-                    },
-                );
-            }
-            Event::Refused { request, kind } => {
-                if self.requests.contains_key(request) {
-                    return Err("a second result for one Escalation Request ID");
-                }
-                self.requests.insert(
-                    request.clone(),
-                    RequestRecord {
-                        results: 1,
-                        kind: Some(*kind),
-                        owner: by,
-                        ..Default::default()
-                    },
-                );
-            }
+            Event::Accepted { request, session } => self.accept(by, request, session)?,
+            Event::Refused { request, kind } => self.refuse(by, request, *kind)?,
             Event::HostCommand { request } => {
                 let r = self.pending(request, by)?;
                 if r.host_command {
@@ -643,6 +583,93 @@ impl Recorded {
                 self.sessions.clear();
             }
         }
+        Ok(())
+    }
+
+    fn recover(&mut self, generation: u64, from: Phase) -> Result<(), &'static str> {
+        match self.generation {
+            Some((n, p)) if n == generation && p == from && p != Phase::Stopped => {
+                self.generation = Some((n, Phase::Stopped));
+                self.must_recover = false;
+                Ok(())
+            }
+            _ => Err("recovered a generation that is not the unfinished one"),
+        }
+    }
+
+    fn begin(&mut self, generation: u64) -> Result<(), &'static str> {
+        let expected = match self.generation {
+            None => 1,
+            Some((n, Phase::Stopped)) => n + 1,
+            Some(_) => return Err("a generation began before the last one stopped"),
+        };
+        if generation != expected {
+            return Err("generations are numbered one after the other");
+        }
+        self.generation = Some((expected, Phase::Starting));
+        Ok(())
+    }
+
+    fn change_phase(
+        &mut self,
+        generation: u64,
+        from: Phase,
+        to: Phase,
+    ) -> Result<(), &'static str> {
+        match self.generation {
+            Some((n, p)) if n == generation && p == from && from.may_become(to) => {
+                self.generation = Some((n, to));
+                Ok(())
+            }
+            _ => Err("not a phase transition of the current generation"),
+        }
+    }
+
+    fn join(&mut self, session: &str) -> Result<(), &'static str> {
+        if self.phase() != Some(Phase::Running) {
+            return Err("a session joined a generation that is not running");
+        }
+        if self.sessions.contains_key(session) {
+            return Err("a session joined twice");
+        }
+        self.sessions.insert(session.to_string(), ());
+        Ok(())
+    }
+
+    fn accept(&mut self, by: u32, request: &str, session: &str) -> Result<(), &'static str> {
+        // The session may have ended since the coordinator looked
+        // it up: the request is then resolved as cancelled.
+        if !matches!(self.phase(), Some(Phase::Running | Phase::Stopping)) {
+            return Err("a request was accepted outside a running generation");
+        }
+        if self.requests.contains_key(request) {
+            return Err("a request ID was accepted twice (replay)");
+        }
+        self.requests.insert(
+            request.to_string(),
+            RequestRecord {
+                session: Some(session.to_string()),
+                accepted: true,
+                owner: by,
+                ..Default::default()
+            },
+        );
+        Ok(())
+    }
+
+    fn refuse(&mut self, by: u32, request: &str, kind: ResultKind) -> Result<(), &'static str> {
+        if self.requests.contains_key(request) {
+            return Err("a second result for one Escalation Request ID");
+        }
+        self.requests.insert(
+            request.to_string(),
+            RequestRecord {
+                results: 1,
+                kind: Some(kind),
+                owner: by,
+                ..Default::default()
+            },
+        );
         Ok(())
     }
 

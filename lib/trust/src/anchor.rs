@@ -89,6 +89,32 @@ fn validity(p: &mut CertificateParams) {
     p.not_after = now + time::Duration::days(VALIDITY_DAYS);
 }
 
+/// The anchor's CA certificate for `generation`: self-signed with
+/// `ca_key`, issuing leaves only.
+fn ca_certificate(
+    generation: &GenerationId,
+    ca_key: &rcgen::KeyPair,
+) -> Result<rcgen::Certificate, TrustError> {
+    let mut p = CertificateParams::default();
+    validity(&mut p);
+    let mut dn = DistinguishedName::new();
+    dn.push(
+        DnType::CommonName,
+        format!(
+            "Lazaret Trust Anchor {} #{}",
+            generation.domain_id, generation.number
+        ),
+    );
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.self_signed(ca_key)
+        .map_err(|e| TrustError::Certificate(e.to_string()))
+}
+
 pub struct TrustAnchor {
     generation: GenerationId,
     profile: String,
@@ -111,25 +137,7 @@ impl TrustAnchor {
     ) -> Result<Self, TrustError> {
         let ca_root = Key::generate();
         let ca_key = ca_root.rcgen()?;
-        let mut p = CertificateParams::default();
-        validity(&mut p);
-        let mut dn = DistinguishedName::new();
-        dn.push(
-            DnType::CommonName,
-            format!(
-                "Lazaret Trust Anchor {} #{}",
-                generation.domain_id, generation.number
-            ),
-        );
-        p.distinguished_name = dn;
-        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca = p
-            .self_signed(&ca_key)
-            .map_err(|e| TrustError::Certificate(e.to_string()))?;
+        let ca = ca_certificate(&generation, &ca_key)?;
         let issuer = Key::generate();
         let coordinator_tls = Key::generate();
         let coordinator_protocol = Key::generate();
@@ -143,6 +151,7 @@ impl TrustAnchor {
             coordinator_tls,
             coordinator_tls_cert: Vec::new(),
             coordinator_protocol,
+            // Filled in below, once the leaves are issued.
             published: Published {
                 manifest: SignedManifest {
                     manifest: Vec::new(),
