@@ -135,32 +135,32 @@ fn write_manifests(dir: &Path, files: &[(String, String)]) -> Result<(), CliErro
             )));
         }
         let tmp = format!(".{name}.lazaret-tmp");
-        let create =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let mode = Mode::from_raw_mode(0o644);
-        let fd = match rustix::fs::openat(&d, tmp.as_str(), create, mode) {
-            // Left by an interrupted export, or put there: it goes.
-            Err(rustix::io::Errno::EXIST) => {
-                rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty())
-                    .map_err(|e| failed(&path, e))?;
-                rustix::fs::openat(&d, tmp.as_str(), create, mode)
-            }
-            r => r,
-        }
-        .map_err(|e| failed(&path, e))?;
-        let mut f = std::fs::File::from(fd);
-        if let Err(source) = f.write_all(text.as_bytes()) {
+        let discard = || {
             let _ = rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty());
-            return Err(CliError::Storage {
+        };
+        // One left by an interrupted export, or put there: it goes.
+        discard();
+        let fd = rustix::fs::openat(
+            &d,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| failed(&path, e))?;
+        let written = std::fs::File::from(fd)
+            .write_all(text.as_bytes())
+            .map_err(|source| CliError::Storage {
                 path: path.display().to_string(),
                 source,
+            })
+            .and_then(|()| {
+                rustix::fs::renameat(&d, tmp.as_str(), &d, name.as_str())
+                    .map_err(|e| failed(&path, e))
             });
+        if written.is_err() {
+            discard();
         }
-        drop(f);
-        rustix::fs::renameat(&d, tmp.as_str(), &d, name.as_str()).map_err(|e| {
-            let _ = rustix::fs::unlinkat(&d, tmp.as_str(), rustix::fs::AtFlags::empty());
-            failed(&path, e)
-        })?;
+        written?;
     }
     Ok(())
 }
