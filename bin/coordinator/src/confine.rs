@@ -8,7 +8,7 @@
 //! starts: this runs while the coordinator has one thread.
 
 use crate::confinement::{self, PLACE_CATALOG, PLACE_DOMAIN_ROOT, PLACE_PTMX, PLACE_PTS};
-use lazaret_image::{CATALOG_FILE, LOCK_FILE};
+use lazaret_catalog::{CATALOG_FILE, LOCK_FILE};
 use lazaret_seccomp::ruleset::Place;
 use lazaret_seccomp::ConfineError;
 use rustix::fs::{Mode, OFlags};

@@ -3,7 +3,7 @@
 //! before anything mounts the image, released after teardown unmounted
 //! it, so `lazaret image rm` and `gc` never remove a lower in use.
 
-use lazaret_image::{artifact_id_of_rootfs, storage_root_of_rootfs, Catalog};
+use lazaret_catalog::{artifact_id_of_rootfs, storage_root_of_rootfs, Catalog};
 use lazaret_protocol::plan::CoordinatorInput;
 
 /// The catalog and artifact of the image, when it is a catalogued lower.

@@ -429,7 +429,7 @@ fn serve_generation(
 
     // Start-up is over: every process the coordinator starts runs, and it
     // has one thread, so landlock and seccomp bind all it will do.
-    let catalog = lazaret_image::storage_root_of_rootfs(&input.image_rootfs);
+    let catalog = lazaret_catalog::storage_root_of_rootfs(&input.image_rootfs);
     helpers.drain();
     let confined = crate::confine::confine(&layout.root, catalog)
         .map_err(|e| format!("the coordinator cannot confine itself: {e}"));

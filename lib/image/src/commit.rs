@@ -198,7 +198,7 @@ impl Store {
             platform: crate::oci::host_platform(),
             preparer: COMMIT_PREPARER.to_string(),
             size: crate::tree_size(&self.artifact_dir(&id).join("rootfs")),
-            created: crate::catalog::now(),
+            created: lazaret_catalog::now(),
         };
         self.catalog().record_artifact(&record, Some(STAMP), || {
             self.ready(&id, reference).is_some()

@@ -1,7 +1,7 @@
 //! The builder of `lazaret:default`: Debian bookworm built by `mmdebstrap
 //! --mode=unshare`, unpacked inside the mapped user namespace.
 
-use crate::catalog::{now, ArtifactRecord};
+use lazaret_catalog::{now, ArtifactRecord};
 use crate::store::{tail_lines, Store};
 use crate::{
     default_artifact_id, default_recipe, ImageError, PrepareOptions, PreparedImage,

@@ -58,7 +58,7 @@ pub enum ImageError {
     },
 
     #[error(transparent)]
-    Catalog(#[from] crate::catalog::CatalogError),
+    Catalog(#[from] lazaret_catalog::CatalogError),
 
     #[error("no committed image `{reference}`: make it from a Domain with `lazaret image commit --profile PROFILE --workspace DIR NAME` (see `lazaret image list`)")]
     NotCommitted { reference: String },

@@ -34,7 +34,6 @@
 //!     complete               marker written last; holds the recipe
 //! ```
 
-mod catalog;
 pub mod commit;
 mod debian;
 mod error;
@@ -46,7 +45,12 @@ mod sparse;
 mod store;
 mod unpack;
 
-pub use catalog::{ArtifactRecord, Catalog, CatalogError, Lease, CATALOG_FILE, LOCK_FILE};
+// The Storage Catalog is its own crate (the coordinator leases from it
+// without linking the image preparation); re-exported for the image's users.
+pub use lazaret_catalog::{
+    artifact_id_of_rootfs, storage_root_of_rootfs, ArtifactRecord, Catalog, CatalogError, Lease,
+    CATALOG_FILE, LOCK_FILE,
+};
 pub use error::ImageError;
 pub use manage::{GcReport, Listed};
 pub use oci::{oci_artifact_id, OCI_PREPARER};
@@ -98,32 +102,6 @@ pub mod fuzzing {
 
 /// The built-in image.
 pub const DEFAULT_REFERENCE: &str = "lazaret:default";
-
-/// The artifact ID of a prepared rootfs path
-/// (`<storage_root>/lowers/<artifact-id>/rootfs`), for the Session
-/// Coordinator, which receives the rootfs path and leases the artifact.
-pub fn artifact_id_of_rootfs(rootfs: &Path) -> Option<&str> {
-    if rootfs.file_name()? != "rootfs" {
-        return None;
-    }
-    let dir = rootfs.parent()?;
-    if dir.parent()?.file_name()? != "lowers" {
-        return None;
-    }
-    let id = dir.file_name()?.to_str()?;
-    (id.len() == 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
-    .then_some(id)
-}
-
-/// The Storage Root of a prepared rootfs path (see
-/// [`artifact_id_of_rootfs`]).
-pub fn storage_root_of_rootfs(rootfs: &Path) -> Option<&Path> {
-    artifact_id_of_rootfs(rootfs)?;
-    rootfs.parent()?.parent()?.parent()
-}
 
 /// Bytes of regular-file content under `dir` (unreadable parts count 0).
 pub(crate) fn tree_size(dir: &Path) -> u64 {

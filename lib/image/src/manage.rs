@@ -8,7 +8,7 @@
 //! namespace. An interrupted removal leaves a `.trash-*` directory, which
 //! the next preparation or `gc` deletes.
 
-use crate::catalog::{ArtifactRecord, CatalogError, Lease};
+use lazaret_catalog::{ArtifactRecord, CatalogError, Lease};
 use crate::store::{find_leftovers, Store, TRASH_PREFIX};
 use crate::ImageError;
 use serde::Serialize;
@@ -303,7 +303,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::now;
+    use lazaret_catalog::now;
 
     fn fake(store: &Store, id: &str) {
         let dir = store.artifact_dir(id);

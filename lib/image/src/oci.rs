@@ -2,7 +2,7 @@
 //! layout in the staging directory, then Lazaret's own checked unpacker
 //! (see `unpack.rs`), then an atomic publication under `lowers/<id>`.
 
-use crate::catalog::{now, ArtifactRecord};
+use lazaret_catalog::{now, ArtifactRecord};
 use crate::progress::Progress;
 use crate::reference::Reference;
 use crate::store::{tail_lines, Store};

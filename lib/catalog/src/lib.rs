@@ -127,7 +127,7 @@ pub struct Catalog {
     root: PathBuf,
 }
 
-pub(crate) fn now() -> u64 {
+pub fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -432,7 +432,7 @@ impl Catalog {
     /// source's stamp (if the source can be stamped). `check` runs inside
     /// the transaction and must say whether the artifact's tree is complete;
     /// the record is written only then.
-    pub(crate) fn record_artifact(
+    pub fn record_artifact(
         &self,
         record: &ArtifactRecord,
         source_stamp: Option<&str>,
@@ -465,7 +465,7 @@ impl Catalog {
 
     /// The artifact last prepared from `source` when the source's stamp was
     /// `stamp`, if it is still recorded.
-    pub(crate) fn lookup_source(
+    pub fn lookup_source(
         &self,
         source: &str,
         stamp: &str,
@@ -486,7 +486,7 @@ impl Catalog {
     /// `detach` for each, inside the lock, before the commit (it renames the
     /// tree out of the way, so no fast path finds it). Leases of Domains for
     /// which `domain_gone` holds are dropped first.
-    pub(crate) fn remove_unleased(
+    pub fn remove_unleased(
         &self,
         ids: &[String],
         domain_gone: &dyn Fn(&str) -> bool,
@@ -534,6 +534,32 @@ fn flock_exclusive(file: &File) -> std::io::Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// The artifact ID of a prepared rootfs path
+/// (`<storage_root>/lowers/<artifact-id>/rootfs`), for the Session
+/// Coordinator, which receives the rootfs path and leases the artifact.
+pub fn artifact_id_of_rootfs(rootfs: &Path) -> Option<&str> {
+    if rootfs.file_name()? != "rootfs" {
+        return None;
+    }
+    let dir = rootfs.parent()?;
+    if dir.parent()?.file_name()? != "lowers" {
+        return None;
+    }
+    let id = dir.file_name()?.to_str()?;
+    (id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+    .then_some(id)
+}
+
+/// The Storage Root of a prepared rootfs path (see
+/// [`artifact_id_of_rootfs`]).
+pub fn storage_root_of_rootfs(rootfs: &Path) -> Option<&Path> {
+    artifact_id_of_rootfs(rootfs)?;
+    rootfs.parent()?.parent()?.parent()
 }
 
 #[cfg(test)]
