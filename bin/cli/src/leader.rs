@@ -8,7 +8,8 @@ use lazaret_helpers::{fds, memfd, runsc::RunscInfo, userns};
 use lazaret_image::{PrepareOptions, Preparer};
 use lazaret_protocol::display;
 use lazaret_protocol::plan::{
-    CoordinatorInput, CoordinatorReadiness, NetworkInput, RunscInvocation, VolumeSpec,
+    CoordinatorInput, CoordinatorReadiness, DerivedPolicy, NetworkInput, RunscInvocation,
+    VolumeSpec, UNBOUND_POLICY,
 };
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
@@ -228,32 +229,32 @@ pub(crate) fn detect_runsc(
     RunscInfo::detect_cached(runsc, &storage_root.join("cache").join("runsc-probe"))
 }
 
-/// The profile's `[network]` for the coordinator, after checking that a
-/// policy can be derived from it and that slirp4netns is there.
+/// The profile's `[network]` for the coordinator: the policy derived here,
+/// in the host's network namespace, once slirp4netns is known to be there.
 pub(crate) fn network_input(
     net: &lazaret_config::Network,
     hide_proc_sys_net: bool,
 ) -> Result<NetworkInput, CliError> {
-    let disabled = net.mode == Some(lazaret_config::NetworkMode::None);
     let slirp4netns = lazaret_helpers::runsc::find_on_path("slirp4netns");
-    if !disabled {
-        let opts = lazaret_netpolicy::options_on_this_host(net, "validation")
-            .map_err(|e| CliError::Network(e.to_string()))?;
-        lazaret_netpolicy::derive(net, &opts).map_err(|e| CliError::Network(e.to_string()))?;
-        if slirp4netns.is_none() {
-            return Err(CliError::Network(
-                "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network] to run without a network".into(),
-            ));
+    let refused = |e: lazaret_netpolicy::PolicyError| CliError::Network(e.to_string());
+    // The host's addresses are taken now, before anything starts: each is
+    // denied (the coordinator binds the policy to its generation).
+    let opts = lazaret_netpolicy::options_on_this_host(net, UNBOUND_POLICY).map_err(refused)?;
+    let policy = match lazaret_netpolicy::derive(net, &opts).map_err(refused)? {
+        lazaret_netpolicy::NetworkPlan::None => None,
+        lazaret_netpolicy::NetworkPlan::Policy(p) => {
+            if slirp4netns.is_none() {
+                return Err(CliError::Network(
+                    "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network] to run without a network".into(),
+                ));
+            }
+            let bytes = p.to_bytes().map_err(refused)?;
+            let digest = lazaret_netpolicy::policy::digest_bytes(&bytes);
+            Some(DerivedPolicy { bytes, digest })
         }
-    }
+    };
     Ok(NetworkInput {
-        disabled,
-        allow: net.allow.clone(),
-        deny: net.deny.clone(),
-        dns: net.dns.clone(),
-        allow_hosts: net.allow_hosts.clone(),
-        default_deny: net.default == lazaret_config::NetworkDefault::Deny,
-        probe: net.probe.clone(),
+        policy,
         slirp4netns,
         hide_proc_sys_net,
         ports: Vec::new(),

@@ -183,10 +183,10 @@ fn run(
     ready: &mut Option<std::fs::File>,
     leader: Option<&OwnedFd>,
 ) -> Result<(), String> {
-    // A network configuration that cannot be derived stops the start
-    // before anything is touched.
+    // A network policy that cannot be taken stops the start before
+    // anything is touched.
     lazaret_helpers::timeline::mark("coordinator", "start");
-    crate::network::derive(input, "validation")?;
+    crate::network::policy(input, lazaret_protocol::plan::UNBOUND_POLICY)?;
     let layout = Layout::new(&input.domain_root);
     let _owner = Ownership {
         _lock: lock_domain(&layout.lock())?,
@@ -213,7 +213,7 @@ fn run(
         &format!("sidecar-{}", &random_id()[..16]),
         &gen.sandbox_id,
     );
-    let policy = crate::network::derive(input, &binding)?;
+    let policy = crate::network::policy(input, &binding)?;
     crate::network::record_intent(&store, &layout, input, gen.number, policy.as_ref())?;
 
     // The sandbox request-signing key of this generation: the secret half

@@ -1,5 +1,5 @@
-//! The Network Sidecar, coordinator side: derives the generation's policy
-//! from the profile's `[network]`, prepares the resolver file and the
+//! The Network Sidecar, coordinator side: binds the policy the CLI derived
+//! to the generation, prepares the resolver file and the
 //! plan's network section, and records the intent and the readiness
 //! evidence in the Domain Store and in `network.json` (which `lazaret net
 //! show` reads while this coordinator holds the store).
@@ -8,10 +8,11 @@
 //! `lazaret-netpolicy`'s job; this module decides and records only.
 
 use lazaret_netpolicy::record::{self, Evidence, NetworkRecord};
-use lazaret_netpolicy::{NetworkPlan, Policy};
+use lazaret_netpolicy::Policy;
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{
-    CoordinatorInput, DnsFilterPlan, MountKind, MountPurpose, PlannedMount, SandboxNetwork,
+    CoordinatorInput, DerivedPolicy, DnsFilterPlan, MountKind, MountPurpose, PlannedMount,
+    SandboxNetwork,
 };
 use lazaret_state::store::{NetworkEvidence, NetworkIntent, Store};
 use lazaret_state::DomainLayout as Layout;
@@ -23,46 +24,43 @@ pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// Largest helper report read back (as the supervisor bounds it).
 const MAX_REPORT: u64 = MAX_REPORT_BYTES as u64;
 
-/// The profile's `[network]`, as the CLI passed it.
-pub fn config(input: &CoordinatorInput) -> lazaret_config::Network {
-    let n = &input.network;
-    lazaret_config::Network {
-        allow: n.allow.clone(),
-        deny: n.deny.clone(),
-        dns: n.dns.clone(),
-        allow_hosts: n.allow_hosts.clone(),
-        default: if n.default_deny {
-            lazaret_config::NetworkDefault::Deny
-        } else {
-            lazaret_config::NetworkDefault::Allow
-        },
-        mode: n.disabled.then_some(lazaret_config::NetworkMode::None),
-        probe: n.probe.clone(),
-    }
+/// The policy the CLI derived, bound to `binding`, or `None` for `mode =
+/// "none"`. The coordinator derives nothing: it checks the handed bytes
+/// against their digest and decodes them (which refuses bytes that are not
+/// canonical or not consistent), so it links no configuration parser.
+pub fn policy(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>, String> {
+    let slirp4netns = input.network.slirp4netns.is_some();
+    bind(input.network.policy.as_ref(), slirp4netns, binding)
 }
 
-/// The policy bound to `binding`, or `None` for `mode = "none"`. The error
-/// names the offending entries.
-pub fn derive(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>, String> {
-    let net = config(input);
-    let refused = |e: lazaret_netpolicy::PolicyError| {
-        format!("the profile's network configuration is refused: {e}; nothing was started")
+fn bind(
+    handed: Option<&DerivedPolicy>,
+    slirp4netns: bool,
+    binding: &str,
+) -> Result<Option<Policy>, String> {
+    let Some(handed) = handed else {
+        return Ok(None);
     };
-    // The host's addresses are taken here, in the host's network
-    // namespace, before anything starts: each is denied.
-    let opts = lazaret_netpolicy::options_on_this_host(&net, binding).map_err(refused)?;
-    match lazaret_netpolicy::derive(&net, &opts).map_err(refused)? {
-        NetworkPlan::None => Ok(None),
-        NetworkPlan::Policy(p) => {
-            if input.network.slirp4netns.is_none() {
-                return Err(
-                    "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network]"
-                        .into(),
-                );
-            }
-            Ok(Some(p))
-        }
+    let refused = |e: String| {
+        format!("the network policy the CLI derived is refused: {e}; nothing was started")
+    };
+    let got = lazaret_netpolicy::policy::digest_bytes(&handed.bytes);
+    if !got.eq_ignore_ascii_case(&handed.digest) {
+        return Err(refused(format!(
+            "its digest is {got}, not {}",
+            handed.digest
+        )));
     }
+    let mut p = Policy::from_bytes(&handed.bytes).map_err(|e| refused(e.to_string()))?;
+    if !slirp4netns {
+        return Err(
+            "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network]"
+                .into(),
+        );
+    }
+    p.binding = binding.to_string();
+    p.check_consistent().map_err(|e| refused(e.to_string()))?;
+    Ok(Some(p))
 }
 
 fn digest(p: &Policy) -> Result<String, String> {
@@ -307,4 +305,56 @@ pub fn record_evidence(
         if passed { "passed" } else { "FAILED" },
         rec.fingerprint
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_netpolicy::section::{Network, NetworkDefault};
+    use lazaret_netpolicy::{DeriveOptions, NetworkPlan};
+
+    fn handed() -> DerivedPolicy {
+        let net = Network {
+            allow: vec!["10.99.0.0/24".into()],
+            default: NetworkDefault::Deny,
+            ..Network::default()
+        };
+        let opts = DeriveOptions {
+            binding: lazaret_protocol::plan::UNBOUND_POLICY.into(),
+            ..DeriveOptions::default()
+        };
+        let NetworkPlan::Policy(p) = lazaret_netpolicy::derive(&net, &opts).unwrap() else {
+            panic!("a policy")
+        };
+        let bytes = p.to_bytes().unwrap();
+        let digest = lazaret_netpolicy::policy::digest_bytes(&bytes);
+        DerivedPolicy { bytes, digest }
+    }
+
+    #[test]
+    fn the_handed_policy_is_bound_to_the_generation() {
+        let h = handed();
+        let p = bind(Some(&h), true, "generation 7").unwrap().unwrap();
+        assert_eq!(p.binding, "generation 7");
+        let mut unbound = Policy::from_bytes(&h.bytes).unwrap();
+        unbound.binding = p.binding.clone();
+        assert_eq!(unbound, p, "nothing but the binding changes");
+        assert_eq!(bind(None, false, "g").unwrap(), None, "mode = none");
+    }
+
+    #[test]
+    fn a_policy_that_is_not_the_one_digested_or_not_canonical_is_refused() {
+        let mut h = handed();
+        h.bytes.push(0);
+        let e = bind(Some(&h), true, "g").unwrap_err();
+        assert!(e.contains("its digest is"), "{e}");
+        h.digest = lazaret_netpolicy::policy::digest_bytes(&h.bytes);
+        let e = bind(Some(&h), true, "g").unwrap_err();
+        assert!(
+            e.contains("refused") && e.contains("nothing was started"),
+            "{e}"
+        );
+        let e = bind(Some(&handed()), false, "g").unwrap_err();
+        assert!(e.contains("slirp4netns is not installed"), "{e}");
+    }
 }

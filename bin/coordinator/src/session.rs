@@ -419,7 +419,8 @@ pub fn check_session_env(e: &lazaret_protocol::session::SessionEnv) -> Result<()
         ));
     }
     for (k, v) in &e.0 {
-        let bad_name = lazaret_config::env_name(k).is_err() || k.starts_with("LAZARET_");
+        let bad_name =
+            !lazaret_protocol::session::env_name_is_valid(k) || k.starts_with("LAZARET_");
         if bad_name || v.contains('\0') {
             return Err(format!(
                 "the session variable {} cannot be given",

@@ -1,12 +1,12 @@
 //! The builder of `lazaret:default`: Debian bookworm built by `mmdebstrap
 //! --mode=unshare`, unpacked inside the mapped user namespace.
 
-use lazaret_catalog::{now, ArtifactRecord};
 use crate::store::{tail_lines, Store};
 use crate::{
     default_artifact_id, default_recipe, ImageError, PrepareOptions, PreparedImage,
     BUILDER_VERSION, DEFAULT_REFERENCE,
 };
+use lazaret_catalog::{now, ArtifactRecord};
 use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};

@@ -47,11 +47,11 @@ mod unpack;
 
 // The Storage Catalog is its own crate (the coordinator leases from it
 // without linking the image preparation); re-exported for the image's users.
+pub use error::ImageError;
 pub use lazaret_catalog::{
     artifact_id_of_rootfs, storage_root_of_rootfs, ArtifactRecord, Catalog, CatalogError, Lease,
     CATALOG_FILE, LOCK_FILE,
 };
-pub use error::ImageError;
 pub use manage::{GcReport, Listed};
 pub use oci::{oci_artifact_id, OCI_PREPARER};
 pub use progress::Progress;

@@ -8,9 +8,9 @@
 //! namespace. An interrupted removal leaves a `.trash-*` directory, which
 //! the next preparation or `gc` deletes.
 
-use lazaret_catalog::{ArtifactRecord, CatalogError, Lease};
 use crate::store::{find_leftovers, Store, TRASH_PREFIX};
 use crate::ImageError;
+use lazaret_catalog::{ArtifactRecord, CatalogError, Lease};
 use serde::Serialize;
 use std::path::PathBuf;
 

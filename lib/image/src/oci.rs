@@ -2,12 +2,12 @@
 //! layout in the staging directory, then Lazaret's own checked unpacker
 //! (see `unpack.rs`), then an atomic publication under `lowers/<id>`.
 
-use lazaret_catalog::{now, ArtifactRecord};
 use crate::progress::Progress;
 use crate::reference::Reference;
 use crate::store::{tail_lines, Store};
 use crate::unpack::{Compression, Layer, Limits, Unpacker};
 use crate::{ImageError, PrepareOptions, PreparedImage};
+use lazaret_catalog::{now, ArtifactRecord};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

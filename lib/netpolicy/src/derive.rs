@@ -4,8 +4,8 @@
 //! (`bin/netpolicy/`) can use the policy's types without linking the
 //! configuration parser.
 
+use crate::section::{Network, NetworkDefault, NetworkMode};
 use ipnet::Ipv4Net;
-use lazaret_config::{Network, NetworkDefault, NetworkMode};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 use crate::hosts::{HostName, HostPattern, TTL_CEILING, TTL_FLOOR};

@@ -2,9 +2,10 @@
 //!
 //! - [`policy`]: the canonical, generation-bound [`Policy`] (types,
 //!   encoding, digest, evaluation: pure, table-tested);
-//! - [`derive`] (feature `derive`, on by default): the profile's
-//!   `[network]` becomes a [`Policy`]; the only part that reads
-//!   `lazaret-config`;
+//! - [`section`]: the profile's `[network]` as written (`lazaret-config`
+//!   parses it into these types; this crate links no configuration parser);
+//! - [`derive`] (feature `derive`, on by default): the `[network]` section
+//!   becomes a [`Policy`], with the host's own addresses denied;
 //! - [`record`]: `network.json`, what `lazaret net show` prints.
 //! - [`hosts`]: `allow_hosts` entries and the filtering resolver's
 //!   decisions; [`dnslog`]: its log (`lazaret net log`);
@@ -13,8 +14,7 @@
 //!
 //! Installing it as kernel routes, attesting and probing it is the
 //! confined helper's (`bin/netpolicy/`, binary `lazaret-netpolicy`),
-//! which uses this crate without `derive`, so it does not link the
-//! configuration parser.
+//! which uses this crate without `derive`.
 //!
 //! The topology (see `lib/netpolicy/README.md`): the sandbox's namespace N2
 //! reaches the world only through slirp4netns B, which runs in the
@@ -32,6 +32,7 @@ pub mod hosts;
 pub mod judge;
 pub mod policy;
 pub mod record;
+pub mod section;
 
 #[cfg(feature = "derive")]
 pub use derive::{derive, host_addresses, options_for, options_on_this_host};

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::derive::*;
-use lazaret_config::{Network, NetworkDefault, NetworkMode};
+use crate::section::{Network, NetworkDefault, NetworkMode};
 
 fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> Network {
     Network {

@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let NetworkPlan::Policy(p) = derive(
-            &lazaret_config::Network::default(),
+            &crate::section::Network::default(),
             &DeriveOptions::default(),
         )
         .unwrap() else {

@@ -345,21 +345,13 @@ pub struct CoordinatorInput {
 /// The uid and gid of the profile's `user` inside.
 pub const SANDBOX_USER_ID: u32 = 1000;
 
-/// The profile's `[network]` as written (the coordinator derives the
-/// policy from it), and what the host offers for it.
+/// The Domain's network, as the CLI prepared it from the profile's
+/// `[network]`, and what the host offers for it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NetworkInput {
-    /// `mode = "none"`: no network at all.
-    pub disabled: bool,
-    pub allow: Vec<String>,
-    pub deny: Vec<String>,
-    pub dns: Vec<String>,
-    /// `allow_hosts`: names the filtering resolver answers.
-    pub allow_hosts: Vec<String>,
-    /// `default = "deny"`.
-    pub default_deny: bool,
-    /// `probe = "IP:PORT"`.
-    pub probe: Option<String>,
+    /// The egress policy the CLI derived (`None`: `mode = "none"`, no
+    /// network at all).
+    pub policy: Option<DerivedPolicy>,
     /// `slirp4netns` as found on `PATH`; `None` when it is missing.
     pub slirp4netns: Option<PathBuf>,
     /// See [`SandboxNetwork::hide_proc_sys_net`].
@@ -367,6 +359,24 @@ pub struct NetworkInput {
     /// The profile's `ports` and the startup leader's `-p`, checked.
     pub ports: Vec<PublishedPort>,
 }
+
+/// The egress policy derived by the CLI, in the host's network namespace
+/// (the host's own addresses, taken then, are denied), before the
+/// coordinator starts: the coordinator links no configuration parser and
+/// never derives it. It is not yet bound to a generation: the coordinator
+/// checks `digest`, decodes the canonical bytes (`lazaret-netpolicy`'s
+/// `Policy::from_bytes`, which refuses bytes that are not canonical), and
+/// binds the policy to the generation's network attachment.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DerivedPolicy {
+    /// The policy's canonical bytes (opaque here).
+    pub bytes: Vec<u8>,
+    /// SHA-256 (lower-case hex) of `bytes`.
+    pub digest: String,
+}
+
+/// What a [`DerivedPolicy`] is bound to until the coordinator binds it.
+pub const UNBOUND_POLICY: &str = "unbound";
 
 /// One `[[escalation.auto_approve]]` rule of the profile.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -202,6 +202,16 @@ impl SessionEnv {
     }
 }
 
+/// Whether `name` is a name the kernel and shells accept in an environment
+/// block: not empty, no NUL, no `=`, not starting with a digit. The
+/// coordinator checks a session's variables with it; `lazaret-config`'s
+/// `env_name` is the same rule with an error for each case.
+pub fn env_name_is_valid(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains(['\0', '='])
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
 /// The working directory inside for a [`Hello::workdir`]: `/workspace`,
 /// or beneath it when `rel` is a relative path of plain components (no
 /// `.`, `..` or empty component, no NUL); anything else is `/workspace`.
@@ -334,4 +344,19 @@ pub enum ServerMsg {
     /// The answer to [`ClientMsg::Detach`]: the session goes on without
     /// this terminal.
     Detached,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_as_the_kernel_and_shells_take_them() {
+        for ok in ["PATH", "_X1", "a_b", "ÄPFEL"] {
+            assert!(env_name_is_valid(ok), "{ok}");
+        }
+        for bad in ["", "A=B", "1X", "A\0B", "="] {
+            assert!(!env_name_is_valid(bad), "{bad:?}");
+        }
+    }
 }

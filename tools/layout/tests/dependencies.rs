@@ -19,17 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `(rule, crate, dependency)` broken knowingly.
-///
-/// Issue 30 item 2: the CLI is to hand the coordinator the derived,
-/// canonical network policy (digested) and the prepared image, so that
-/// the coordinator no longer links the configuration parser or the image
-/// code. Until then it does, directly (and `lazaret-config` also through
-/// `lazaret-netpolicy`'s `derive` feature).
-const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[
-    ("coordinator-links", "lazaret-coordinator", "lazaret-config"),
-    ("coordinator-links", "lazaret-coordinator", "lazaret-image"),
-];
+/// `(rule, crate, dependency)` broken knowingly, each with the issue that
+/// removes it (none now).
+const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 struct Krate {
     /// `bin`, `lib` or `tools` (or the first directory otherwise).
