@@ -4,6 +4,7 @@
 //! with the holder (`--die-with-parent`), and with it its mount.
 
 use lazaret_helpers::fds;
+use lazaret_protocol::fdno::mount_router as fdno;
 use lazaret_protocol::plan::RouterPlan;
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -12,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 pub fn start(r: &RouterPlan) -> Result<Child, String> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let ready_fd = fdno::READY.to_string();
     let mut cmd = Command::new(&r.binary);
     cmd.arg("--workspace")
         .arg(&r.workspace)
@@ -22,7 +24,12 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         // The Sentry stats donated descriptors as its own (nested) uid:
         // without allow_other FUSE refuses it (EACCES, then EIO on
         // append). Only this mount namespace's processes can reach it.
-        .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
+        .args([
+            "--ready-fd",
+            &ready_fd,
+            "--die-with-parent",
+            "--allow-other",
+        ])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
         .args(
             r.inside_owner
@@ -47,7 +54,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    fds::pass_fds(&mut cmd, vec![(ready_w, fdno::READY)]);
     // The holder blocks the signals it waits for; the router must not.
     lazaret_helpers::child::set_signals(
         &mut cmd,
