@@ -159,7 +159,9 @@ fn main() {
         allow: hosts.allow.clone(),
     });
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "ready").and_then(|_| out.flush());
+    let _ = out
+        .write_all(lazaret_protocol::readiness::READY_LINE)
+        .and_then(|_| out.flush());
 
     let mut filter = Filter::new(
         policy, hosts, allow, listen, upstream, rtnl, ifindex, tcp, log,

@@ -51,8 +51,9 @@ fn unblock_and_die_with_parent(cmd: &mut Command) {
     );
 }
 
-/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS
-/// filter's `ready` line).
+/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the first
+/// of the DNS filter's and the watch's
+/// [`lazaret_protocol::readiness::READY_LINE`]).
 fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
     let f = std::fs::File::from(r);
     let mut pfd = [nix::poll::PollFd::new(
@@ -319,7 +320,8 @@ fn open_log(path: &Path) -> Result<OwnedFd, String> {
 
 /// `lazaret-netpolicy watch` in N1 with the sealed policy, the host
 /// netlink socket and its log ([`fdno::netpolicy_watch`]); it prints
-/// `ready` once the host's addresses are denied and it is confined.
+/// [`lazaret_protocol::readiness::READY_LINE`] once the host's addresses
+/// are denied and it is confined.
 fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = open_log(&net.host_watch_log)?;
@@ -365,8 +367,9 @@ fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
 }
 
 /// `lazaret-dns-filter` in N1 with the sealed policy and its log
-/// ([`fdno::dns_filter`]); returns once it printed `ready` (it listens
-/// and is confined).
+/// ([`fdno::dns_filter`]); returns once it printed
+/// [`lazaret_protocol::readiness::READY_LINE`] (it listens and is
+/// confined).
 fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = open_log(&plan.log)?;

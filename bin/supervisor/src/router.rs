@@ -6,6 +6,7 @@
 use lazaret_helpers::fds;
 use lazaret_protocol::fdno::mount_router as fdno;
 use lazaret_protocol::plan::RouterPlan;
+use lazaret_protocol::readiness::READY_LINE;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
@@ -77,7 +78,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
     if n > 0 {
         let _ = (&mut ready).take(64).read_to_string(&mut said);
     }
-    if said == "ready\n" {
+    if said.as_bytes() == READY_LINE {
         return Ok(child);
     }
     let _ = child.kill();

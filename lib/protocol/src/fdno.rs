@@ -64,8 +64,9 @@ pub mod exec_bridge {
 /// `lazaret-mount-router`, started by the supervisor's holder. The router
 /// takes the number from `--ready-fd N`; the holder passes this one.
 pub mod mount_router {
-    /// Write end of the readiness pipe: the router writes `ready\n` once
-    /// its mount is live and it is confined.
+    /// Write end of the readiness pipe: the router writes
+    /// [`crate::readiness::READY_LINE`] once its mount is live and it is
+    /// confined.
     pub const READY: i32 = 3;
 }
 

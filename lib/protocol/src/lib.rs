@@ -15,6 +15,7 @@ pub mod logs;
 pub mod mailbox;
 pub mod netreport;
 pub mod plan;
+pub mod readiness;
 pub mod session;
 pub mod supervisor;
 pub mod trust;
