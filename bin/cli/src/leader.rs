@@ -283,7 +283,15 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
     // from a CLI that is gone.
     let me = lazaret_helpers::pidfd::open(std::process::id() as i32)
         .map_err(|e| CliError::Start(format!("cannot open a pidfd of this process: {e}")))?;
-    fds::pass_fds(&mut cmd, vec![(input_fd, 3), (ready_w, 4), (me, 5)]);
+    use lazaret_protocol::fdno::coordinator as fdno;
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (input_fd, fdno::INPUT),
+            (ready_w, fdno::READY),
+            (me, fdno::LEADER),
+        ],
+    );
     // SAFETY: fork, _exit and setsid are async-signal-safe. The
     // intermediate child exits at once, so the coordinator is nobody's
     // child here and is never left a zombie of this CLI; setsid takes it

@@ -18,7 +18,9 @@ use lazaret_netpolicy::hostlog;
 use lazaret_netpolicy::policy::{Policy, Verdict};
 use lazaret_netpolicy::record::{self, NetworkRecord};
 use lazaret_netpolicy::NetworkPlan;
+use lazaret_protocol::netreport::{Check, ProbeReport};
 use lazaret_protocol::DomainIdV1;
+use serde::Deserialize as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -371,6 +373,24 @@ fn render_policy(out: &mut String, p: &Policy) {
     ));
 }
 
+/// The probe's checks in the helper's report as the Domain Store keeps it
+/// (verbatim, [`NetReport`] JSON), typed; none when it holds no probe.
+/// Only the `probe` member is read: the rest (the attestation) was
+/// written in other shapes by earlier versions and is not shown here.
+///
+/// [`NetReport`]: lazaret_protocol::netreport::NetReport
+fn probe_checks(report: &serde_json::Value) -> Vec<Check> {
+    #[derive(serde::Deserialize)]
+    struct ProbeOnly {
+        probe: Option<ProbeReport>,
+    }
+    ProbeOnly::deserialize(report)
+        .ok()
+        .and_then(|r| r.probe)
+        .map(|p| p.checks)
+        .unwrap_or_default()
+}
+
 fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
     let mut out = format!(
         "Domain {} (profile {profile}, workspace {workspace})\n",
@@ -414,27 +434,76 @@ fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
             if let Some(err) = &e.error {
                 out.push_str(&format!("  error: {err}\n"));
             }
-            let checks = e
-                .probe
-                .pointer("/probe/checks")
-                .and_then(|c| c.as_array())
-                .cloned()
-                .unwrap_or_default();
-            for c in checks {
-                let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-                let mark = match (c["passed"].as_bool(), c["required"].as_bool()) {
-                    (Some(true), _) => "ok  ",
-                    (_, Some(false)) => "warn",
-                    _ => "FAIL",
+            for c in probe_checks(&e.probe) {
+                let mark = if c.passed {
+                    "ok  "
+                } else if !c.required {
+                    "warn"
+                } else {
+                    "FAIL"
                 };
                 out.push_str(&format!(
                     "  {mark} {}: {} ({})\n",
-                    s("check"),
-                    s("target"),
-                    s("observed")
+                    c.check, c.target, c.observed
                 ));
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_protocol::netreport::{NetMode, NetReport};
+
+    fn check(name: &str, passed: bool, required: bool) -> Check {
+        Check {
+            check: name.into(),
+            target: "1.1.1.1:443".into(),
+            passed,
+            observed: "refused".into(),
+            required,
+        }
+    }
+
+    #[test]
+    fn the_probe_checks_are_read_typed_from_the_stored_report() {
+        let report = NetReport {
+            ok: false,
+            mode: NetMode::Probe,
+            attestation: None,
+            probe: Some(ProbeReport {
+                checks: vec![check("denied", true, true), check("dns", false, false)],
+                passed: false,
+            }),
+            confinement: None,
+            failed_stage: Some("probe".into()),
+            error: Some("x".into()),
+        };
+        let stored = serde_json::to_value(&report).unwrap();
+        let checks = probe_checks(&stored);
+        assert_eq!(checks, report.probe.unwrap().checks);
+        // An attestation in another shape (an earlier version's) does
+        // not hide the checks; `required` defaults to true.
+        let older = serde_json::json!({
+            "ok": true, "mode": "probe", "attestation": {"fingerprint": 7},
+            "probe": {"passed": false, "checks": [
+                {"check": "c", "target": "t", "passed": false, "observed": "o"}
+            ]}
+        });
+        assert_eq!(
+            probe_checks(&older),
+            [Check {
+                check: "c".into(),
+                target: "t".into(),
+                passed: false,
+                observed: "o".into(),
+                required: true,
+            }]
+        );
+        // No probe (an install report, a missing file): no checks.
+        assert!(probe_checks(&serde_json::Value::Null).is_empty());
+        assert!(probe_checks(&serde_json::json!({"ok": true, "mode": "install"})).is_empty());
+    }
 }

@@ -9,6 +9,7 @@ use crate::error::CliError;
 use crate::global::{Global, Uses};
 use lazaret_config::EnvVars;
 use lazaret_protocol::display;
+use lazaret_protocol::escalation::{LogEvent, LogRecord};
 use lazaret_protocol::DomainIdV1;
 use lazaret_state::anchors::Anchors;
 use lazaret_state::meta::DomainMeta;
@@ -1639,11 +1640,18 @@ pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError
             }
         }
     }
-    let records: Vec<serde_json::Value> = text
+    // A line that is not a record (torn by a crash, say) is left out.
+    let records: Vec<LogRecord> = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     if json {
+        // Each record as a JSON object with its keys sorted, as printed
+        // before the reader was typed.
+        let records: Vec<serde_json::Value> = records
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect();
         println!(
             "{}",
             lazaret_protocol::display::ascii_json(
@@ -1656,48 +1664,55 @@ pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError
         println!("no Host Escalation recorded for Domain {}", domain.id);
     }
     for r in records {
-        // Every field may hold the sandbox's words: escaped.
-        let s = |k: &str| display::escape(r[k].as_str().unwrap_or(""));
-        if let Some(ms) = r["time_unix_ms"].as_u64() {
-            print!("{}  ", crate::human::time_ms(ms));
-        }
-        if s("event") == "refused" {
-            // The entry name is recorded in its escaped form already.
-            println!(
-                "refused mailbox entry {}: {}",
-                display::message(r["entry"].as_str().unwrap_or("")),
-                s("reason")
-            );
-            continue;
-        }
-        let argv: Vec<String> = r["argv"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let ran: Option<Vec<String>> = r["ran_argv"].as_array().map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        });
-        let short = |k: &str| s(k).chars().take(8).collect::<String>();
-        print!(
-            "{} session {}: {} -> {} (by {})",
-            short("request_id"),
-            short("session_id"),
-            crate::prompt::show_argv(&argv),
-            s("result"),
-            s("decided_by")
-        );
-        match ran {
-            Some(ran) if ran != argv => println!(", edited to {}", crate::prompt::show_argv(&ran)),
-            _ => println!(),
+        print!("{}  ", crate::human::time_ms(r.time_unix_ms));
+        match &r.event {
+            LogEvent::Refused { entry, reason } => {
+                // The entry name is recorded in its escaped form already.
+                println!(
+                    "refused mailbox entry {}: {}",
+                    display::message(entry),
+                    display::escape(reason)
+                );
+            }
+            LogEvent::Decision {
+                request_id,
+                session_id,
+                argv,
+                ran_argv,
+                decided_by,
+                result,
+                ..
+            } => print_decision(
+                [request_id, session_id, result, decided_by],
+                argv,
+                ran_argv.as_deref(),
+            ),
+            // Shown as a decision without fields, as it was before the
+            // record was read typed (issue 30: no behaviour change).
+            LogEvent::ReaderExited { .. } => print_decision(["", "", "", ""], &[], None),
         }
     }
     Ok(0)
+}
+
+/// One decision line of `lazaret escalations`: `[request_id, session_id,
+/// result, decided_by]`, the requested vector and the one that ran.
+fn print_decision(fields: [&str; 4], argv: &[String], ran: Option<&[String]>) {
+    // Every field may hold the sandbox's words: escaped.
+    let [request_id, session_id, result, decided_by] = fields.map(display::escape);
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    print!(
+        "{} session {}: {} -> {} (by {})",
+        short(&request_id),
+        short(&session_id),
+        crate::prompt::show_argv(argv),
+        result,
+        decided_by
+    );
+    match ran {
+        Some(ran) if ran != argv => println!(", edited to {}", crate::prompt::show_argv(ran)),
+        _ => println!(),
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::{
     self as esc, bounds, Body, Kind, LogEvent, LogRecord, Outcome, ResultRecord,
 };
+use lazaret_protocol::fdno;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::lifecycle::{Event, ResultKind};
 use lazaret_protocol::mailbox::{self, FromReader, ReaderInput, ToReader};
@@ -480,9 +481,9 @@ impl Escalations {
         fds::pass_fds(
             &mut cmd,
             vec![
-                (input_fd, mailbox::fdno::INPUT),
-                (dir, mailbox::fdno::REQUESTS),
-                (theirs.into(), mailbox::fdno::CHANNEL),
+                (input_fd, fdno::mailbox::INPUT),
+                (dir, fdno::mailbox::REQUESTS),
+                (theirs.into(), fdno::mailbox::CHANNEL),
             ],
         );
         // The reader must not outlive the coordinator that routes its

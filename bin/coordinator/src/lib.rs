@@ -9,7 +9,6 @@ pub mod attach;
 pub mod confine;
 pub mod confinement;
 pub mod escalation;
-pub mod fdno;
 pub mod gate;
 pub mod lease;
 pub mod lifecycle;

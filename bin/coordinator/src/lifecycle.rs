@@ -4,10 +4,11 @@ use crate::escalation::{Escalations, MailboxKeys, ResultSigner};
 use crate::logs::HelpersLog;
 use crate::session::{self, SessionCtx};
 use crate::supervisor_link::Link;
-use crate::{exit, fdno, procs};
+use crate::{exit, procs};
 use lazaret_helpers::channel::{self, Channel, ChannelError};
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::escalation::paths as esc_paths;
+use lazaret_protocol::fdno;
 use lazaret_protocol::lifecycle::{Event, LOG_PREFIX as LIFECYCLE_PREFIX};
 use lazaret_protocol::plan::{
     AnchorMount, CoordinatorInput, CoordinatorReadiness, MountKind, MountPurpose, PlannedMount,
@@ -87,12 +88,12 @@ impl Drop for Ownership {
 pub fn main() -> i32 {
     // Inherited by the supervisor, the exec bridges and what they start.
     lazaret_helpers::limits::raise_nofile();
-    let ready = match fds::inherited(fdno::READY) {
+    let ready = match fds::inherited(fdno::coordinator::READY) {
         Ok(fd) => Some(std::fs::File::from(fd)),
         Err(_) => None,
     };
     let mut ready = ready;
-    let leader = fds::inherited(fdno::LEADER).ok();
+    let leader = fds::inherited(fdno::coordinator::LEADER).ok();
     let input = match read_input() {
         Ok(i) => i,
         Err(msg) => {
@@ -130,7 +131,7 @@ fn report(ready: &mut Option<std::fs::File>, r: CoordinatorReadiness) {
     *ready = None;
 }
 
-/// The input memfd on fd 3, checked against `--input-digest HEX` before
+/// The input memfd ([`fdno::coordinator::INPUT`]), checked against `--input-digest HEX` before
 /// it is parsed.
 fn read_input() -> Result<CoordinatorInput, String> {
     let args: Vec<String> = std::env::args().collect();
@@ -139,7 +140,8 @@ fn read_input() -> Result<CoordinatorInput, String> {
         .position(|a| a == "--input-digest")
         .and_then(|i| args.get(i + 1))
         .ok_or("no --input-digest: the coordinator is started by lazaret")?;
-    let fd = fds::inherited(fdno::INPUT).map_err(|e| format!("no input on fd 3: {e}"))?;
+    let fd = fds::inherited(fdno::coordinator::INPUT)
+        .map_err(|e| format!("no input on fd {}: {e}", fdno::coordinator::INPUT))?;
     let bytes = memfd::read_checked("coordinator-input", &fd, 1 << 20, digest)
         .map_err(|e| e.to_string())?;
     postcard::from_bytes(&bytes).map_err(|e| format!("coordinator input: {e}"))
@@ -971,8 +973,8 @@ fn spawn_supervisor(
     fds::pass_fds(
         &mut cmd,
         vec![
-            (plan_fd, lazaret_protocol::supervisor::PLAN_FD),
-            (theirs.into_fd(), lazaret_protocol::supervisor::CHANNEL_FD),
+            (plan_fd, fdno::supervisor::PLAN),
+            (theirs.into_fd(), fdno::supervisor::CHANNEL),
         ],
     );
     // The supervisor dies with the thread that spawned it, which is this

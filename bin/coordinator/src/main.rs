@@ -1,5 +1,6 @@
 //! `lazaret-coordinator`: started by the `lazaret` CLI that leads a
-//! Domain's start-up, with its input on fd 3 and a readiness pipe on fd 4.
+//! Domain's start-up, with its input on fd 3 and a readiness pipe on fd 4
+//! (`lazaret_protocol::fdno::coordinator`).
 //! `--print-confinement` prints what it may do once started.
 
 fn main() {

@@ -16,6 +16,7 @@ use argh::FromArgs;
 use lazaret_dns_filter::routes::DnsRoutes;
 use lazaret_dns_filter::serve::{now_ms, Filter, Log};
 use lazaret_netpolicy::dnslog::DnsEvent;
+use lazaret_protocol::fdno::dns_filter as fdno;
 use std::io::Write;
 use std::net::{Ipv4Addr, UdpSocket};
 
@@ -28,10 +29,10 @@ struct Cli {
     #[argh(option)]
     digest: String,
     /// the policy memfd
-    #[argh(option, default = "3")]
+    #[argh(option, default = "fdno::POLICY")]
     policy_fd: i32,
     /// the log (opened for appending)
-    #[argh(option, default = "4")]
+    #[argh(option, default = "fdno::LOG")]
     log_fd: i32,
 }
 
@@ -158,7 +159,9 @@ fn main() {
         allow: hosts.allow.clone(),
     });
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "ready").and_then(|_| out.flush());
+    let _ = out
+        .write_all(lazaret_protocol::readiness::READY_LINE)
+        .and_then(|_| out.flush());
 
     let mut filter = Filter::new(
         policy, hosts, allow, listen, upstream, rtnl, ifindex, tcp, log,

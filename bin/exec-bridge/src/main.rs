@@ -18,17 +18,13 @@
 
 mod confinement;
 
+// The supervisor's layout: the holder's pidfd, and the session's process
+// specification, which runsc exec reads itself as `/proc/self/fd/4`.
+use lazaret_protocol::fdno::exec_bridge::{HOLDER_PIDFD, PROCESS as PROCESS_FD};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{self, SigSet, Signal};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
-
-const HOLDER_PIDFD: i32 = 3;
-/// The session's process specification for `runsc exec --process` (a
-/// sealed memfd, read by runsc as `/proc/self/fd/4`): it may hold the
-/// session's own variables (`lazaret run -e`), which are never written to
-/// a file.
-const PROCESS_FD: i32 = 4;
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--print-confinement") {

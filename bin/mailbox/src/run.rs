@@ -17,8 +17,9 @@
 use crate::confine;
 use crate::reader::Reader;
 use crate::watch::Watch;
+use lazaret_protocol::fdno::mailbox as fdno;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
-use lazaret_protocol::mailbox::{fdno, ToReader, MAX_INPUT};
+use lazaret_protocol::mailbox::{ToReader, MAX_INPUT};
 use sha2::{Digest, Sha256};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;

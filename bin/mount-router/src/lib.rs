@@ -28,7 +28,7 @@
 //!   (the router then covers it), but not a directory beneath either store.
 //! - `--ready-fd N`: an inherited descriptor (a pipe's write end). Once the
 //!   mount is live and the router is confined, it writes exactly `ready\n`
-//!   and closes it. If start-up fails, the descriptor is closed without a
+//!   (`lazaret_protocol::readiness::READY_LINE`) and closes it. If start-up fails, the descriptor is closed without a
 //!   byte written, so end of file without `ready\n` means failure (the
 //!   reason is on stderr and in the exit status).
 //! - `--excludes-file`/`--no-excludes-file`: override `core.excludesFile`.
@@ -468,7 +468,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     if let Some(mut r) = ready {
         // A parent that stopped listening is not our failure: the mount is
         // up either way, and it learns of it from the mount table.
-        let _ = r.write_all(b"ready\n");
+        let _ = r.write_all(lazaret_protocol::readiness::READY_LINE);
     }
     session.run().map_err(Error::Session)
 }

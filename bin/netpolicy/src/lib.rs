@@ -24,8 +24,6 @@ pub mod probe;
 pub mod sysctl;
 pub mod watch;
 
-pub use lazaret_netpolicy::fdno;
-
 /// This crate's compiled seccomp policies (`build.rs`).
 pub mod policies {
     include!(concat!(env!("OUT_DIR"), "/policies.rs"));

@@ -18,8 +18,8 @@
 //! message on stderr.
 
 use argh::FromArgs;
-use lazaret_netpolicy_helper::fdno;
 use lazaret_netpolicy_helper::helper::{self, exit, Mode, NetMode, Report, Request};
+use lazaret_protocol::fdno::{netpolicy, netpolicy_watch};
 
 /// Install, attest and probe a Lazaret network policy.
 #[derive(FromArgs)]
@@ -45,14 +45,14 @@ struct Watch {
     #[argh(option)]
     digest: String,
     /// the policy memfd
-    #[argh(option, default = "fdno::POLICY")]
+    #[argh(option, default = "netpolicy_watch::POLICY")]
     policy_fd: i32,
     /// a NETLINK_ROUTE socket of the host's network namespace, bound to
     /// its IPv4 address notifications
-    #[argh(option, default = "fdno::HOST_NETLINK")]
+    #[argh(option, default = "netpolicy_watch::HOST_NETLINK")]
     host_netlink_fd: i32,
     /// the log (opened for appending)
-    #[argh(option, default = "fdno::WATCH_LOG")]
+    #[argh(option, default = "netpolicy_watch::LOG")]
     log_fd: i32,
 }
 
@@ -65,10 +65,10 @@ struct Install {
     #[argh(option)]
     digest: String,
     /// the policy memfd
-    #[argh(option, default = "fdno::POLICY")]
+    #[argh(option, default = "netpolicy::POLICY")]
     policy_fd: i32,
     /// the sandbox network namespace
-    #[argh(option, default = "fdno::SANDBOX_NETNS")]
+    #[argh(option, default = "netpolicy::SANDBOX_NETNS")]
     sandbox_netns_fd: i32,
 }
 
@@ -84,10 +84,10 @@ struct Probe {
     #[argh(option)]
     fingerprint: String,
     /// the policy memfd
-    #[argh(option, default = "fdno::POLICY")]
+    #[argh(option, default = "netpolicy::POLICY")]
     policy_fd: i32,
     /// the sandbox network namespace
-    #[argh(option, default = "fdno::SANDBOX_NETNS")]
+    #[argh(option, default = "netpolicy::SANDBOX_NETNS")]
     sandbox_netns_fd: i32,
 }
 

@@ -271,7 +271,9 @@ pub fn run(req: &WatchRequest) -> Failure {
         Err(f) => return f,
     };
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "ready").and_then(|_| out.flush());
+    let _ = out
+        .write_all(lazaret_protocol::readiness::READY_LINE)
+        .and_then(|_| out.flush());
     let e = w.serve();
     w.log.write(
         &HostEvent::Failed {

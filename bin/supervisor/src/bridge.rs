@@ -10,6 +10,7 @@
 
 use lazaret_helpers::pidfd::{PidfdError, Tracked};
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::fdno::exec_bridge;
 use lazaret_protocol::plan::SandboxPlan;
 use lazaret_protocol::supervisor::{
     valid_session_id, ExitStatus, SessionProcess, StartBridge, MAX_PROCESS,
@@ -17,12 +18,6 @@ use lazaret_protocol::supervisor::{
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-/// The exec bridge finds the holder's pidfd here.
-const HOLDER_PIDFD: i32 = 3;
-/// The session's process specification (`runsc exec --process`), in the
-/// bridge and so in runsc exec.
-const PROCESS_FD: i32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
@@ -107,7 +102,7 @@ pub fn start(
             "--pid-file",
             &pid_file.to_string_lossy(),
             "--process",
-            &format!("/proc/self/fd/{PROCESS_FD}"),
+            &format!("/proc/self/fd/{}", exec_bridge::PROCESS),
             &plan.sandbox_id,
         ],
     );
@@ -123,7 +118,13 @@ pub fn start(
         path: plan.exec_bridge.clone(),
         source,
     })?;
-    fds::pass_fds(&mut cmd, vec![(holder, HOLDER_PIDFD), (spec, PROCESS_FD)]);
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (holder, exec_bridge::HOLDER_PIDFD),
+            (spec, exec_bridge::PROCESS),
+        ],
+    );
     // The supervisor blocks the signals it takes through its signalfd;
     // the bridge must start with none blocked.
     lazaret_helpers::child::set_signals(

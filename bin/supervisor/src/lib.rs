@@ -10,7 +10,6 @@
 pub mod bridge;
 pub mod bundle;
 pub mod confinement;
-pub mod fdno;
 pub mod limits;
 pub mod memory;
 pub mod network;

@@ -1,7 +1,7 @@
 //! `lazaret-supervisor`: started by the Session Coordinator with the plan
 //! (a sealed memfd) on fd 3, its SHA-256 digest in argv (`--plan-digest`),
 //! and its end of the control channel on fd 4
-//! ([`lazaret_protocol::supervisor`]). See the crate documentation.
+//! ([`lazaret_protocol::fdno::supervisor`], [`lazaret_protocol::supervisor`]). See the crate documentation.
 //!
 //! Process layout:
 //! ```text
@@ -33,9 +33,10 @@
 
 use lazaret_helpers::channel::Channel;
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::fdno::supervisor as fdno;
 use lazaret_protocol::plan::SandboxPlan;
 use lazaret_protocol::supervisor::{FromSupervisor, MAX_RECORD};
-use lazaret_supervisor::{exit, fdno};
+use lazaret_supervisor::exit;
 use std::path::Path;
 
 mod holder;

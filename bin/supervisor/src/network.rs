@@ -26,6 +26,7 @@
 
 use lazaret_helpers::pidfd::Tracked;
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::fdno;
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{DnsFilterPlan, SandboxNetwork};
 use std::io::{Read, Write};
@@ -50,8 +51,9 @@ fn unblock_and_die_with_parent(cmd: &mut Command) {
     );
 }
 
-/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS
-/// filter's `ready` line).
+/// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the first
+/// of the DNS filter's and the watch's
+/// [`lazaret_protocol::readiness::READY_LINE`]).
 fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
     let f = std::fs::File::from(r);
     let mut pfd = [nix::poll::PollFd::new(
@@ -87,6 +89,8 @@ impl Uplink {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
         let (exit_r, exit_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        let ready_fd = format!("--ready-fd={}", fdno::slirp4netns::READY);
+        let exit_fd = format!("--exit-fd={}", fdno::slirp4netns::EXIT);
         let mut cmd = Command::new(&net.slirp4netns);
         // The Domain ID in argv names the process for `ps` and the tests.
         cmd.arg0(format!(
@@ -99,14 +103,20 @@ impl Uplink {
             "--disable-host-loopback",
             "--enable-sandbox",
             "--enable-seccomp",
-            "--ready-fd=3",
-            "--exit-fd=4",
+            &ready_fd,
+            &exit_fd,
         ])
         .arg(holder_pid.to_string())
         .arg("tap0")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-        fds::pass_fds(&mut cmd, vec![(ready_w, 3), (exit_r, 4)]);
+        fds::pass_fds(
+            &mut cmd,
+            vec![
+                (ready_w, fdno::slirp4netns::READY),
+                (exit_r, fdno::slirp4netns::EXIT),
+            ],
+        );
         unblock_and_die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
@@ -308,9 +318,10 @@ fn open_log(path: &Path) -> Result<OwnedFd, String> {
         .map_err(|e| format!("cannot open {}: {e}", path.display()))
 }
 
-/// `lazaret-netpolicy watch` in N1 with the sealed policy on fd 3, the
-/// host netlink socket on fd 4 and its log on fd 5; it prints `ready`
-/// once the host's addresses are denied and it is confined.
+/// `lazaret-netpolicy watch` in N1 with the sealed policy, the host
+/// netlink socket and its log ([`fdno::netpolicy_watch`]); it prints
+/// [`lazaret_protocol::readiness::READY_LINE`] once the host's addresses
+/// are denied and it is confined.
 fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = open_log(&net.host_watch_log)?;
@@ -323,7 +334,15 @@ fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command,
     .args(["watch", "--digest", &net.digest])
     .stdin(Stdio::null())
     .stderr(Stdio::inherit());
-    fds::pass_fds(&mut cmd, vec![(policy, 3), (host_netlink, 4), (log, 5)]);
+    use fdno::netpolicy_watch as to;
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (policy, to::POLICY),
+            (host_netlink, to::HOST_NETLINK),
+            (log, to::LOG),
+        ],
+    );
     unblock_and_die_with_parent(&mut cmd);
     Ok(cmd)
 }
@@ -347,8 +366,10 @@ fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
     }
 }
 
-/// `lazaret-dns-filter` in N1 with the sealed policy on fd 3 and its log
-/// on fd 4; returns once it printed `ready` (it listens and is confined).
+/// `lazaret-dns-filter` in N1 with the sealed policy and its log
+/// ([`fdno::dns_filter`]); returns once it printed
+/// [`lazaret_protocol::readiness::READY_LINE`] (it listens and is
+/// confined).
 fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
     let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
     let log = open_log(&plan.log)?;
@@ -361,7 +382,13 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
     .args(["--digest", &net.digest])
     .stdin(Stdio::null())
     .stderr(Stdio::inherit());
-    fds::pass_fds(&mut cmd, vec![(policy, 3), (log, 4)]);
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (policy, fdno::dns_filter::POLICY),
+            (log, fdno::dns_filter::LOG),
+        ],
+    );
     unblock_and_die_with_parent(&mut cmd);
     let (mut child, ready) = spawn_with_ready_line(cmd)?;
     wait_ready(ready, "lazaret-dns-filter", &mut child)?;
@@ -426,6 +453,7 @@ fn fork_keeper() -> Result<i32, String> {
 fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let ready_fd = format!("--ready-fd={}", fdno::slirp4netns::READY);
     let mut cmd = Command::new(&net.slirp4netns);
     cmd.arg0(format!(
         "slirp4netns-sandbox:lazaret-domain={}",
@@ -437,7 +465,7 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
         "--disable-host-loopback",
         "--enable-sandbox",
         "--enable-seccomp",
-        "--ready-fd=3",
+        &ready_fd,
         "--netns-type=path",
         netns_path,
     ]);
@@ -449,7 +477,7 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
             .current_dir(&net.api_socket_dir);
     }
     cmd.arg("tap0").stdin(Stdio::null()).stdout(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    fds::pass_fds(&mut cmd, vec![(ready_w, fdno::slirp4netns::READY)]);
     unblock_and_die_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
@@ -460,8 +488,8 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
     Ok(child)
 }
 
-/// Runs `lazaret-netpolicy MODE` with the sealed policy on fd 3 and N2 on
-/// fd 4; leaves its report in the evidence directory; returns it when the
+/// Runs `lazaret-netpolicy MODE` with the sealed policy and N2
+/// ([`fdno::netpolicy`]); leaves its report in the evidence directory; returns it when the
 /// helper succeeded, else an error with its failing stage and message.
 fn run_helper(
     net: &SandboxNetwork,
@@ -478,7 +506,13 @@ fn run_helper(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    fds::pass_fds(&mut cmd, vec![(policy, 3), (netns, 4)]);
+    fds::pass_fds(
+        &mut cmd,
+        vec![
+            (policy, fdno::netpolicy::POLICY),
+            (netns, fdno::netpolicy::SANDBOX_NETNS),
+        ],
+    );
     unblock_and_die_with_parent(&mut cmd);
     let out = cmd
         .output()

@@ -4,7 +4,9 @@
 //! with the holder (`--die-with-parent`), and with it its mount.
 
 use lazaret_helpers::fds;
+use lazaret_protocol::fdno::mount_router as fdno;
 use lazaret_protocol::plan::RouterPlan;
+use lazaret_protocol::readiness::READY_LINE;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 pub fn start(r: &RouterPlan) -> Result<Child, String> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let ready_fd = fdno::READY.to_string();
     let mut cmd = Command::new(&r.binary);
     cmd.arg("--workspace")
         .arg(&r.workspace)
@@ -22,7 +25,12 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         // The Sentry stats donated descriptors as its own (nested) uid:
         // without allow_other FUSE refuses it (EACCES, then EIO on
         // append). Only this mount namespace's processes can reach it.
-        .args(["--ready-fd", "3", "--die-with-parent", "--allow-other"])
+        .args([
+            "--ready-fd",
+            &ready_fd,
+            "--die-with-parent",
+            "--allow-other",
+        ])
         .args((!r.isolate_ignored).then_some("--sentry-only"))
         .args(
             r.inside_owner
@@ -47,7 +55,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(ready_w, 3)]);
+    fds::pass_fds(&mut cmd, vec![(ready_w, fdno::READY)]);
     // The holder blocks the signals it waits for; the router must not.
     lazaret_helpers::child::set_signals(
         &mut cmd,
@@ -70,7 +78,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
     if n > 0 {
         let _ = (&mut ready).take(64).read_to_string(&mut said);
     }
-    if said == "ready\n" {
+    if said.as_bytes() == READY_LINE {
         return Ok(child);
     }
     let _ = child.kill();

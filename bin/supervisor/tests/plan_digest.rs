@@ -4,8 +4,9 @@
 
 use lazaret_helpers::channel;
 use lazaret_helpers::{fds, memfd};
+use lazaret_protocol::fdno::supervisor::{CHANNEL as CHANNEL_FD, PLAN as PLAN_FD};
 use lazaret_protocol::plan::*;
-use lazaret_protocol::supervisor::{FromSupervisor, CHANNEL_FD, MAX_RECORD, PLAN_FD};
+use lazaret_protocol::supervisor::{FromSupervisor, MAX_RECORD};
 use std::path::Path;
 use std::process::{Command, Stdio};
 

@@ -38,21 +38,9 @@ pub mod section;
 pub use derive::{derive, host_addresses, options_for, options_on_this_host};
 pub use policy::{DeriveOptions, NetworkPlan, Policy, PolicyError};
 
-/// The fixed descriptor numbers the supervisor hands to the helper.
-pub mod fdno {
-    /// Sealed memfd with the canonical policy bytes.
-    pub const POLICY: i32 = 3;
-    /// An fd of the sandbox network namespace (`/proc/PID/ns/net`).
-    pub const SANDBOX_NETNS: i32 = 4;
-    /// `watch`: a NETLINK_ROUTE socket of the host's network namespace,
-    /// bound to its IPv4 address notifications (by the supervisor).
-    pub const HOST_NETLINK: i32 = 4;
-    /// `watch`: its log, `host-addresses.log`, opened for appending.
-    pub const WATCH_LOG: i32 = 5;
-}
-
-/// Creates the sealed memfd the helper reads on [`fdno::POLICY`], and the
-/// digest to pass as `--digest`.
+/// Creates the sealed memfd the helper reads on its policy descriptor
+/// (`lazaret_protocol::fdno::netpolicy::POLICY`), and the digest to pass
+/// as `--digest`.
 pub fn policy_memfd(policy: &Policy) -> Result<(std::os::fd::OwnedFd, String), String> {
     let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
     let digest = policy::digest_bytes(&bytes);
@@ -71,8 +59,8 @@ pub enum ReadPolicyError {
     Decode(#[from] PolicyError),
 }
 
-/// Reads the policy a helper was handed on [`fdno::POLICY`]: the memfd's
-/// seals and size, its SHA-256 against `digest` (`--digest`), then the
+/// Reads the policy a helper was handed on its policy descriptor: the
+/// memfd's seals and size, its SHA-256 against `digest` (`--digest`), then the
 /// canonical bytes.
 pub fn read_policy_memfd(
     fd: impl std::os::fd::AsFd,

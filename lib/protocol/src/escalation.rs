@@ -487,4 +487,89 @@ mod tests {
         assert_eq!(f[3], std::path::Path::new("/r/escalations.log.1"));
         assert_eq!(f[4], std::path::Path::new("/r/escalations.log"));
     }
+
+    /// Lines as the coordinator writes them (`serde_json::to_string` of a
+    /// [`LogRecord`]), one per event, in its field order.
+    const WRITTEN: [&str; 3] = [
+        r#"{"time_unix_ms":1700000000123,"sandbox_id":"s","event":"refused","entry":"\\x1b]0;pwned.req","reason":"signature"}"#,
+        r#"{"time_unix_ms":1700000000456,"sandbox_id":"s","event":"decision","request_id":"r1","session_id":"sess","argv":["git","push"],"justification":"publish","requester_pid":42,"requester_cmdline":["bash","-c","x"],"ran_argv":null,"decided_by":"developer","result":"completed, status 0"}"#,
+        r#"{"time_unix_ms":1700000000789,"sandbox_id":"s","event":"reader_exited","reason":"it exited"}"#,
+    ];
+
+    fn written_records() -> [LogRecord; 3] {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        [
+            LogRecord {
+                time_unix_ms: 1_700_000_000_123,
+                sandbox_id: "s".into(),
+                event: LogEvent::Refused {
+                    entry: "\\x1b]0;pwned.req".into(),
+                    reason: "signature".into(),
+                },
+            },
+            LogRecord {
+                time_unix_ms: 1_700_000_000_456,
+                sandbox_id: "s".into(),
+                event: LogEvent::Decision {
+                    request_id: "r1".into(),
+                    session_id: "sess".into(),
+                    argv: v(&["git", "push"]),
+                    justification: "publish".into(),
+                    requester_pid: 42,
+                    requester_cmdline: v(&["bash", "-c", "x"]),
+                    ran_argv: None,
+                    decided_by: "developer".into(),
+                    result: "completed, status 0".into(),
+                },
+            },
+            LogRecord {
+                time_unix_ms: 1_700_000_000_789,
+                sandbox_id: "s".into(),
+                event: LogEvent::ReaderExited {
+                    reason: "it exited".into(),
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn a_log_record_is_written_with_the_same_names_in_the_same_order() {
+        for (rec, line) in written_records().iter().zip(WRITTEN) {
+            assert_eq!(serde_json::to_string(rec).unwrap(), line);
+        }
+    }
+
+    #[test]
+    fn a_log_record_round_trips_and_reads_what_the_writer_writes() {
+        for (rec, line) in written_records().iter().zip(WRITTEN) {
+            let back: LogRecord = serde_json::from_str(line).unwrap();
+            assert_eq!(&back, rec);
+            let again: LogRecord =
+                serde_json::from_str(&serde_json::to_string(&back).unwrap()).unwrap();
+            assert_eq!(again, back);
+            // `lazaret escalations --json` prints the typed record as a
+            // JSON value: the same value as the line's own.
+            let untyped: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_value(&back).unwrap(), untyped);
+        }
+        let edited = WRITTEN[1].replace(r#""ran_argv":null"#, r#""ran_argv":["git","push","-n"]"#);
+        let back: LogRecord = serde_json::from_str(&edited).unwrap();
+        assert!(matches!(
+            back.event,
+            LogEvent::Decision { ran_argv: Some(ref r), .. } if r.len() == 3
+        ));
+    }
+
+    #[test]
+    fn what_is_not_a_log_record_does_not_parse() {
+        // The reader leaves such lines out.
+        for line in [
+            "",
+            "not json",
+            &WRITTEN[0][..WRITTEN[0].len() - 5],
+            r#"{"time_unix_ms":1,"sandbox_id":"s","event":"unknown"}"#,
+        ] {
+            assert!(serde_json::from_str::<LogRecord>(line).is_err(), "{line}");
+        }
+    }
 }

@@ -2,18 +2,20 @@
 //!
 //! Every record that crosses a process boundary is defined here and encoded
 //! with postcard. File descriptors never travel inside payloads: they are
-//! inherited at fixed numbers or passed out of band.
+//! inherited at fixed numbers ([`fdno`]) or passed out of band.
 
 pub mod changes;
 pub mod display;
 pub mod domain;
 pub mod escalation;
+pub mod fdno;
 pub mod frame;
 pub mod lifecycle;
 pub mod logs;
 pub mod mailbox;
 pub mod netreport;
 pub mod plan;
+pub mod readiness;
 pub mod session;
 pub mod supervisor;
 pub mod trust;

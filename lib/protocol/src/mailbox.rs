@@ -3,12 +3,13 @@
 //!
 //! The reader gets its [`ReaderInput`] in a sealed memfd whose SHA-256 is
 //! passed on its command line, the request directory as an fd, and one end
-//! of a Unix stream socketpair. Over that socket, in length-prefixed
-//! postcard frames ([`crate::frame`]), the coordinator tells it which Client
-//! Sessions exist ([`ToReader`]) and the reader hands back only typed
-//! records ([`FromReader`]): each one either an entry whose signature,
-//! generation, age and Session Anchor MAC verified, or a refusal with the
-//! entry's escaped name and the reason, for the log.
+//! of a Unix stream socketpair, at the numbers of [`crate::fdno::mailbox`].
+//! Over that socket, in length-prefixed postcard frames ([`crate::frame`]),
+//! the coordinator tells it which Client Sessions exist ([`ToReader`]) and
+//! the reader hands back only typed records ([`FromReader`]): each one
+//! either an entry whose signature, generation, age and Session Anchor MAC
+//! verified, or a refusal with the entry's escaped name and the reason, for
+//! the log.
 
 use crate::escalation::{Body, Envelope};
 use serde::{Deserialize, Serialize};
@@ -18,16 +19,6 @@ pub const INPUT_VERSION: u32 = 1;
 
 /// The largest input memfd the reader accepts.
 pub const MAX_INPUT: u64 = 4096;
-
-/// Descriptor numbers the coordinator hands `lazaret-mailbox`.
-pub mod fdno {
-    /// Sealed memfd holding the postcard [`super::ReaderInput`].
-    pub const INPUT: i32 = 3;
-    /// The request directory (`O_DIRECTORY`, opened by the coordinator).
-    pub const REQUESTS: i32 = 4;
-    /// The reader's end of the socketpair.
-    pub const CHANNEL: i32 = 5;
-}
 
 /// What the reader needs to verify entries of one Domain generation.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

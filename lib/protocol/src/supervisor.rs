@@ -14,10 +14,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The fd number of the supervisor's end of the channel.
-pub const CHANNEL_FD: i32 = 4;
-/// The fd number of the sealed plan memfd handed to the supervisor.
-pub const PLAN_FD: i32 = 3;
 /// The largest record either side sends (descriptors aside).
 pub const MAX_RECORD: usize = 64 * 1024;
 /// The largest sealed [`SessionProcess`] the supervisor reads.
