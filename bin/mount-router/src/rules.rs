@@ -439,10 +439,7 @@ fn dir_list(
         rel.push(b'/');
     }
     rel.extend_from_slice(b".gitignore");
-    if !c.files.contains_key(dir) {
-        c.files.insert(dir.to_vec(), None);
-    }
-    let slot = c.files.get_mut(dir).expect("inserted above");
+    let slot = c.files.entry(dir.to_vec()).or_insert(None);
     refresh(
         host,
         &Source::Workspace(rel),
