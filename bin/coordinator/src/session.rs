@@ -1164,13 +1164,13 @@ impl Ending {
     }
 
     fn set(&self, end: SessionEnd) {
-        *self.end.lock().unwrap_or_else(|e| e.into_inner()) = end;
+        *lock(&self.end) = end;
     }
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let end = *self.end.lock().unwrap_or_else(|e| e.into_inner());
+        let end = *lock(&self.end);
         log(SessionLog::Ended {
             session: self.sid.clone(),
             end,
