@@ -16,6 +16,9 @@
 //! `LAZARET_SUDO_STATIC`). A musl build (`musl.toml`) gets the same,
 //! static anyway.
 
+// Build-time code: a build that cannot go on panics with a message, which cargo shows.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

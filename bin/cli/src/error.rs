@@ -51,6 +51,9 @@ pub enum CliError {
     Start(String),
     #[error("{0}")]
     Session(String),
+    /// A `--json` output that could not be encoded.
+    #[error("cannot encode the output as JSON: {0}")]
+    Encode(serde_json::Error),
     /// A command-line argument that cannot be used as given.
     #[error("{0}")]
     Usage(String),

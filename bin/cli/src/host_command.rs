@@ -21,6 +21,7 @@
 //! [`ServerMsg::CancelHostCommand`]: lazaret_protocol::session::ServerMsg::CancelHostCommand
 
 use crate::host_dir::Setting;
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::display;
 use lazaret_protocol::escalation::{self as esc, Outcome};
 use lazaret_protocol::frame::write_frame;
@@ -50,10 +51,6 @@ pub struct Runner {
     setting: Arc<Setting>,
     /// Cancellation flags of the running commands, by request ID.
     running: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Runner {

@@ -197,7 +197,7 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     if json {
         println!(
             "{}",
-            display::ascii_json(&serde_json::to_string_pretty(&rows).expect("json"))
+            display::ascii_json(&serde_json::to_string_pretty(&rows).map_err(CliError::Encode)?)
         );
         return Ok(0);
     }
@@ -506,6 +506,9 @@ impl Printer {
             }
             Format::JsonArray => self.records.push(record_of(line)),
             Format::JsonLines => {
+                // Invariant: a `LogRecord` is derived `Serialize` with string
+                // keys only, which cannot fail to encode into a `String`.
+                #[allow(clippy::expect_used)]
                 let text = serde_json::to_string(&record_of(line)).expect("json");
                 let _ = writeln!(out, "{}", display::ascii_json(&text));
             }
@@ -540,6 +543,8 @@ impl Printer {
             self.line(&line, out);
         }
         if self.format == Format::JsonArray {
+            // Invariant: as in `line`, `LogRecord`s cannot fail to encode.
+            #[allow(clippy::expect_used)]
             let text = serde_json::to_string_pretty(&self.records).expect("json");
             let _ = writeln!(out, "{}", display::ascii_json(&text));
             self.records.clear();

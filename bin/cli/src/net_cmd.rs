@@ -109,7 +109,7 @@ fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         println!(
             "{}",
             lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&events).expect("json")
+                &serde_json::to_string_pretty(&events).map_err(CliError::Encode)?
             )
         );
         return Ok(0);
@@ -210,16 +210,18 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         _ => Vec::new(),
     };
     if a.json {
-        let mut v = serde_json::to_value(&rec).expect("json");
+        let mut v = serde_json::to_value(&rec).map_err(CliError::Encode)?;
         if rec.policy.is_some() {
-            v["host_denials"] = serde_json::to_value(&watched).expect("json");
+            v["host_denials"] = serde_json::to_value(&watched).map_err(CliError::Encode)?;
         }
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
-            v["dns_table"] = serde_json::to_value(&live).expect("json");
+            v["dns_table"] = serde_json::to_value(&live).map_err(CliError::Encode)?;
         }
         println!(
             "{}",
-            lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&v).map_err(CliError::Encode)?
+            )
         );
     } else {
         let mut out = render(&rec, &ws.display().to_string(), &profile_name);

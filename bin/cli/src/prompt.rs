@@ -65,6 +65,7 @@
 
 use crate::terminal;
 use crate::vt::{self, Unit};
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::display::{self, Charset};
 use lazaret_protocol::escalation::Requester;
 use lazaret_protocol::session::{EscalationPrompt, ServerMsg};
@@ -546,7 +547,7 @@ pub fn ask(
     backlog: &mut VecDeque<Event>,
 ) -> Option<Option<Vec<String>>> {
     let (tx, rx) = std::sync::mpsc::channel();
-    *route.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    *lock(route) = Some(tx);
     let mut input = Input {
         keys: rx,
         events,
@@ -567,7 +568,7 @@ pub fn ask(
     if decision.is_none() {
         out("\nwithdrawn: the request was cancelled\n");
     }
-    *route.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *lock(route) = None;
     decision
 }
 

@@ -5,6 +5,7 @@ use crate::error::CliError;
 use crate::global::Global;
 use crate::{host_command, leader, prompt, terminal};
 use lazaret_config::EnvVars;
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::session::{
     ClientMsg, Hello, ServerMsg, SessionEnv, Signal, TtyInfo, WorkdirFrom, PROTOCOL_VERSION,
@@ -819,7 +820,7 @@ impl Relay<'_> {
                         // Our reader is gone (`lazaret run -- yes | head`):
                         // hang the session up, exit as if by SIGPIPE.
                         terminal::restore();
-                        let _ = self.w.lock().unwrap().shutdown(std::net::Shutdown::Both);
+                        let _ = lock(&self.w).shutdown(std::net::Shutdown::Both);
                         return Ok(Some(128 + libc::SIGPIPE));
                     }
                 }
@@ -881,7 +882,7 @@ impl Relay<'_> {
         );
         if let Some(argv) = decision {
             let _ = write_frame(
-                &mut *self.w.lock().unwrap(),
+                &mut *lock(&self.w),
                 &ClientMsg::Decision {
                     request_id: p.request_id.clone(),
                     argv,
@@ -922,7 +923,7 @@ fn give_back(modes: &mut crate::vt::Modes, w: &Arc<Mutex<UnixStream>>) {
 
 fn send_resize(w: &Mutex<UnixStream>, rows: u16, cols: u16) {
     let msg = ClientMsg::Resize { rows, cols };
-    let _ = write_frame(&mut *w.lock().unwrap_or_else(|e| e.into_inner()), &msg);
+    let _ = write_frame(&mut *lock(w), &msg);
 }
 
 /// Ends the session's host commands when the session ends.
@@ -942,13 +943,13 @@ fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute, detach_
         loop {
             let n = match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => {
-                    let _ = write_frame(&mut *w.lock().unwrap(), &ClientMsg::StdinEof);
+                    let _ = write_frame(&mut *lock(&w), &ClientMsg::StdinEof);
                     return;
                 }
                 Ok(n) => n,
             };
             // While a prompt owns the terminal, keystrokes are its alone.
-            if let Some(tx) = route.lock().unwrap().as_ref() {
+            if let Some(tx) = lock(&route).as_ref() {
                 let _ = tx.send(buf[..n].to_vec());
                 continue;
             }
@@ -957,13 +958,11 @@ fn spawn_stdin_relay(w: Arc<Mutex<UnixStream>>, route: prompt::KeyRoute, detach_
             } else {
                 (buf[..n].to_vec(), false)
             };
-            if !data.is_empty()
-                && write_frame(&mut *w.lock().unwrap(), &ClientMsg::Stdin(data)).is_err()
-            {
+            if !data.is_empty() && write_frame(&mut *lock(&w), &ClientMsg::Stdin(data)).is_err() {
                 return;
             }
             if detach {
-                let _ = write_frame(&mut *w.lock().unwrap(), &ClientMsg::Detach);
+                let _ = write_frame(&mut *lock(&w), &ClientMsg::Detach);
                 return;
             }
         }
@@ -1029,12 +1028,12 @@ fn spawn_signal_relay(w: &Arc<Mutex<UnixStream>>, tty: bool) {
                 SIGTERM if !tty => ClientMsg::Signal(Signal::Terminate),
                 SIGHUP if !tty => ClientMsg::Signal(Signal::Hangup),
                 SIGTERM | SIGHUP => {
-                    let _ = w.lock().unwrap().shutdown(std::net::Shutdown::Both);
+                    let _ = lock(&w).shutdown(std::net::Shutdown::Both);
                     return;
                 }
                 _ => continue,
             };
-            if write_frame(&mut *w.lock().unwrap(), &msg).is_err() {
+            if write_frame(&mut *lock(&w), &msg).is_err() {
                 return;
             }
         }

@@ -1111,7 +1111,7 @@ fn list(g: &Global, json: bool, long: bool) -> Result<i32, CliError> {
         println!(
             "{}",
             lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&views).expect("json")
+                &serde_json::to_string_pretty(&views).map_err(CliError::Encode)?
             )
         );
     } else if views.is_empty() {
@@ -1140,7 +1140,9 @@ fn inspect(which: Which, json: bool, paths: bool) -> Result<i32, CliError> {
     if json {
         println!(
             "{}",
-            lazaret_protocol::display::ascii_json(&serde_json::to_string_pretty(&v).expect("json"))
+            lazaret_protocol::display::ascii_json(
+                &serde_json::to_string_pretty(&v).map_err(CliError::Encode)?
+            )
         );
         return Ok(0);
     }
@@ -1655,7 +1657,7 @@ pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError
         println!(
             "{}",
             lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&records).expect("json")
+                &serde_json::to_string_pretty(&records).map_err(CliError::Encode)?
             )
         );
         return Ok(0);

@@ -1,6 +1,7 @@
 //! The developer's terminal: raw mode while a PTY session runs, and its
 //! restoration on every exit path (DX-5), panics included.
 
+use lazaret_helpers::sync::lock;
 use rustix::termios::{self, OptionalActions, Termios};
 use std::sync::Mutex;
 
@@ -12,14 +13,14 @@ pub fn enter_raw() -> std::io::Result<()> {
     let saved = termios::tcgetattr(&stdin)?;
     let mut raw = saved.clone();
     raw.make_raw();
-    *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+    *lock(&SAVED) = Some(saved);
     termios::tcsetattr(&stdin, OptionalActions::Drain, &raw)?;
     Ok(())
 }
 
 /// Restores the saved modes, if any. Idempotent.
 pub fn restore() {
-    let saved = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let saved = lock(&SAVED).take();
     if let Some(t) = saved {
         let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Drain, &t);
     }

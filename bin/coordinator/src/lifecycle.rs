@@ -147,10 +147,10 @@ fn read_input() -> Result<CoordinatorInput, String> {
     postcard::from_bytes(&bytes).map_err(|e| format!("coordinator input: {e}"))
 }
 
-fn random_id() -> String {
+fn random_id() -> Result<String, String> {
     let mut b = [0u8; 16];
-    getrandom::getrandom(&mut b).expect("getrandom");
-    hex::encode(b)
+    getrandom::getrandom(&mut b).map_err(|e| format!("getrandom: {e}"))?;
+    Ok(hex::encode(b))
 }
 
 /// Takes the Domain lock, waiting for a previous coordinator that is still
@@ -212,7 +212,7 @@ fn run(
     // attachment; its intent is durable before the supervisor starts.
     let binding = lazaret_protocol::trust::network_attachment(
         anchor.generation(),
-        &format!("sidecar-{}", &random_id()[..16]),
+        &format!("sidecar-{}", &random_id()?[..16]),
         &gen.sandbox_id,
     );
     let policy = crate::network::policy(input, &binding)?;
@@ -351,8 +351,8 @@ fn begin_generation(
     let gen = Generation {
         number: previous.map(|g| g.number + 1).unwrap_or(1),
         phase: Phase::Starting,
-        sandbox_id: format!("lazaret-{}", &random_id()[..16]),
-        coordinator_id: random_id(),
+        sandbox_id: format!("lazaret-{}", &random_id()?[..16]),
+        coordinator_id: random_id()?,
         supervisor: None,
         holder: None,
     };
@@ -550,7 +550,9 @@ fn domain_status(
 
 fn bind(path: &Path) -> Result<UnixListener, String> {
     let _ = std::fs::remove_file(path);
-    let (dir, name) = (path.parent().expect("dir"), path.file_name().expect("name"));
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(format!("cannot listen on {}", path.display()));
+    };
     let short = lazaret_helpers::sockpath::short(dir, &name.to_string_lossy())
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
     let l = UnixListener::bind(&short.path)

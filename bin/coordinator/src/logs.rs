@@ -18,6 +18,7 @@
 //!   then its main thread copies while it waits for the supervisor.
 
 use lazaret_helpers::logfile::{Coalescer, Held, LineSplitter, LogFile};
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::lifecycle::{checkpoint_of_log, Event, LOG_PREFIX};
 use lazaret_protocol::logs::{COORDINATOR_LOG, HELPERS_LOG, MAX_BYTES, ROTATIONS, TIME_FORMAT};
 use std::os::fd::{AsFd, OwnedFd};
@@ -179,7 +180,7 @@ impl HelpersLog {
 
     /// Copies what the pipe holds now; `false` once every writer is gone.
     pub fn drain(&self) -> bool {
-        let mut c = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = lock(&self.copy);
         let mut buf = vec![0u8; 64 << 10];
         while !c.ended {
             match rustix::io::read(&self.read, &mut buf) {
@@ -203,7 +204,7 @@ impl HelpersLog {
 
     /// No more for a while: folded repeats are reported.
     fn pause(&self) {
-        let mut c = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = lock(&self.copy);
         let out = c.lines.pause();
         let _ = c.file.append(&out);
     }

@@ -10,6 +10,7 @@ use crate::escalation::{self, Client, Escalations, Replies, SessionEntry, Termin
 use crate::gate::Gate;
 use crate::lifecycle::{log, record};
 use crate::supervisor_link::{wait_exit, BridgeEvent, BridgeExit, Link};
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::escalation::paths as esc_paths;
 use lazaret_protocol::frame::{read_frame, write_frame, FrameError};
 use lazaret_protocol::lifecycle::Event;
@@ -119,7 +120,7 @@ impl SessionCtx {
     fn session_list(&self) -> Vec<lazaret_protocol::session::SessionInfo> {
         use lazaret_protocol::session::SessionInfo;
         let info = |id: &str, l: &Live| {
-            let w = l.writer.lock().unwrap();
+            let w = lock(&l.writer);
             SessionInfo {
                 id: id.to_string(),
                 argv: l.argv.clone(),
@@ -133,14 +134,8 @@ impl SessionCtx {
                 failed: matches!(w.ended(), Some(ServerMsg::Failed { .. })),
             }
         };
-        let mut v: Vec<SessionInfo> = self
-            .live
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(id, l)| info(id, l))
-            .collect();
-        v.extend(self.ended.lock().unwrap().iter().map(|(id, l)| info(id, l)));
+        let mut v: Vec<SessionInfo> = lock(&self.live).iter().map(|(id, l)| info(id, l)).collect();
+        v.extend(lock(&self.ended).iter().map(|(id, l)| info(id, l)));
         v.sort_by_key(|i| i.since_unix_ms);
         v
     }
@@ -195,7 +190,7 @@ impl SessionCtx {
 
     /// Ends every live session (teardown).
     pub fn end_all(&self) {
-        for pidfd in self.bridges.lock().unwrap().values() {
+        for pidfd in lock(&self.bridges).values() {
             let _ =
                 lazaret_helpers::pidfd::send_signal(pidfd.as_ref(), rustix::process::Signal::KILL);
         }
@@ -448,7 +443,7 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.ctx.bridges.lock().unwrap().remove(&self.id);
+        lock(&self.ctx.bridges).remove(&self.id);
         self.ctx.link.forget(&self.id);
         escalation::lock(&self.ctx.stages).remove(&self.id);
         self.ctx.active.fetch_sub(1, Ordering::SeqCst);
@@ -532,7 +527,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     if let Some(c) = hello.control {
         ctx.stage(sid, "answering a control request");
         let answer = answer_control(ctx, c);
-        return write_frame(&mut *writer.lock().unwrap(), &answer).map_err(|e| e.to_string());
+        return write_frame(&mut *lock(&writer), &answer).map_err(|e| e.to_string());
     }
     if let Some(a) = hello.attach {
         ctx.stage(sid, "attached terminal");
@@ -671,7 +666,7 @@ fn read_hello(stream: &UnixStream) -> Result<(Hello, UnixStream), String> {
 /// with that reason.
 fn refuse(writer: &Writer, reason: String) -> Result<(), String> {
     let _ = write_frame(
-        &mut *writer.lock().unwrap(),
+        &mut *lock(writer),
         &ServerMsg::Refused {
             reason: reason.clone(),
         },
@@ -800,7 +795,7 @@ impl StartLatch {
             ServerMsg::Stdout(d) | ServerMsg::Stderr(d) => d.len(),
             _ => 0,
         };
-        let mut held = self.state.lock().unwrap();
+        let mut held = lock(&self.state);
         if !held.started && (held.bytes + len > MAX_HELD_BYTES || self.pid_written()) {
             held.started = true;
         }
@@ -826,7 +821,7 @@ impl StartLatch {
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 if latch.pid_written() {
-                    let mut held = latch.state.lock().unwrap();
+                    let mut held = lock(&latch.state);
                     held.started = true;
                     for m in std::mem::take(&mut held.msgs) {
                         if !send(&w, &m) {
@@ -847,7 +842,7 @@ impl StartLatch {
     /// and runsc's complaint, is sent too: the command may well have run);
     /// else the held bytes (runsc's diagnostics).
     fn finish(&self, w: &Writer) -> Result<bool, Vec<u8>> {
-        let mut held = self.state.lock().unwrap();
+        let mut held = lock(&self.state);
         let written = held.started || self.pid_written();
         if written || self.pid_file.exists() {
             held.started = true;
@@ -1170,13 +1165,13 @@ impl Ending {
     }
 
     fn set(&self, end: SessionEnd) {
-        *self.end.lock().unwrap_or_else(|e| e.into_inner()) = end;
+        *lock(&self.end) = end;
     }
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let end = *self.end.lock().unwrap_or_else(|e| e.into_inner());
+        let end = *lock(&self.end);
         log(SessionLog::Ended {
             session: self.sid.clone(),
             end,
@@ -1198,10 +1193,7 @@ impl Bridge<'_> {
             .start_bridge(self.sid, tty, &self.process, stdio)
             .map_err(|e| e.to_string())?;
         let pidfd = Arc::new(pidfd);
-        ctx.bridges
-            .lock()
-            .unwrap()
-            .insert(self.sid.to_string(), pidfd.clone());
+        lock(&ctx.bridges).insert(self.sid.to_string(), pidfd.clone());
         Ok((pidfd, events))
     }
 }
@@ -1299,7 +1291,7 @@ fn pump_gated(
 }
 
 fn send(w: &Writer, msg: &ServerMsg) -> bool {
-    w.lock().unwrap().send(msg)
+    lock(w).send(msg)
 }
 
 fn pump<R: Read + Send + 'static>(
@@ -1375,7 +1367,7 @@ fn run_pty(
     if bridge.detach {
         // `lazaret run -d` has its Session ID: the session goes on without
         // it, before any of its output is sent, so all of it is kept.
-        let mut w = writer.lock().unwrap();
+        let mut w = lock(&writer);
         let epoch = w.epoch();
         w.detach(epoch);
     } else {
@@ -1420,7 +1412,7 @@ fn relay_input(mut reader: UnixStream, end: PtyEnd, writer: Writer, epoch: u64) 
             }
             Ok(ClientMsg::Signal(_)) => {}
             Ok(ClientMsg::Detach) => {
-                let mut w = writer.lock().unwrap();
+                let mut w = lock(&writer);
                 if w.is_detachable() && w.epoch() == epoch && w.is_attached() {
                     w.send(&ServerMsg::Detached);
                     w.detach(epoch);
@@ -1431,7 +1423,7 @@ fn relay_input(mut reader: UnixStream, end: PtyEnd, writer: Writer, epoch: u64) 
                 escalation::deliver(&end.replies, m)
             }
             Err(FrameError::Closed) | Err(_) => {
-                let mut w = writer.lock().unwrap();
+                let mut w = lock(&writer);
                 if w.is_detachable() {
                     // The terminal hung up: the session goes on.
                     w.detach(epoch);
@@ -1477,7 +1469,7 @@ impl<'a> Listed<'a> {
             writer: writer.clone(),
             pty,
         };
-        ctx.live.lock().unwrap().insert(sid.to_string(), live);
+        lock(&ctx.live).insert(sid.to_string(), live);
         Self {
             ctx,
             sid: sid.to_string(),
@@ -1487,10 +1479,10 @@ impl<'a> Listed<'a> {
     /// The session ended: a detached one's status is kept for `lazaret ps`
     /// and `lazaret attach`; an attached terminal is let go.
     fn end(self) {
-        let Some(live) = self.ctx.live.lock().unwrap().remove(&self.sid) else {
+        let Some(live) = lock(&self.ctx.live).remove(&self.sid) else {
             return;
         };
-        let mut w = live.writer.lock().unwrap();
+        let mut w = lock(&live.writer);
         w.close();
         if w.ended().is_some() {
             drop(w);
@@ -1498,7 +1490,7 @@ impl<'a> Listed<'a> {
                 "session {}: ended while detached; its status is kept for lazaret ps and attach",
                 &self.sid[..8]
             ));
-            let mut ended = self.ctx.ended.lock().unwrap();
+            let mut ended = lock(&self.ctx.ended);
             if ended.len() >= crate::attach::MAX_ENDED {
                 ended.pop_front();
             }
@@ -1509,7 +1501,7 @@ impl<'a> Listed<'a> {
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        self.ctx.live.lock().unwrap().remove(&self.sid);
+        lock(&self.ctx.live).remove(&self.sid);
     }
 }
 
@@ -1530,7 +1522,7 @@ fn attach(
     writer: Writer,
 ) -> Result<(), String> {
     let refuse = |reason: String| {
-        writer.lock().unwrap().send(&ServerMsg::Refused {
+        lock(&writer).send(&ServerMsg::Refused {
             reason: reason.clone(),
         });
         Err(reason)
@@ -1540,10 +1532,10 @@ fn attach(
         Err(why) => return refuse(why),
     };
     let short = &id[..id.len().min(8)];
-    let Some(mut stream) = writer.lock().unwrap().take_stream() else {
+    let Some(mut stream) = lock(&writer).take_stream() else {
         return Err("the attaching terminal went away".into());
     };
-    let mut w = target.writer.lock().unwrap();
+    let mut w = lock(&target.writer);
     if w.is_attached() {
         drop(w);
         let reason = format!(
@@ -1571,7 +1563,7 @@ fn attach(
     drop(w);
     if ended {
         // Its status is told once.
-        ctx.ended.lock().unwrap().retain(|(i, _)| *i != id);
+        lock(&ctx.ended).retain(|(i, _)| *i != id);
         log(format!(
             "session {short}: its end was collected by lazaret attach"
         ));
@@ -1592,9 +1584,9 @@ fn attach(
 /// The session `lazaret attach` named (a Session ID or a unique prefix),
 /// or the Domain's only detached one; else why not.
 fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String> {
-    let live = ctx.live.lock().unwrap();
-    let ended = ctx.ended.lock().unwrap();
-    let attachable = |l: &Live| l.pty.is_some() && l.writer.lock().unwrap().is_detachable();
+    let live = lock(&ctx.live);
+    let ended = lock(&ctx.ended);
+    let attachable = |l: &Live| l.pty.is_some() && lock(&l.writer).is_detachable();
     let mut all: Vec<(String, Live)> = live
         .iter()
         .filter(|(_, l)| attachable(l))
@@ -1633,7 +1625,7 @@ fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String
         None => {
             let detached: Vec<_> = all
                 .iter()
-                .filter(|(_, l)| !l.writer.lock().unwrap().is_attached())
+                .filter(|(_, l)| !lock(&l.writer).is_attached())
                 .collect();
             match detached.as_slice() {
                 [one] => Ok((*one).clone()),

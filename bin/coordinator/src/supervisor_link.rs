@@ -9,6 +9,7 @@
 
 use lazaret_helpers::channel::{Channel, ChannelError};
 use lazaret_helpers::memfd;
+use lazaret_helpers::sync::lock;
 use lazaret_protocol::supervisor::{
     ExitStatus, FromSupervisor, MemoryBound, SessionProcess, StartBridge, ToSupervisor, MAX_RECORD,
 };
@@ -92,7 +93,7 @@ impl Link {
                     continue;
                 }
             };
-            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = lock(&self.waiters);
             let (session, event) = match msg {
                 FromSupervisor::BridgeStarted { session } => match fds.pop() {
                     Some(fd) => (session, BridgeEvent::Started(fd)),
@@ -123,7 +124,7 @@ impl Link {
                 let _ = tx.send(event);
             }
         }
-        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.waiters);
         w.closed = true;
         for (_, tx) in w.sessions.drain() {
             let _ = tx.send(BridgeEvent::Lost);
@@ -134,10 +135,7 @@ impl Link {
     /// Whether the supervisor's channel has closed (it is gone, and the
     /// sandbox with it).
     pub fn is_closed(&self) -> bool {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed
+        lock(&self.waiters).closed
     }
 
     /// Has the supervisor start `session`'s exec bridge on `stdio` (the
@@ -154,7 +152,7 @@ impl Link {
         let (process_fd, process_digest) = memfd::sealed_with_digest("session-process", &bytes)?;
         let (tx, rx) = channel();
         {
-            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = lock(&self.waiters);
             if w.closed {
                 return Err(LinkError::Lost);
             }
@@ -187,7 +185,7 @@ impl Link {
 
     /// The session's events are no longer wanted.
     pub fn forget(&self, session: &str) {
-        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.waiters);
         w.sessions.remove(session);
     }
 
@@ -196,7 +194,7 @@ impl Link {
     pub fn stop(&self, timeout: Duration) -> Option<bool> {
         let (tx, rx) = channel();
         {
-            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = lock(&self.waiters);
             if w.closed {
                 return None;
             }

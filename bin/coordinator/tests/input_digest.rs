@@ -2,6 +2,9 @@
 //! startup leader) before it parses the input, and says why on its typed
 //! readiness pipe: a forged or swapped input starts nothing.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::plan::CoordinatorReadiness;
 use std::process::{Command, Stdio};

@@ -4,6 +4,9 @@
 //! entrypoint. When umoci is installed, it unpacks the image too (it
 //! checks every digest itself).
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

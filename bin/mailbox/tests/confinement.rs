@@ -5,6 +5,9 @@
 //! refused or kill it. Runs without a harness, one child per
 //! case, so the fork happens in a single-threaded process.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_mailbox::confine;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};

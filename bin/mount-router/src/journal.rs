@@ -29,6 +29,7 @@
 //! (lossless, no tab or newline). `start` lines mark a router start.
 //! Read by `lazaret changes` (`lazaret_protocol::changes`).
 
+use crate::router::lock;
 use lazaret_protocol::changes::{Op, FILE, MAX_BYTES, PREVIOUS};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
@@ -104,7 +105,7 @@ impl Journal {
             return Ok(());
         };
         let line = lazaret_protocol::changes::line(now_ms(), op, path, to);
-        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = lock(file);
         // One write per line: O_APPEND keeps lines whole.
         f.write_all(line.as_bytes())?;
         self.bytes.fetch_add(line.len() as u64, Ordering::Relaxed);
@@ -114,7 +115,7 @@ impl Journal {
     /// Whether `(op, path)` was recorded within [`COALESCE`]; records it
     /// as seen now otherwise.
     fn seen_recently(&self, op: Op, path: &[u8]) -> bool {
-        let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = lock(&self.recent);
         let now = Instant::now();
         let key = (op, path.to_vec());
         if r.get(&key)

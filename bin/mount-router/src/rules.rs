@@ -42,6 +42,7 @@
 //! Leaves to others: deciding where a path goes (the router), and
 //! confinement (landlock keeps even a bug here within the workspace).
 
+use crate::router::lock;
 use bstr::{BStr, ByteSlice};
 use gix_glob::pattern::Case;
 use gix_glob::search::pattern::List;
@@ -290,7 +291,7 @@ impl Rules {
     /// Forget what was validated: the next decision re-checks every rules
     /// file it uses.
     pub fn invalidate(&self) {
-        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = lock(&self.cache);
         c.epoch += 1;
     }
 
@@ -312,7 +313,7 @@ impl Rules {
         if path.is_empty() {
             return (false, false);
         }
-        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = lock(&self.cache);
         let c = &mut *guard;
         let epoch = c.epoch;
         let now = Instant::now();
@@ -439,10 +440,7 @@ fn dir_list(
         rel.push(b'/');
     }
     rel.extend_from_slice(b".gitignore");
-    if !c.files.contains_key(dir) {
-        c.files.insert(dir.to_vec(), None);
-    }
-    let slot = c.files.get_mut(dir).expect("inserted above");
+    let slot = c.files.entry(dir.to_vec()).or_insert(None);
     refresh(
         host,
         &Source::Workspace(rel),

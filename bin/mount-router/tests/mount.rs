@@ -2,6 +2,9 @@
 //! covers the product's path, root of a user namespace as an ordinary
 //! user). Each test starts `lazaret-mount-router` over a fresh repository.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use std::os::unix::ffi::OsStrExt;

@@ -3,6 +3,9 @@
 //! `core.excludesFile`, negations, directory-only rules, anchoring, `**`,
 //! escapes, character classes and non-UTF-8 names. No mount needed.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use lazaret_mount_router::{gitcfg, rules};

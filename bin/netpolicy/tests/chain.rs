@@ -13,6 +13,9 @@
 //! The same executable is the test hosts (`testhost`) and the in-sandbox
 //! client (`connect`, `dns`), started inside the namespaces with nsenter.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_config::{Network, NetworkDefault};
 use lazaret_netpolicy::{derive, policy_memfd, DeriveOptions, NetworkPlan, Policy};
 use lazaret_netpolicy_helper::probe::{dns_ask, tcp_connect, TcpOutcome};

@@ -132,7 +132,7 @@ fn spawn(
 /// ends, and gives its status. A caller that goes away hangs the command
 /// up, as a closed terminal would.
 fn watch(conn: &OwnedFd, mut child: std::process::Child) -> i32 {
-    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid is positive");
+    let pid = Pid::from_child(&child);
     // Set under the lock once the command has ended but before it is
     // reaped, so that no signal goes to a reused process group.
     let ended = Arc::new(Mutex::new(false));

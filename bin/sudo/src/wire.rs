@@ -52,7 +52,8 @@ pub fn encode(r: &Request) -> Result<Vec<u8>, String> {
 pub fn decode(b: &[u8]) -> Result<Request, String> {
     let count = |at: usize| -> Result<usize, String> {
         b.get(at..at + 4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+            .and_then(|c| <[u8; 4]>::try_from(c).ok())
+            .map(|c| u32::from_le_bytes(c) as usize)
             .ok_or_else(|| "a request shorter than its header".to_string())
     };
     let (argc, envc) = (count(0)?, count(4)?);

@@ -225,7 +225,9 @@ fn write_bundle(plan: &SandboxPlan, net: Option<&network::HolderNet>) -> Result<
     // Whole or absent (written aside, then renamed): whoever reads the
     // bundle (runsc, `lazaret` tools, tests) never sees half of it.
     let part = plan.bundle_dir.join(".config.json.part");
-    std::fs::write(&part, serde_json::to_vec_pretty(&config).expect("json"))
+    let config = serde_json::to_vec_pretty(&config)
+        .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
+    std::fs::write(&part, config)
         .and_then(|()| std::fs::rename(&part, plan.bundle_dir.join("config.json")))
         .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
     if plan.network.as_ref().is_some_and(|n| n.hide_proc_sys_net) {

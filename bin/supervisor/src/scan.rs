@@ -127,10 +127,18 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
 /// is none; the exit code of the scan.
 fn print_summary(json: &str, upper: &str) -> i32 {
     match serde_json::from_str::<Result<lazaret_state::scan::Summary, String>>(json) {
-        Ok(Ok(summary)) => {
-            println!("{}", serde_json::to_string(&summary).expect("json"));
-            exit::STOPPED
-        }
+        Ok(Ok(summary)) => match serde_json::to_string(&summary) {
+            Ok(text) => {
+                println!("{text}");
+                exit::STOPPED
+            }
+            Err(e) => {
+                lazaret_protocol::log_line!(
+                    "lazaret-supervisor: cannot print the scan of {upper}: {e}"
+                );
+                exit::START_FAILED
+            }
+        },
         Ok(Err(e)) => {
             lazaret_protocol::log_line!("lazaret-supervisor: cannot scan {upper}: {e}");
             exit::START_FAILED

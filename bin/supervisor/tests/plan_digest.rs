@@ -2,6 +2,9 @@
 //! before it parses the plan, and refuses a mismatch with a clear, typed
 //! error on its control channel, before it creates or starts anything.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_helpers::channel;
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::fdno::supervisor::{CHANNEL as CHANNEL_FD, PLAN as PLAN_FD};

@@ -26,6 +26,9 @@
 //!
 //! Adding a binary: add its name to [`CONFINED`].
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_seccomp::abi::{Feature, Kernel, TEST_CAP_ENV};
 use lazaret_seccomp::ruleset::Place;
 use lazaret_seccomp::suite as binaries;

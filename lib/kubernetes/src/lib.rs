@@ -930,10 +930,10 @@ fn shared_claim(
 }
 
 /// The policy as the egress Pod reads it: JSON, one object.
-pub fn policy_json(policy: &Policy) -> String {
-    let mut s = serde_json::to_string_pretty(policy).expect("a policy always encodes");
+pub fn policy_json(policy: &Policy) -> Result<String, serde_json::Error> {
+    let mut s = serde_json::to_string_pretty(policy)?;
     s.push('\n');
-    s
+    Ok(s)
 }
 
 /// Whether the egress Pod's resolver forwards to the cluster's own DNS:
@@ -946,7 +946,11 @@ fn upstream_is_cluster_dns(policy: &Policy) -> bool {
 }
 
 fn egress(policy: &Policy, opts: &Options, names: &Names) -> Result<Vec<Manifest>, ExportError> {
-    let json = policy_json(policy);
+    let json = policy_json(policy).map_err(|e| ExportError::Encode {
+        kind: "ConfigMap",
+        name: names.egress.clone(),
+        why: e.to_string(),
+    })?;
     let cluster_dns = upstream_is_cluster_dns(policy);
     let upstream_list = match &policy.hosts {
         Some(h) => h.upstream.clone(),

@@ -44,7 +44,8 @@ fn plain(s: &str) -> bool {
 }
 
 fn quoted(s: &str) -> String {
-    serde_json::to_string(s).expect("a string always encodes")
+    // A JSON string: `Value`'s `Display`, which cannot fail.
+    Value::from(s).to_string()
 }
 
 /// A key or a one-line value; `None` for what needs more than a line.
@@ -96,6 +97,13 @@ fn literal(s: &str, header: &str, indent: usize, out: &mut String) {
 
 /// After `key:` or `-`: the value on the same line, or below it.
 fn value(v: &Value, indent: usize, out: &mut String, in_seq: bool) {
+    if let Value::String(s) = v {
+        if let Some(header) = literal_header(s) {
+            out.push(' ');
+            literal(s, header, indent + 2, out);
+            return;
+        }
+    }
     if let Some(s) = scalar(v) {
         out.push(' ');
         out.push_str(&s);
@@ -103,10 +111,6 @@ fn value(v: &Value, indent: usize, out: &mut String, in_seq: bool) {
         return;
     }
     match v {
-        Value::String(s) => {
-            out.push(' ');
-            literal(s, literal_header(s).expect("not a scalar"), indent + 2, out);
-        }
         Value::Object(m) => {
             out.push('\n');
             map(m, indent + 2, out);

@@ -3,6 +3,9 @@
 //! fence decide every name and address as the local Network Sidecar's
 //! policy does, derived from the same profile.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::Ipv4Addr;

@@ -2,6 +2,9 @@
 //! A change to what is exported shows here as a diff to review; to take
 //! it, regenerate: `LAZARET_UPDATE_GOLDEN=1 cargo test -p lazaret-kubernetes --test golden`.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

@@ -6,6 +6,9 @@
 //! refused), and its embedded Pod and claim specs against the core
 //! schemas too. A misspelt or misplaced field fails (tested below).
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -27,7 +27,7 @@ fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, P
     };
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Ok(match ip {
-            IpAddr::V4(a) => Entry::V4(Ipv4Net::new(a, 32).expect("32 is valid")),
+            IpAddr::V4(a) => Entry::V4(Ipv4Net::from(a)),
             IpAddr::V6(_) => Entry::V6,
         });
     }
@@ -158,7 +158,7 @@ fn host_rules(addrs: &[HostAddress], link: &Link) -> Result<Vec<Rule>, PolicyErr
     Ok(by_addr
         .into_iter()
         .map(|(a, ifname)| Rule {
-            prefix: Ipv4Net::new(a, 32).expect("32 is valid"),
+            prefix: Ipv4Net::from(a),
             verdict: Verdict::Deny,
             origin: Origin::Host {
                 ifname: ifname.to_string(),
@@ -224,7 +224,9 @@ pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, Policy
         None => DEFAULT_DENIED_PROBES
             .into_iter()
             .find(|t| policy.verdict_for(*t.ip()).verdict == Verdict::Deny)
-            .expect("240/4 is a fixed denial"),
+            // 240/4 is a fixed denial; were none denied, `check_probe`
+            // refuses the stand-in.
+            .unwrap_or(policy.probe.denied),
     };
     policy.check_probe()?;
     Ok(NetworkPlan::Policy(policy))
@@ -364,7 +366,7 @@ fn checked_resolvers(
                 entry: e.clone(),
             });
         };
-        let host = Ipv4Net::new(a, 32).expect("32 is valid");
+        let host = Ipv4Net::from(a);
         if a != link.dns {
             check_entry(link, "dns", i, e, host)?;
         }
@@ -481,7 +483,7 @@ fn put_fixed_rules(rules: &mut Vec<Rule>, link: &Link, resolvers: &[(usize, Ipv4
     put_rule(
         rules,
         Rule {
-            prefix: Ipv4Net::new(link.gateway, 32).expect("32 is valid"),
+            prefix: Ipv4Net::from(link.gateway),
             verdict: Verdict::Deny,
             origin: Origin::Link {
                 what: "slirp host-loopback gateway".into(),
@@ -493,7 +495,7 @@ fn put_fixed_rules(rules: &mut Vec<Rule>, link: &Link, resolvers: &[(usize, Ipv4
         put_rule(
             rules,
             Rule {
-                prefix: Ipv4Net::new(link.dns, 32).expect("32 is valid"),
+                prefix: Ipv4Net::from(link.dns),
                 verdict: Verdict::Deny,
                 origin: Origin::Link {
                     what: "slirp DNS forwarder (not a chosen resolver)".into(),
@@ -518,7 +520,7 @@ fn put_resolver_rules(
         if *a == e.link.dns {
             continue; // on-link: the device route reaches it
         }
-        let host = Ipv4Net::new(*a, 32).expect("32 is valid");
+        let host = Ipv4Net::from(*a);
         let exact_allow = e.allows.iter().any(|(_, n)| *n == host);
         if filtered {
             // The filter's upstream only: routed by mark in table 77, and

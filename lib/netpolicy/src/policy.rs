@@ -295,7 +295,7 @@ impl Default for Link {
     fn default() -> Self {
         Self {
             ifname: "tap0".into(),
-            network: Ipv4Net::new(Ipv4Addr::new(10, 0, 2, 0), 24).expect("static prefix"),
+            network: const { Ipv4Net::new_assert(Ipv4Addr::new(10, 0, 2, 0), 24) },
             gateway: Ipv4Addr::new(10, 0, 2, 2),
             dns: Ipv4Addr::new(10, 0, 2, 3),
             guest: Ipv4Addr::new(10, 0, 2, 100),
@@ -436,8 +436,8 @@ pub struct DeriveOptions {
 }
 
 pub(crate) struct Builtin {
-    pub(crate) net: [u8; 4],
-    pub(crate) len: u8,
+    /// Checked when the crate compiles (`new_assert` in a constant).
+    pub(crate) net: Ipv4Net,
     #[cfg_attr(not(feature = "derive"), allow(dead_code))]
     pub(crate) what: &'static str,
     pub(crate) fixed: bool,
@@ -445,63 +445,54 @@ pub(crate) struct Builtin {
 
 pub(crate) const BUILTINS: &[Builtin] = &[
     Builtin {
-        net: [0, 0, 0, 0],
-        len: 8,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(0, 0, 0, 0), 8),
         what: "\"this network\"",
         fixed: true,
     },
     Builtin {
-        net: [10, 0, 0, 0],
-        len: 8,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(10, 0, 0, 0), 8),
         what: "RFC 1918 private",
         fixed: false,
     },
     Builtin {
-        net: [100, 64, 0, 0],
-        len: 10,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(100, 64, 0, 0), 10),
         what: "CGNAT shared address space",
         fixed: false,
     },
     Builtin {
-        net: [127, 0, 0, 0],
-        len: 8,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(127, 0, 0, 0), 8),
         what: "loopback",
         fixed: true,
     },
     Builtin {
-        net: [169, 254, 0, 0],
-        len: 16,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16),
         what: "link-local, cloud metadata",
         fixed: false,
     },
     Builtin {
-        net: [172, 16, 0, 0],
-        len: 12,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(172, 16, 0, 0), 12),
         what: "RFC 1918 private",
         fixed: false,
     },
     Builtin {
-        net: [192, 168, 0, 0],
-        len: 16,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(192, 168, 0, 0), 16),
         what: "RFC 1918 private",
         fixed: false,
     },
     Builtin {
-        net: [224, 0, 0, 0],
-        len: 4,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(224, 0, 0, 0), 4),
         what: "multicast",
         fixed: true,
     },
     Builtin {
-        net: [240, 0, 0, 0],
-        len: 4,
+        net: Ipv4Net::new_assert(Ipv4Addr::new(240, 0, 0, 0), 4),
         what: "reserved and broadcast",
         fixed: true,
     },
 ];
 
 pub(crate) fn builtin_net(b: &Builtin) -> Ipv4Net {
-    Ipv4Net::new(Ipv4Addr::from(b.net), b.len).expect("static prefix")
+    b.net
 }
 
 /// Is `addr`, an address of the host, one the policy must deny? Not when
@@ -656,7 +647,7 @@ impl Policy {
                 return bad(format!("fixed denial {} missing", builtin_net(b)));
             }
         }
-        let gw = Ipv4Net::new(self.link.gateway, 32).expect("32 is valid");
+        let gw = Ipv4Net::from(self.link.gateway);
         if !self
             .rules
             .iter()
@@ -895,6 +886,8 @@ pub fn digest_bytes(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-#[cfg(all(test, feature = "derive"))]
+// Two `cfg`s: clippy knows a test module by a plain `cfg(test)`.
+#[cfg(test)]
+#[cfg(feature = "derive")]
 #[path = "policy_tests.rs"]
 mod tests;

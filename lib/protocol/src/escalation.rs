@@ -230,14 +230,23 @@ pub enum RecordError {
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// The session MAC keyed with `anchor`.
+#[allow(clippy::expect_used)] // Invariant: HMAC takes a key of any length.
+fn keyed(anchor: &[u8; 32]) -> HmacSha256 {
+    HmacSha256::new_from_slice(anchor).expect("any key length")
+}
+
 fn mac(anchor: &[u8; 32], body: &[u8]) -> [u8; 32] {
-    let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+    let mut m = keyed(anchor);
     m.update(body);
     m.finalize().into_bytes().into()
 }
 
 /// Signs and MACs a body into request-file bytes.
 pub fn seal(body: &Body, key: &SecretKey, anchor: &[u8; 32]) -> Vec<u8> {
+    // Invariant: a `Body` (plain fields, derived `Serialize`) always
+    // encodes into a `Vec`.
+    #[allow(clippy::expect_used)]
     let bytes = postcard::to_stdvec(body).expect("postcard");
     let sig = key.sign(&bytes, None);
     let mut out = Vec::with_capacity(SIG + MAC + bytes.len());
@@ -258,7 +267,7 @@ pub struct Verified {
 
 impl Verified {
     pub fn check_session(&self, anchor: &[u8; 32]) -> Result<(), RecordError> {
-        let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+        let mut m = keyed(anchor);
         m.update(&self.bytes);
         m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)
     }
@@ -297,7 +306,7 @@ impl Envelope {
         key.verify(&bytes, &sig)
             .map_err(|_| RecordError::BadSignature)?;
         if let Some(anchor) = anchor {
-            let mut m = HmacSha256::new_from_slice(anchor).expect("any key length");
+            let mut m = keyed(anchor);
             m.update(&bytes);
             m.verify_slice(&self.mac).map_err(|_| RecordError::BadMac)?;
         }
@@ -314,7 +323,9 @@ pub fn open(record: &[u8], key: &PublicKey) -> Result<Verified, RecordError> {
         return Err(RecordError::Truncated(record.len()));
     }
     let (sig, rest) = record.split_at(SIG);
-    let (mac, bytes) = rest.split_at(MAC);
+    let Some((mac, bytes)) = rest.split_first_chunk::<MAC>() else {
+        return Err(RecordError::Truncated(record.len()));
+    };
     let sig = Signature::from_slice(sig).map_err(|_| RecordError::BadSignature)?;
     key.verify(bytes, &sig)
         .map_err(|_| RecordError::BadSignature)?;
@@ -331,7 +342,7 @@ pub fn open(record: &[u8], key: &PublicKey) -> Result<Verified, RecordError> {
     Ok(Verified {
         body,
         sig: *sig,
-        mac: mac.try_into().expect("32 bytes"),
+        mac: *mac,
         bytes: bytes.to_vec(),
     })
 }

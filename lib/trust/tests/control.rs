@@ -1,6 +1,9 @@
 //! The control connection in one process: a coordinator thread accepts on
 //! one end of a socket pair, clients (genuine and forged) on the other.
 
+// A test crate: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use lazaret_protocol::frame::write_frame;
 use lazaret_protocol::session::{Hello, SessionEnv};
 use lazaret_protocol::trust::manifest::{Published, Verified};
