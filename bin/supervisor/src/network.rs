@@ -43,11 +43,28 @@ const SLIRP_READY: Duration = Duration::from_secs(20);
 fn unblock_and_die_with_parent(cmd: &mut Command) {
     lazaret_helpers::child::set_signals(
         cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
     );
+}
+
+/// slirp4netns as both of ours start: named for `role` and the Domain in
+/// argv (for `ps` and the tests), with the options they share (ready on
+/// fd 3).
+fn slirp_command(net: &SandboxNetwork, role: &str) -> Command {
+    let mut cmd = Command::new(&net.slirp4netns);
+    cmd.arg0(format!(
+        "slirp4netns-{role}:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args([
+        "--configure",
+        MTU,
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        "--ready-fd=3",
+    ]);
+    cmd
 }
 
 /// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the DNS
@@ -87,25 +104,12 @@ impl Uplink {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
         let (exit_r, exit_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(&net.slirp4netns);
-        // The Domain ID in argv names the process for `ps` and the tests.
-        cmd.arg0(format!(
-            "slirp4netns-uplink:lazaret-domain={}",
-            net.domain_id
-        ))
-        .args([
-            "--configure",
-            MTU,
-            "--disable-host-loopback",
-            "--enable-sandbox",
-            "--enable-seccomp",
-            "--ready-fd=3",
-            "--exit-fd=4",
-        ])
-        .arg(holder_pid.to_string())
-        .arg("tap0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        let mut cmd = slirp_command(net, "uplink");
+        cmd.arg("--exit-fd=4")
+            .arg(holder_pid.to_string())
+            .arg("tap0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
         fds::pass_fds(&mut cmd, vec![(ready_w, 3), (exit_r, 4)]);
         unblock_and_die_with_parent(&mut cmd);
         let mut child = cmd
@@ -426,21 +430,8 @@ fn fork_keeper() -> Result<i32, String> {
 fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(&net.slirp4netns);
-    cmd.arg0(format!(
-        "slirp4netns-sandbox:lazaret-domain={}",
-        net.domain_id
-    ))
-    .args([
-        "--configure",
-        MTU,
-        "--disable-host-loopback",
-        "--enable-sandbox",
-        "--enable-seccomp",
-        "--ready-fd=3",
-        "--netns-type=path",
-        netns_path,
-    ]);
+    let mut cmd = slirp_command(net, "sandbox");
+    cmd.args(["--netns-type=path", netns_path]);
     if !net.ports.is_empty() {
         // Relative to its working directory, the Domain's run directory
         // (never mounted into the sandbox): slirp4netns binds it before
