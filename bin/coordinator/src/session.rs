@@ -1919,17 +1919,22 @@ mod tests {
         std::fs::write(&pid, "").unwrap();
         assert!(latch.send(&w, ServerMsg::Stdout(b"out".to_vec())));
         assert_eq!(latch.finish(&w), Ok(false));
-        drop(w);
-        let got = drain(r);
-        assert!(
-            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"runsc: " && b == b"out"),
-            "{got:?}"
-        );
+        assert_stderr_then_stdout(w, r, b"runsc: ", b"out");
     }
 
     fn pair() -> (Writer, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
         (Arc::new(Mutex::new(Sink::attached(a))), b)
+    }
+
+    /// Closes `w`; what `r` got is `stderr`, then `stdout`, nothing else.
+    fn assert_stderr_then_stdout(w: Writer, r: UnixStream, stderr: &[u8], stdout: &[u8]) {
+        drop(w);
+        let got = drain(r);
+        assert!(
+            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == stderr && b == stdout),
+            "{got:?}"
+        );
     }
 
     fn drain(mut r: UnixStream) -> Vec<ServerMsg> {
@@ -1951,12 +1956,7 @@ mod tests {
         std::fs::write(&pid, "42").unwrap();
         assert!(latch.send(&w, ServerMsg::Stdout(b"late".to_vec())));
         assert_eq!(latch.finish(&w), Ok(true));
-        drop(w);
-        let got = drain(r);
-        assert!(
-            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"early" && b == b"late"),
-            "{got:?}"
-        );
+        assert_stderr_then_stdout(w, r, b"early", b"late");
     }
 
     #[test]

@@ -735,6 +735,20 @@ impl Router {
         }
     }
 
+    /// The new entry `name` in `dir` (`path` in `s`) made the caller's
+    /// ([`Self::own`]), and its status.
+    fn own_new(
+        &self,
+        req: &Request,
+        s: Store,
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+    ) -> Result<Stat, Errno> {
+        self.own(req, dir.as_fd(), name);
+        self.stat_in(s, path).map_err(fe)?.ok_or(Errno::ENOENT)
+    }
+
     fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
         let ino = lock(&self.table).intern(s, path, st);
         reply.entry(&self.ttl_for(path), &self.attr(ino, st), Generation(0));
@@ -1552,8 +1566,7 @@ impl Filesystem for Router {
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             self.journal(s, Op::Create, &path, None)?;
             rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), 0).map_err(fe)?;
-            self.own(req, d.as_fd(), name.as_bytes());
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, name.as_bytes(), &path)?;
             if s == Store::State {
                 self.quota.added(&st);
             }
@@ -1579,8 +1592,7 @@ impl Filesystem for Router {
             }
             self.journal(s, Op::Mkdir, &path, None)?;
             rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
-            self.own(req, d.as_fd(), name.as_bytes());
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, name.as_bytes(), &path)?;
             Ok((s, path, st))
         })();
         self.new_entry_reply(r, reply);
@@ -1673,8 +1685,7 @@ impl Filesystem for Router {
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             self.journal(s, Op::Symlink, &path, None)?;
             rustix::fs::symlinkat(target, &d, link_name).map_err(fe)?;
-            self.own(req, d.as_fd(), link_name.as_bytes());
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, link_name.as_bytes(), &path)?;
             Ok((s, path, st))
         })();
         self.new_entry_reply(r, reply);
