@@ -1203,6 +1203,34 @@ impl Bridge<'_> {
             .insert(self.sid.to_string(), pidfd.clone());
         Ok((pidfd, events))
     }
+
+    /// Starts a session's bridge ([`Self::start`]) after sending what was
+    /// accepted: once runsc exec may run the command, a client that loses
+    /// this coordinator must say so, never start the command again in a
+    /// new Domain (it retries only when nothing was accepted). A bridge
+    /// that cannot start is the session's `Failed`.
+    fn start_session(
+        &self,
+        ctx: &SessionCtx,
+        tty: bool,
+        stdio: &[OwnedFd],
+        writer: &Writer,
+        accepted: &[ServerMsg],
+    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), String> {
+        for m in accepted {
+            send(writer, m);
+        }
+        let started = self.start(ctx, tty, stdio).inspect_err(|e| {
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: bridge_failed(e),
+                },
+            );
+        })?;
+        lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+        Ok(started)
+    }
 }
 
 /// The developer's message when the supervisor could not start a
@@ -1343,22 +1371,7 @@ fn run_pty(
     // runsc chowns the slave it is given; it is ours alone, never the
     // developer's own terminal.
     let slave = [pty.slave];
-    // Accepted before the bridge starts: once runsc exec may run the
-    // command, a client that loses this coordinator must say so, never
-    // start the command again in a new Domain (it retries only when
-    // nothing was accepted).
-    for m in &accepted {
-        send(&writer, m);
-    }
-    let (bridge_fd, events) = bridge.start(ctx, true, &slave).inspect_err(|e| {
-        send(
-            &writer,
-            &ServerMsg::Failed {
-                reason: bridge_failed(e),
-            },
-        );
-    })?;
-    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+    let (bridge_fd, events) = bridge.start_session(ctx, true, &slave, &writer, &accepted)?;
     // Only the bridge holds the slave now: the reader ends with EIO once
     // the session's processes have closed it.
     drop(slave);
@@ -1665,19 +1678,7 @@ fn run_pipes(
     let (out_r, out_w) = pipe().map_err(err)?;
     let (err_r, err_w) = pipe().map_err(err)?;
     let far_ends = [in_r, out_w, err_w];
-    // Accepted before the bridge starts (see `run_pty`).
-    for m in &accepted {
-        send(&writer, m);
-    }
-    let (bridge_fd, events) = bridge.start(ctx, false, &far_ends).inspect_err(|e| {
-        send(
-            &writer,
-            &ServerMsg::Failed {
-                reason: bridge_failed(e),
-            },
-        );
-    })?;
-    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+    let (bridge_fd, events) = bridge.start_session(ctx, false, &far_ends, &writer, &accepted)?;
     // Only the bridge holds them now: the readers see EOF when it ends.
     drop(far_ends);
     let sid = bridge.sid;
