@@ -222,23 +222,18 @@ fn command(
     if dir.is_none() {
         cmd.current_dir(&place.shown);
     }
-    // SAFETY: prctl and fchdir are async-signal-safe, and `dir` is a
-    // descriptor `place` keeps open until after the spawn. The command
-    // dies with the thread that waits for it, so it cannot outlive its
-    // request or this CLI; it enters the directory that was resolved
-    // beneath the workspace, not a path the sandbox could change since.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)?;
-            if let Some(fd) = dir {
-                if libc::fchdir(fd) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    // The command dies with the thread that waits for it, so it cannot
+    // outlive its request or this CLI; it enters the directory that was
+    // resolved beneath the workspace (`place` keeps it open until after
+    // the spawn), not a path the sandbox could change since.
+    lazaret_helpers::child::setup(
+        &mut cmd,
+        lazaret_helpers::child::Setup {
+            signals: lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
+            dir,
+            ..Default::default()
+        },
+    );
     cmd
 }
 

@@ -13,7 +13,6 @@ use lazaret_protocol::plan::{
 };
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -292,21 +291,17 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
             (me, fdno::LEADER),
         ],
     );
-    // SAFETY: fork, _exit and setsid are async-signal-safe. The
-    // intermediate child exits at once, so the coordinator is nobody's
-    // child here and is never left a zombie of this CLI; setsid takes it
-    // out of our session, so the terminal's signals and hangups miss it.
-    unsafe {
-        cmd.pre_exec(|| {
-            match libc::fork() {
-                -1 => return Err(std::io::Error::last_os_error()),
-                0 => {}
-                _ => libc::_exit(0),
-            }
-            rustix::process::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+    // The intermediate child exits at once, so the coordinator is nobody's
+    // child here and is never left a zombie of this CLI; its own session
+    // takes it out of ours, so the terminal's signals and hangups miss it.
+    lazaret_helpers::child::setup(
+        &mut cmd,
+        lazaret_helpers::child::Setup {
+            detach: true,
+            new_session: true,
+            ..Default::default()
+        },
+    );
     let mut child = cmd
         .spawn()
         .map_err(|e| CliError::Start(format!("cannot start lazaret-coordinator: {e}")))?;

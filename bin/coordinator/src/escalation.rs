@@ -490,10 +490,7 @@ impl Escalations {
         // records.
         lazaret_helpers::child::set_signals(
             &mut cmd,
-            lazaret_helpers::child::ChildSignals {
-                unblock_all: false,
-                die_with_parent: true,
-            },
+            lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
         );
         let child = cmd
             .spawn()

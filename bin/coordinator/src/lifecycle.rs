@@ -983,10 +983,7 @@ fn spawn_supervisor(
     // coordinator's main thread.
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: false,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
     );
     let child = cmd
         .spawn()

@@ -1196,6 +1196,34 @@ impl Bridge<'_> {
         lock(&ctx.bridges).insert(self.sid.to_string(), pidfd.clone());
         Ok((pidfd, events))
     }
+
+    /// Starts a session's bridge ([`Self::start`]) after sending what was
+    /// accepted: once runsc exec may run the command, a client that loses
+    /// this coordinator must say so, never start the command again in a
+    /// new Domain (it retries only when nothing was accepted). A bridge
+    /// that cannot start is the session's `Failed`.
+    fn start_session(
+        &self,
+        ctx: &SessionCtx,
+        tty: bool,
+        stdio: &[OwnedFd],
+        writer: &Writer,
+        accepted: &[ServerMsg],
+    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), String> {
+        for m in accepted {
+            send(writer, m);
+        }
+        let started = self.start(ctx, tty, stdio).inspect_err(|e| {
+            send(
+                writer,
+                &ServerMsg::Failed {
+                    reason: bridge_failed(e),
+                },
+            );
+        })?;
+        lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+        Ok(started)
+    }
 }
 
 /// The developer's message when the supervisor could not start a
@@ -1336,22 +1364,7 @@ fn run_pty(
     // runsc chowns the slave it is given; it is ours alone, never the
     // developer's own terminal.
     let slave = [pty.slave];
-    // Accepted before the bridge starts: once runsc exec may run the
-    // command, a client that loses this coordinator must say so, never
-    // start the command again in a new Domain (it retries only when
-    // nothing was accepted).
-    for m in &accepted {
-        send(&writer, m);
-    }
-    let (bridge_fd, events) = bridge.start(ctx, true, &slave).inspect_err(|e| {
-        send(
-            &writer,
-            &ServerMsg::Failed {
-                reason: bridge_failed(e),
-            },
-        );
-    })?;
-    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+    let (bridge_fd, events) = bridge.start_session(ctx, true, &slave, &writer, &accepted)?;
     // Only the bridge holds the slave now: the reader ends with EIO once
     // the session's processes have closed it.
     drop(slave);
@@ -1658,19 +1671,7 @@ fn run_pipes(
     let (out_r, out_w) = pipe().map_err(err)?;
     let (err_r, err_w) = pipe().map_err(err)?;
     let far_ends = [in_r, out_w, err_w];
-    // Accepted before the bridge starts (see `run_pty`).
-    for m in &accepted {
-        send(&writer, m);
-    }
-    let (bridge_fd, events) = bridge.start(ctx, false, &far_ends).inspect_err(|e| {
-        send(
-            &writer,
-            &ServerMsg::Failed {
-                reason: bridge_failed(e),
-            },
-        );
-    })?;
-    lazaret_helpers::timeline::mark("coordinator", "session-bridge-started");
+    let (bridge_fd, events) = bridge.start_session(ctx, false, &far_ends, &writer, &accepted)?;
     // Only the bridge holds them now: the readers see EOF when it ends.
     drop(far_ends);
     let sid = bridge.sid;
@@ -1912,17 +1913,22 @@ mod tests {
         std::fs::write(&pid, "").unwrap();
         assert!(latch.send(&w, ServerMsg::Stdout(b"out".to_vec())));
         assert_eq!(latch.finish(&w), Ok(false));
-        drop(w);
-        let got = drain(r);
-        assert!(
-            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"runsc: " && b == b"out"),
-            "{got:?}"
-        );
+        assert_stderr_then_stdout(w, r, b"runsc: ", b"out");
     }
 
     fn pair() -> (Writer, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
         (Arc::new(Mutex::new(Sink::attached(a))), b)
+    }
+
+    /// Closes `w`; what `r` got is `stderr`, then `stdout`, nothing else.
+    fn assert_stderr_then_stdout(w: Writer, r: UnixStream, stderr: &[u8], stdout: &[u8]) {
+        drop(w);
+        let got = drain(r);
+        assert!(
+            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == stderr && b == stdout),
+            "{got:?}"
+        );
     }
 
     fn drain(mut r: UnixStream) -> Vec<ServerMsg> {
@@ -1944,12 +1950,7 @@ mod tests {
         std::fs::write(&pid, "42").unwrap();
         assert!(latch.send(&w, ServerMsg::Stdout(b"late".to_vec())));
         assert_eq!(latch.finish(&w), Ok(true));
-        drop(w);
-        let got = drain(r);
-        assert!(
-            matches!(&got[..], [ServerMsg::Stderr(a), ServerMsg::Stdout(b)] if a == b"early" && b == b"late"),
-            "{got:?}"
-        );
+        assert_stderr_then_stdout(w, r, b"early", b"late");
     }
 
     #[test]

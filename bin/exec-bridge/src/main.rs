@@ -56,10 +56,7 @@ fn main() {
     cmd.args(&argv[1..]);
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
     );
     let mut child = cmd
         .spawn()

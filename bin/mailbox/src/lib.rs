@@ -13,18 +13,5 @@ pub mod reader;
 pub mod run;
 pub mod watch;
 
-/// This crate's compiled seccomp policies (`build.rs`).
-pub mod policies {
-    include!(concat!(env!("OUT_DIR"), "/policies.rs"));
-
-    /// The policies are reviewed for x86_64: there each one compiles.
-    #[cfg(all(test, target_arch = "x86_64"))]
-    #[test]
-    fn every_policy_is_compiled() {
-        assert!(!POLICIES.is_empty());
-        for p in POLICIES {
-            let prog = lazaret_seccomp::program(POLICIES, p.binary);
-            assert!(prog.is_some_and(|f| !f.is_empty()), "{}", p.binary);
-        }
-    }
-}
+// `policies::POLICIES`: this crate's seccomp policies, compiled by `build.rs`.
+lazaret_seccomp::compiled_policies!();

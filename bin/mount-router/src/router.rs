@@ -715,8 +715,12 @@ impl Router {
         Ok(cur)
     }
 
-    /// Gives a new entry the caller's ownership.
-    fn own(&self, req: &Request, dir: BorrowedFd<'_>, name: &[u8], pdir_setgid: bool) {
+    /// Gives a new entry the caller's ownership (its group the directory's
+    /// where the directory is set-group-ID).
+    fn own(&self, req: &Request, dir: BorrowedFd<'_>, name: &[u8]) {
+        let pdir_setgid = rustix::fs::fstat(dir)
+            .map(|s| s.st_mode & 0o2000 != 0)
+            .unwrap_or(false);
         let (ru, rg) = (self.host_uid(req.uid()), self.host_gid(req.gid()));
         let uid = (ru != self.uid).then(|| rustix::fs::Uid::from_raw(ru));
         let gid = (rg != self.gid && !pdir_setgid).then(|| rustix::fs::Gid::from_raw(rg));
@@ -731,9 +735,49 @@ impl Router {
         }
     }
 
+    /// The new entry `name` in `dir` (`path` in `s`) made the caller's
+    /// ([`Self::own`]), and its status.
+    fn own_new(
+        &self,
+        req: &Request,
+        s: Store,
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+    ) -> Result<Stat, Errno> {
+        self.own(req, dir.as_fd(), name);
+        self.stat_in(s, path).map_err(fe)?.ok_or(Errno::ENOENT)
+    }
+
     fn entry_reply(&self, s: Store, path: &[u8], st: &Stat, reply: ReplyEntry) {
         let ino = lock(&self.table).intern(s, path, st);
         reply.entry(&self.ttl_for(path), &self.attr(ino, st), Generation(0));
+    }
+
+    /// The reply to mknod, mkdir, symlink and link: the new entry, or why
+    /// there is none.
+    fn new_entry_reply(&self, r: Result<(Store, Vec<u8>, Stat), Errno>, reply: ReplyEntry) {
+        match r {
+            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Where a new entry `name` in `parent` goes: its store, its parent's
+    /// path and its own, once the sandbox may create it there.
+    fn new_entry(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        dir: bool,
+    ) -> Result<(Store, Vec<u8>, Vec<u8>), Errno> {
+        let (ps, ppath) = self.node(parent)?;
+        let path = join(&ppath, name);
+        let s = self.route(ps, &path, dir);
+        if ps == Store::Host {
+            self.may_create(s, &path)?;
+        }
+        Ok((s, ppath, path))
     }
 
     /// How long the kernel may cache the name or attributes of `path`:
@@ -1518,29 +1562,17 @@ impl Filesystem for Router {
                 // Device nodes are never created, in either store.
                 _ => return Err(Errno::EPERM),
             }
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let s = self.route(ps, &path, false);
-            if ps == Store::Host {
-                self.may_create(s, &path)?;
-            }
+            let (s, ppath, path) = self.new_entry(parent, name.as_bytes(), false)?;
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             self.journal(s, Op::Create, &path, None)?;
             rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), 0).map_err(fe)?;
-            let setgid = rustix::fs::fstat(&d)
-                .map(|s| s.st_mode & 0o2000 != 0)
-                .unwrap_or(false);
-            self.own(req, d.as_fd(), name.as_bytes(), setgid);
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, name.as_bytes(), &path)?;
             if s == Store::State {
                 self.quota.added(&st);
             }
             Ok((s, path, st))
         })();
-        match r {
-            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
-            Err(e) => reply.error(e),
-        }
+        self.new_entry_reply(r, reply);
     }
 
     fn mkdir(
@@ -1553,29 +1585,17 @@ impl Filesystem for Router {
         reply: ReplyEntry,
     ) {
         let r = (|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let s = self.route(ps, &path, true);
-            if ps == Store::Host {
-                self.may_create(s, &path)?;
-            }
+            let (s, ppath, path) = self.new_entry(parent, name.as_bytes(), true)?;
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             if s == Store::State {
                 self.quota.admit_entry(self.root(s))?;
             }
             self.journal(s, Op::Mkdir, &path, None)?;
             rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
-            let setgid = rustix::fs::fstat(&d)
-                .map(|s| s.st_mode & 0o2000 != 0)
-                .unwrap_or(false);
-            self.own(req, d.as_fd(), name.as_bytes(), setgid);
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, name.as_bytes(), &path)?;
             Ok((s, path, st))
         })();
-        match r {
-            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
-            Err(e) => reply.error(e),
-        }
+        self.new_entry_reply(r, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1656,12 +1676,7 @@ impl Filesystem for Router {
         reply: ReplyEntry,
     ) {
         let r = (|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, link_name.as_bytes());
-            let s = self.route(ps, &path, false);
-            if ps == Store::Host {
-                self.may_create(s, &path)?;
-            }
+            let (s, ppath, path) = self.new_entry(parent, link_name.as_bytes(), false)?;
             // Git makes no symlinks in its directories; host Git would
             // read through one.
             if s == Store::Host && self.access(&path) != Access::Free {
@@ -1670,17 +1685,10 @@ impl Filesystem for Router {
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             self.journal(s, Op::Symlink, &path, None)?;
             rustix::fs::symlinkat(target, &d, link_name).map_err(fe)?;
-            let setgid = rustix::fs::fstat(&d)
-                .map(|s| s.st_mode & 0o2000 != 0)
-                .unwrap_or(false);
-            self.own(req, d.as_fd(), link_name.as_bytes(), setgid);
-            let st = self.stat_in(s, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let st = self.own_new(req, s, &d, link_name.as_bytes(), &path)?;
             Ok((s, path, st))
         })();
-        match r {
-            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
-            Err(e) => reply.error(e),
-        }
+        self.new_entry_reply(r, reply);
     }
 
     fn rename(
@@ -1746,10 +1754,7 @@ impl Filesystem for Router {
             let st = self.stat_in(s, &to).map_err(fe)?.ok_or(Errno::ENOENT)?;
             Ok((s, to, st))
         })();
-        match r {
-            Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
-            Err(e) => reply.error(e),
-        }
+        self.new_entry_reply(r, reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -2104,12 +2109,7 @@ impl Filesystem for Router {
         reply: ReplyCreate,
     ) {
         let r = self.with_file_slot(|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let s = self.route(ps, &path, false);
-            if ps == Store::Host {
-                self.may_create(s, &path)?;
-            }
+            let (s, ppath, path) = self.new_entry(parent, name.as_bytes(), false)?;
             let d = self.dir_fd(s, &ppath, true).map_err(fe)?;
             let rules = (s == Store::Host && is_rules_path(&path)).then(|| path.clone());
             if let Some(r) = &rules {
@@ -2125,10 +2125,7 @@ impl Filesystem for Router {
             self.journal(s, Op::Create, &path, None)?;
             let fd =
                 rustix::fs::openat(&d, name, of, Mode::from_raw_mode(mode & 0o7777)).map_err(fe)?;
-            let setgid = rustix::fs::fstat(&d)
-                .map(|s| s.st_mode & 0o2000 != 0)
-                .unwrap_or(false);
-            self.own(req, d.as_fd(), name.as_bytes(), setgid);
+            self.own(req, d.as_fd(), name.as_bytes());
             let st = rustix::fs::fstat(&fd).map_err(fe)?;
             if let Some(r) = &rules {
                 self.rules.after_sandbox_change(r);

@@ -53,45 +53,35 @@ impl Ipv6Conf {
         format!("{iface}/{key}")
     }
 
-    pub fn read(&self, iface: &str, key: &str) -> Result<String, SysctlError> {
+    /// `iface/key` opened with `flags` beneath the directory, once the
+    /// interface's name is checked; and what an I/O error on it reads as.
+    fn open_key(
+        &self,
+        iface: &str,
+        key: &str,
+        flags: OFlags,
+    ) -> Result<(std::fs::File, impl Fn(std::io::Error) -> SysctlError), SysctlError> {
         check_name(iface)?;
         let p = Self::path(iface, key);
-        let io = |source: std::io::Error| SysctlError::Io {
+        let fd = rustix::fs::openat(&self.dir, &p, flags | OFlags::CLOEXEC, Mode::empty());
+        let io = move |source: std::io::Error| SysctlError::Io {
             path: format!("{CONF_DIR}/{p}"),
             source,
         };
-        let fd = rustix::fs::openat(
-            &self.dir,
-            &p,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io(e.into()))?;
+        let fd = fd.map_err(|e| io(e.into()))?;
+        Ok((std::fs::File::from(fd), io))
+    }
+
+    pub fn read(&self, iface: &str, key: &str) -> Result<String, SysctlError> {
+        let (f, io) = self.open_key(iface, key, OFlags::RDONLY)?;
         let mut s = String::new();
-        std::fs::File::from(fd)
-            .take(64)
-            .read_to_string(&mut s)
-            .map_err(io)?;
+        f.take(64).read_to_string(&mut s).map_err(io)?;
         Ok(s.trim().to_string())
     }
 
     pub fn write(&self, iface: &str, key: &str, value: &str) -> Result<(), SysctlError> {
-        check_name(iface)?;
-        let p = Self::path(iface, key);
-        let io = |source: std::io::Error| SysctlError::Io {
-            path: format!("{CONF_DIR}/{p}"),
-            source,
-        };
-        let fd = rustix::fs::openat(
-            &self.dir,
-            &p,
-            OFlags::WRONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io(e.into()))?;
-        std::fs::File::from(fd)
-            .write_all(format!("{value}\n").as_bytes())
-            .map_err(io)
+        let (mut f, io) = self.open_key(iface, key, OFlags::WRONLY)?;
+        f.write_all(format!("{value}\n").as_bytes()).map_err(io)
     }
 
     /// Sets `disable_ipv6=1` for `all` (which the kernel applies to every

@@ -92,6 +92,9 @@ fn spawn(
     cmd.stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(err));
+    // Its own closure, not `lazaret_helpers::child::setup`: this static
+    // in-sandbox binary links no library but lazaret-seccomp, and that
+    // crate would bring it the protocol crate, nix and the hashes.
     // SAFETY: between fork and exec the child only calls setsid, signal
     // and sigprocmask, which are async-signal-safe and touch no memory of
     // the parent's (the set is on the child's stack).

@@ -129,10 +129,7 @@ pub fn start(
     // the bridge must start with none blocked.
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
     );
     let child = cmd.spawn().map_err(|source| BridgeError::Spawn {
         path: plan.exec_bridge.clone(),

@@ -236,6 +236,16 @@ mod tests {
         }
     }
 
+    /// The destinations of `config.json`'s mounts, in order.
+    fn destinations(v: &Value) -> Vec<String> {
+        v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     #[test]
     fn limits_reach_init() {
         let v = config_json(&plan(), None);
@@ -334,12 +344,7 @@ mod tests {
     #[test]
     fn plan_mounts_follow_base_mounts_in_order() {
         let v = config_json(&plan(), None);
-        let dests: Vec<_> = v["mounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["destination"].as_str().unwrap().to_string())
-            .collect();
+        let dests = destinations(&v);
         let ws = dests.iter().position(|d| d == "/workspace").unwrap();
         let usr = dests.iter().position(|d| d == "/usr").unwrap();
         assert!(usr < ws, "anchors come before the workspace");
@@ -385,12 +390,7 @@ mod tests {
                 assert!(ns.get("path").is_none(), "joins {ns}");
             }
         }
-        let dests: Vec<_> = v["mounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["destination"].as_str().unwrap().to_string())
-            .collect();
+        let dests = destinations(&v);
         let etc = dests.iter().position(|d| d == "/etc").unwrap();
         let resolv = dests.iter().position(|d| d == "/etc/resolv.conf").unwrap();
         assert!(

@@ -289,10 +289,7 @@ fn spawn_runsc(
     // Signals blocked here would stay blocked in runsc.
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: false,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL,
     );
     let mut child = cmd
         .spawn()

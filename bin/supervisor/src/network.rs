@@ -44,11 +44,28 @@ const SLIRP_READY: Duration = Duration::from_secs(20);
 fn unblock_and_die_with_parent(cmd: &mut Command) {
     lazaret_helpers::child::set_signals(
         cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
     );
+}
+
+/// slirp4netns as both of ours start: named for `role` and the Domain in
+/// argv (for `ps` and the tests), with the options they share (ready on
+/// [`fdno::slirp4netns::READY`]).
+fn slirp_command(net: &SandboxNetwork, role: &str) -> Command {
+    let mut cmd = Command::new(&net.slirp4netns);
+    cmd.arg0(format!(
+        "slirp4netns-{role}:lazaret-domain={}",
+        net.domain_id
+    ))
+    .args([
+        "--configure",
+        MTU,
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+    ])
+    .arg(format!("--ready-fd={}", fdno::slirp4netns::READY));
+    cmd
 }
 
 /// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the first
@@ -89,27 +106,12 @@ impl Uplink {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
         let (exit_r, exit_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-        let ready_fd = format!("--ready-fd={}", fdno::slirp4netns::READY);
-        let exit_fd = format!("--exit-fd={}", fdno::slirp4netns::EXIT);
-        let mut cmd = Command::new(&net.slirp4netns);
-        // The Domain ID in argv names the process for `ps` and the tests.
-        cmd.arg0(format!(
-            "slirp4netns-uplink:lazaret-domain={}",
-            net.domain_id
-        ))
-        .args([
-            "--configure",
-            MTU,
-            "--disable-host-loopback",
-            "--enable-sandbox",
-            "--enable-seccomp",
-            &ready_fd,
-            &exit_fd,
-        ])
-        .arg(holder_pid.to_string())
-        .arg("tap0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        let mut cmd = slirp_command(net, "uplink");
+        cmd.arg(format!("--exit-fd={}", fdno::slirp4netns::EXIT))
+            .arg(holder_pid.to_string())
+            .arg("tap0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
         fds::pass_fds(
             &mut cmd,
             vec![
@@ -453,22 +455,8 @@ fn fork_keeper() -> Result<i32, String> {
 fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-    let ready_fd = format!("--ready-fd={}", fdno::slirp4netns::READY);
-    let mut cmd = Command::new(&net.slirp4netns);
-    cmd.arg0(format!(
-        "slirp4netns-sandbox:lazaret-domain={}",
-        net.domain_id
-    ))
-    .args([
-        "--configure",
-        MTU,
-        "--disable-host-loopback",
-        "--enable-sandbox",
-        "--enable-seccomp",
-        &ready_fd,
-        "--netns-type=path",
-        netns_path,
-    ]);
+    let mut cmd = slirp_command(net, "sandbox");
+    cmd.args(["--netns-type=path", netns_path]);
     if !net.ports.is_empty() {
         // Relative to its working directory, the Domain's run directory
         // (never mounted into the sandbox): slirp4netns binds it before

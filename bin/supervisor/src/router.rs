@@ -59,10 +59,7 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
     // The holder blocks the signals it waits for; the router must not.
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: true,
-            die_with_parent: false,
-        },
+        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL,
     );
     let mut child = cmd
         .spawn()

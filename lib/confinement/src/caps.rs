@@ -10,34 +10,28 @@ pub struct Capability {
     pub set: CapabilitySet,
 }
 
-pub const CHOWN: Capability = Capability {
-    name: "CAP_CHOWN",
-    set: CapabilitySet::CHOWN,
-};
-pub const DAC_OVERRIDE: Capability = Capability {
-    name: "CAP_DAC_OVERRIDE",
-    set: CapabilitySet::DAC_OVERRIDE,
-};
-pub const DAC_READ_SEARCH: Capability = Capability {
-    name: "CAP_DAC_READ_SEARCH",
-    set: CapabilitySet::DAC_READ_SEARCH,
-};
-pub const FOWNER: Capability = Capability {
-    name: "CAP_FOWNER",
-    set: CapabilitySet::FOWNER,
-};
-pub const FSETID: Capability = Capability {
-    name: "CAP_FSETID",
-    set: CapabilitySet::FSETID,
-};
-pub const NET_ADMIN: Capability = Capability {
-    name: "CAP_NET_ADMIN",
-    set: CapabilitySet::NET_ADMIN,
-};
-pub const SYS_ADMIN: Capability = Capability {
-    name: "CAP_SYS_ADMIN",
-    set: CapabilitySet::SYS_ADMIN,
-};
+/// `pub const NAME: Capability`, printed `CAP_NAME`, for each name.
+macro_rules! capabilities {
+    ($($cap:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`CAP_", stringify!($cap), "`.")]
+            pub const $cap: Capability = Capability {
+                name: concat!("CAP_", stringify!($cap)),
+                set: CapabilitySet::$cap,
+            };
+        )*
+    };
+}
+
+capabilities!(
+    CHOWN,
+    DAC_OVERRIDE,
+    DAC_READ_SEARCH,
+    FOWNER,
+    FSETID,
+    NET_ADMIN,
+    SYS_ADMIN,
+);
 
 /// The union of `caps`.
 pub fn set_of(caps: &[Capability]) -> CapabilitySet {

@@ -43,6 +43,32 @@ pub struct Policy {
     pub filters: &'static [Filter],
 }
 
+/// `pub mod policies`: the invoking crate's compiled seccomp policies
+/// (`POLICIES`, which its `build.rs` writes to `OUT_DIR/policies.rs`
+/// through `compile.rs`), with the test, run in that crate, that each one
+/// compiles on x86_64, where the policies are reviewed. One line in each
+/// confined binary's `lib.rs` rather than the same module six times.
+#[macro_export]
+macro_rules! compiled_policies {
+    () => {
+        /// This crate's compiled seccomp policies (`build.rs`).
+        pub mod policies {
+            include!(concat!(env!("OUT_DIR"), "/policies.rs"));
+
+            /// The policies are reviewed for x86_64: there each one compiles.
+            #[cfg(all(test, target_arch = "x86_64"))]
+            #[test]
+            fn every_policy_is_compiled() {
+                assert!(!POLICIES.is_empty());
+                for p in POLICIES {
+                    let prog = $crate::program(POLICIES, p.binary);
+                    assert!(prog.is_some_and(|f| !f.is_empty()), "{}", p.binary);
+                }
+            }
+        }
+    };
+}
+
 /// One compiled filter of a [`Policy`].
 pub struct Filter {
     pub name: &'static str,

@@ -33,9 +33,9 @@
 
 use crate::progress::Progress;
 use crate::store::Store;
-use crate::unpack::Limits;
+use crate::unpack::{dot, Limits, NO_SYMLINKS};
 use crate::{ArtifactRecord, ImageError, PreparedImage};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, Timestamps};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timestamps};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use std::ffi::{OsStr, OsString};
@@ -309,19 +309,6 @@ fn run_mapped_commit(
     }
 }
 
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS)
-    .union(ResolveFlags::NO_XDEV);
-
-fn dot(p: &Path) -> &Path {
-    if p.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        p
-    }
-}
-
 /// Directory `rel` beneath `root`, never through a symlink.
 fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
     rustix::fs::openat2(
@@ -329,7 +316,7 @@ fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
         dot(rel),
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-        BENEATH,
+        NO_SYMLINKS,
     )
     .map_err(|e| format!("cannot open {}: {e}", rel.display()))
 }

@@ -106,6 +106,21 @@ impl Store {
             .collect())
     }
 
+    /// Every artifact ID recorded in the catalog or only present on disk,
+    /// sorted, each once.
+    fn known_ids(&self) -> Result<Vec<String>, ImageError> {
+        let mut ids: Vec<String> = self
+            .catalog()
+            .artifacts()?
+            .into_iter()
+            .map(|a| a.id)
+            .chain(self.published_ids()?)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// The published artifact directories under `lowers/` (by ID).
     fn published_ids(&self) -> Result<Vec<String>, ImageError> {
         let rd = match std::fs::read_dir(self.lowers_dir()) {
@@ -130,15 +145,7 @@ impl Store {
         if let Some(name) = id.strip_prefix(crate::commit::LOCAL_PREFIX) {
             return self.committed(name).map(|img| img.id);
         }
-        let mut all: Vec<String> = self
-            .catalog()
-            .artifacts()?
-            .into_iter()
-            .map(|a| a.id)
-            .chain(self.published_ids()?)
-            .collect();
-        all.sort();
-        all.dedup();
+        let all = self.known_ids()?;
         if !id.is_empty() && all.iter().any(|a| a == id) {
             return Ok(id.to_string());
         }
@@ -275,15 +282,7 @@ impl Store {
         let leftovers = find_leftovers(self.lowers_dir())?;
         report.leftovers = leftovers.len();
         self.remove_trash(leftovers)?;
-        let mut ids: Vec<String> = self
-            .catalog()
-            .artifacts()?
-            .into_iter()
-            .map(|a| a.id)
-            .chain(self.published_ids()?)
-            .collect();
-        ids.sort();
-        ids.dedup();
+        let mut ids = self.known_ids()?;
         ids.retain(|id| only(id));
         let domains = self.storage_root().join("domains");
         let mut trash = Vec::new();

@@ -301,10 +301,7 @@ fn skopeo_copy(
     // a later run cleans up.
     lazaret_helpers::child::set_signals(
         &mut cmd,
-        lazaret_helpers::child::ChildSignals {
-            unblock_all: false,
-            die_with_parent: true,
-        },
+        lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
     );
     let spawned = cmd.spawn();
     drop(cmd);

@@ -270,12 +270,14 @@ pub(crate) struct Unpacker {
 const IN_ROOT: ResolveFlags = ResolveFlags::IN_ROOT
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_XDEV);
-const NO_SYMLINKS: ResolveFlags = ResolveFlags::BENEATH
+/// Beneath the root, through no symlink (also the commit's walk).
+pub(crate) const NO_SYMLINKS: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_XDEV);
 
-fn dot(p: &Path) -> &Path {
+/// `p`, or `.` for the root itself (openat2 takes no empty path).
+pub(crate) fn dot(p: &Path) -> &Path {
     if p.as_os_str().is_empty() {
         Path::new(".")
     } else {

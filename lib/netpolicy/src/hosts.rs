@@ -166,10 +166,11 @@ impl AllowHosts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn allow() -> AllowHosts {
+    /// The list the tests here and the judge's decide by.
+    pub(crate) fn allow() -> AllowHosts {
         AllowHosts::parse(&[
             "github.com",
             "github.com:22",

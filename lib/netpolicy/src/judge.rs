@@ -130,19 +130,10 @@ pub fn judge_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hosts::tests::allow;
     use hickory_proto::op::Query;
     use hickory_proto::rr::rdata::{A, CNAME};
     use hickory_proto::rr::{Name, Record};
-
-    fn allow() -> AllowHosts {
-        AllowHosts::parse(&[
-            "github.com",
-            "github.com:22",
-            "*.githubusercontent.com",
-            "Packages.Example.org.",
-        ])
-        .unwrap()
-    }
 
     fn query(name: &str) -> Vec<u8> {
         let mut m = Message::new();

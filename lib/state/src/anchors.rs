@@ -422,18 +422,28 @@ mod tests {
         assert!(a.verify().unwrap().is_empty(), "{:?}", a.verify());
     }
 
-    #[test]
-    fn interrupted_before_publication_rolls_back() {
-        let (_d, layout, store) = setup();
-        let a = Anchors::new(&layout, &store).unwrap();
+    /// `/usr` anchored (generation 1), with a file in its upper.
+    fn usr_with_a_tool(a: &Anchors) {
         let dirs = a.ensure(&["/usr".into()]).unwrap();
         std::fs::write(dirs[0].upper.join("tool"), "x").unwrap();
-        // As if killed after the intent and a half-made temporary.
+    }
+
+    /// What a reset of `/usr` from generation 1 to 2 records first.
+    fn intend_usr_reset(store: &Store) {
         store
             .set_reset_intent(&ResetIntent {
                 switches: vec![("/usr".into(), 1, 2)],
             })
             .unwrap();
+    }
+
+    #[test]
+    fn interrupted_before_publication_rolls_back() {
+        let (_d, layout, store) = setup();
+        let a = Anchors::new(&layout, &store).unwrap();
+        usr_with_a_tool(&a);
+        // As if killed after the intent and a half-made temporary.
+        intend_usr_reset(&store);
         std::fs::create_dir_all(layout.anchors().join("usr/g2.tmp/upper")).unwrap();
         assert!(!a.verify().unwrap().is_empty());
         a.recover(&mut rm).unwrap();
@@ -448,13 +458,8 @@ mod tests {
     fn interrupted_after_publication_rolls_forward() {
         let (_d, layout, store) = setup();
         let a = Anchors::new(&layout, &store).unwrap();
-        let dirs = a.ensure(&["/usr".into()]).unwrap();
-        std::fs::write(dirs[0].upper.join("tool"), "x").unwrap();
-        store
-            .set_reset_intent(&ResetIntent {
-                switches: vec![("/usr".into(), 1, 2)],
-            })
-            .unwrap();
+        usr_with_a_tool(&a);
+        intend_usr_reset(&store);
         a.make_generation("/usr", 2).unwrap();
         a.recover(&mut rm).unwrap();
         let dirs = a.ensure(&["/usr".into()]).unwrap();
@@ -467,8 +472,7 @@ mod tests {
     fn a_reset_that_fails_part_way_is_undone_at_once() {
         let (_d, layout, store) = setup();
         let a = Anchors::new(&layout, &store).unwrap();
-        let dirs = a.ensure(&["/usr".into()]).unwrap();
-        std::fs::write(dirs[0].upper.join("tool"), "x").unwrap();
+        usr_with_a_tool(&a);
         // The new generation's upper cannot be made (as when the file
         // system is full): a file stands where it goes.
         std::fs::create_dir_all(layout.anchors().join("usr/g2.tmp")).unwrap();
