@@ -433,8 +433,13 @@ fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
                 crate::human::time_ms(e.recorded_at_ms),
                 if e.passed { "PASSED" } else { "FAILED" }
             ));
+            // The evidence is what the helpers reported from the
+            // Domain's namespaces: shown escaped, as every record.
             if let Some(err) = &e.error {
-                out.push_str(&format!("  error: {err}\n"));
+                out.push_str(&format!(
+                    "  error: {}\n",
+                    lazaret_protocol::display::escape(err)
+                ));
             }
             for c in probe_checks(&e.probe) {
                 let mark = if c.passed {
@@ -446,7 +451,9 @@ fn render(rec: &NetworkRecord, workspace: &str, profile: &str) -> String {
                 };
                 out.push_str(&format!(
                     "  {mark} {}: {} ({})\n",
-                    c.check, c.target, c.observed
+                    lazaret_protocol::display::escape(&c.check),
+                    lazaret_protocol::display::escape(&c.target),
+                    lazaret_protocol::display::escape(&c.observed)
                 ));
             }
         }
@@ -507,5 +514,27 @@ mod tests {
         // No probe (an install report, a missing file): no checks.
         assert!(probe_checks(&serde_json::Value::Null).is_empty());
         assert!(probe_checks(&serde_json::json!({"ok": true, "mode": "install"})).is_empty());
+    }
+
+    #[test]
+    fn the_readiness_evidence_is_shown_escaped() {
+        let mut rec = NetworkRecord::disabled("d", 1);
+        rec.disabled = false;
+        let hostile = "\u{1b}[2J\u{1b}]0;owned\u{7}\nFAKE line";
+        let probe = serde_json::json!({"probe": {"passed": false, "checks": [
+            {"check": hostile, "target": hostile, "passed": false, "observed": hostile}
+        ]}});
+        rec.evidence = Some(lazaret_netpolicy::record::Evidence {
+            passed: false,
+            error: Some(hostile.into()),
+            recorded_at_ms: 0,
+            legacy_recorded_at_secs: None,
+            install: serde_json::Value::Null,
+            probe,
+        });
+        let out = render(&rec, "/w", "default");
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+        assert!(!out.contains("\nFAKE"), "{out:?}");
+        assert_eq!(out.matches("FAKE line").count(), 4, "{out:?}");
     }
 }
