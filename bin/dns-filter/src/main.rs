@@ -104,14 +104,14 @@ fn main() {
     let cli = parse_cli(&args);
     lazaret_seccomp::process::close_inherited_fds(&[cli.policy_fd, cli.log_fd])
         .unwrap_or_else(|e| die(2, "sanitise", e));
-    let policy_fd = lazaret_helpers::fds::inherited(cli.policy_fd).unwrap_or_else(|e| {
+    let policy_fd = lazaret_protocol::fdno::inherited(cli.policy_fd).unwrap_or_else(|e| {
         die(
             2,
             "policy fd",
             format!("no policy memfd on fd {}: {e}", cli.policy_fd),
         )
     });
-    let log_fd = lazaret_helpers::fds::inherited(cli.log_fd)
+    let log_fd = lazaret_protocol::fdno::inherited(cli.log_fd)
         .unwrap_or_else(|e| die(2, "log fd", format!("no log on fd {}: {e}", cli.log_fd)));
     let filters = lazaret_seccomp::filters(lazaret_dns_filter::policies::POLICIES, BINARY)
         .unwrap_or_else(|e| die(6, "seccomp", e));

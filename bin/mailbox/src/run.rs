@@ -180,7 +180,7 @@ pub fn close_other_fds() -> Result<(), RunError> {
 /// Step 2.
 pub fn read_input(input: &OwnedFd, digest: &str) -> Result<Reader, RunError> {
     let bytes =
-        lazaret_helpers::memfd::read_sealed("mailbox input", input, MAX_INPUT).map_err(bad)?;
+        lazaret_protocol::memfd::read_sealed("mailbox input", input, MAX_INPUT).map_err(bad)?;
     let got = hex::encode(Sha256::digest(&bytes));
     if !got.eq_ignore_ascii_case(digest) {
         return Err(bad(format!(
@@ -324,11 +324,11 @@ fn apply_control(reader: &mut Reader, chan: &mut UnixStream) -> Result<bool, Run
 /// single-threaded.
 pub fn run(digest: &str) -> Result<(), RunError> {
     close_other_fds()?;
-    let input = lazaret_helpers::fds::inherited(fdno::INPUT)
+    let input = lazaret_protocol::fdno::inherited(fdno::INPUT)
         .map_err(|e| bad(format!("fd {}: {e}", fdno::INPUT)))?;
-    let requests = lazaret_helpers::fds::inherited(fdno::REQUESTS)
+    let requests = lazaret_protocol::fdno::inherited(fdno::REQUESTS)
         .map_err(|e| bad(format!("fd {}: {e}", fdno::REQUESTS)))?;
-    let chan = lazaret_helpers::fds::inherited(fdno::CHANNEL)
+    let chan = lazaret_protocol::fdno::inherited(fdno::CHANNEL)
         .map_err(|e| bad(format!("fd {}: {e}", fdno::CHANNEL)))?;
     let reader = read_input(&input, digest)?;
     drop(input);

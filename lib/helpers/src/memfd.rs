@@ -1,4 +1,5 @@
-//! Inputs handed to a child as sealed memfds.
+//! Inputs handed to a child as sealed memfds: the sending half (the
+//! receiving half is `lazaret_protocol::memfd`, re-exported here).
 //!
 //! The parent writes the bytes and adds every seal, so the child can trust
 //! that what it reads is exactly what the parent decided, and that nobody,
@@ -8,49 +9,11 @@
 //! parent passed out of band (argv or a record), before it parses.
 
 use rustix::fs::{MemfdFlags, SealFlags};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
 
-#[derive(Debug, thiserror::Error)]
-pub enum MemfdError {
-    #[error("memfd {name}: missing seals (has {has:?}, needs {needs:?})")]
-    Unsealed {
-        name: String,
-        has: SealFlags,
-        needs: SealFlags,
-    },
-    #[error("memfd {name}: {size} bytes exceed the limit of {limit}")]
-    TooLarge { name: String, size: u64, limit: u64 },
-    #[error("memfd {name}: its SHA-256 digest {got} differs from the expected {expected}; refusing it (it is not what the sender decided)")]
-    DigestMismatch {
-        name: String,
-        got: String,
-        expected: String,
-    },
-    #[error("memfd {name}: {source}")]
-    Io {
-        name: String,
-        source: std::io::Error,
-    },
-}
-
-const REQUIRED: SealFlags = SealFlags::SEAL
-    .union(SealFlags::SHRINK)
-    .union(SealFlags::GROW)
-    .union(SealFlags::WRITE);
-
-fn io(name: &str) -> impl FnOnce(std::io::Error) -> MemfdError + '_ {
-    move |source| MemfdError::Io {
-        name: name.to_string(),
-        source,
-    }
-}
-
-/// The SHA-256 of `bytes`, lowercase hex: what [`read_checked`] expects.
-pub fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
+use lazaret_protocol::memfd::io;
+pub use lazaret_protocol::memfd::{digest, read_checked, read_sealed, MemfdError, REQUIRED};
 
 /// Creates a memfd holding `bytes`, with every seal applied, `F_SEAL_EXEC`
 /// too where the kernel has it (6.3 and later). The fd is close-on-exec;
@@ -80,55 +43,6 @@ pub fn sealed(name: &str, bytes: &[u8]) -> Result<OwnedFd, MemfdError> {
 /// [`sealed`], and the digest to pass to the receiver out of band.
 pub fn sealed_with_digest(name: &str, bytes: &[u8]) -> Result<(OwnedFd, String), MemfdError> {
     Ok((sealed(name, bytes)?, digest(bytes)))
-}
-
-/// [`read_sealed`], then the SHA-256 digest compared with `expected`
-/// (hex, either case) before the bytes are handed to any parser.
-pub fn read_checked(
-    name: &str,
-    fd: impl AsFd,
-    limit: u64,
-    expected: &str,
-) -> Result<Vec<u8>, MemfdError> {
-    let bytes = read_sealed(name, fd, limit)?;
-    let got = digest(&bytes);
-    if !got.eq_ignore_ascii_case(expected) {
-        return Err(MemfdError::DigestMismatch {
-            name: name.to_string(),
-            got,
-            expected: expected.to_string(),
-        });
-    }
-    Ok(bytes)
-}
-
-/// Reads a sealed memfd after checking its seals and size.
-pub fn read_sealed(name: &str, fd: impl AsFd, limit: u64) -> Result<Vec<u8>, MemfdError> {
-    let has = rustix::fs::fcntl_get_seals(&fd).map_err(|e| io(name)(e.into()))?;
-    if !has.contains(REQUIRED) {
-        return Err(MemfdError::Unsealed {
-            name: name.to_string(),
-            has,
-            needs: REQUIRED,
-        });
-    }
-    let size = rustix::fs::fstat(&fd)
-        .map_err(|e| io(name)(e.into()))?
-        .st_size as u64;
-    if size > limit {
-        return Err(MemfdError::TooLarge {
-            name: name.to_string(),
-            size,
-            limit,
-        });
-    }
-    let dup = fd.as_fd().try_clone_to_owned().map_err(io(name))?;
-    let mut f = std::fs::File::from(dup);
-    let mut buf = Vec::with_capacity(size as usize);
-    // pread from 0: the offset is shared with whoever else holds the fd.
-    f.seek(SeekFrom::Start(0)).map_err(io(name))?;
-    f.take(limit).read_to_end(&mut buf).map_err(io(name))?;
-    Ok(buf)
 }
 
 #[cfg(test)]

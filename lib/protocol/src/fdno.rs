@@ -121,6 +121,20 @@ pub mod slirp4netns {
     pub const EXIT: i32 = 4;
 }
 
+/// Takes ownership of an inherited fd number, after checking it is open.
+pub fn inherited(fd: std::os::fd::RawFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: fcntl(F_GETFD) on any integer is harmless; it only reports
+    // whether the descriptor is open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Make it close-on-exec so it does not leak further.
+    // SAFETY: fd is open (checked above).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the descriptor is open and was handed to this process to own.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

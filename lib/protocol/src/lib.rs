@@ -13,6 +13,7 @@ pub mod frame;
 pub mod lifecycle;
 pub mod logs;
 pub mod mailbox;
+pub mod memfd;
 pub mod netreport;
 pub mod plan;
 pub mod readiness;
