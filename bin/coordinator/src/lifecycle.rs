@@ -60,7 +60,7 @@ pub fn log(msg: impl std::fmt::Display) {
 /// [`Event::Released`] nothing more is recorded: threads that still end
 /// while the process exits are no steps of an owner.
 pub fn record(event: Event) {
-    let mut released = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut released = lazaret_helpers::sync::lock(&RECORDING);
     if *released {
         return;
     }
