@@ -235,7 +235,7 @@ pub(crate) fn network_input(
     hide_proc_sys_net: bool,
 ) -> Result<NetworkInput, CliError> {
     let slirp4netns = lazaret_helpers::runsc::find_on_path("slirp4netns");
-    let refused = |e: lazaret_netpolicy::PolicyError| CliError::Network(e.to_string());
+    let refused = |e: lazaret_netpolicy::DeriveError| CliError::Network(e.to_string());
     // The host's addresses are taken now, before anything starts: each is
     // denied (the coordinator binds the policy to its generation).
     let opts = lazaret_netpolicy::options_on_this_host(net, UNBOUND_POLICY).map_err(refused)?;
@@ -247,8 +247,8 @@ pub(crate) fn network_input(
                     "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network] to run without a network".into(),
                 ));
             }
-            let bytes = p.to_bytes().map_err(refused)?;
-            let digest = lazaret_netpolicy::policy::digest_bytes(&bytes);
+            let bytes = p.to_bytes().map_err(|e| refused(e.into()))?;
+            let digest = lazaret_protocol::netpolicy::policy::digest_bytes(&bytes);
             Some(DerivedPolicy { bytes, digest })
         }
     };

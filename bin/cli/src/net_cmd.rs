@@ -13,11 +13,11 @@
 use crate::error::CliError;
 use crate::global::Global;
 use lazaret_config::EnvVars;
-use lazaret_netpolicy::dnslog::{self, DnsEvent};
-use lazaret_netpolicy::hostlog;
-use lazaret_netpolicy::policy::{Policy, Verdict};
-use lazaret_netpolicy::record::{self, NetworkRecord};
 use lazaret_netpolicy::NetworkPlan;
+use lazaret_protocol::netpolicy::dnslog::{self, DnsEvent};
+use lazaret_protocol::netpolicy::hostlog;
+use lazaret_protocol::netpolicy::policy::{Policy, Verdict};
+use lazaret_protocol::netpolicy::record::{self, NetworkRecord};
 use lazaret_protocol::netreport::{Check, ProbeReport};
 use lazaret_protocol::DomainIdV1;
 use serde::Deserialize as _;
@@ -524,7 +524,7 @@ mod tests {
         let probe = serde_json::json!({"probe": {"passed": false, "checks": [
             {"check": hostile, "target": hostile, "passed": false, "observed": hostile}
         ]}});
-        rec.evidence = Some(lazaret_netpolicy::record::Evidence {
+        rec.evidence = Some(lazaret_protocol::netpolicy::record::Evidence {
             passed: false,
             error: Some(hostile.into()),
             recorded_at_ms: 0,

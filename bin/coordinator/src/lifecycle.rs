@@ -913,7 +913,7 @@ fn start_sandbox(
     gen: &Generation,
     anchors: &[AnchorDirs],
     (keys, trust): (&ed25519_compact::KeyPair, &lazaret_trust::TrustAnchor),
-    policy: Option<&lazaret_netpolicy::Policy>,
+    policy: Option<&lazaret_protocol::netpolicy::Policy>,
     (helpers, helpers_pipe): (&HelpersLog, OwnedFd),
 ) -> Result<Started, String> {
     let run = layout.run();

@@ -7,8 +7,8 @@
 //! Installing, attesting and probing the policy is the supervisor's and
 //! `lazaret-netpolicy`'s job; this module decides and records only.
 
-use lazaret_netpolicy::record::{self, Evidence, NetworkRecord};
-use lazaret_netpolicy::Policy;
+use lazaret_protocol::netpolicy::record::{self, Evidence, NetworkRecord};
+use lazaret_protocol::netpolicy::Policy;
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{
     CoordinatorInput, DerivedPolicy, DnsFilterPlan, MountKind, MountPurpose, PlannedMount,
@@ -44,7 +44,7 @@ fn bind(
     let refused = |e: String| {
         format!("the network policy the CLI derived is refused: {e}; nothing was started")
     };
-    let got = lazaret_netpolicy::policy::digest_bytes(&handed.bytes);
+    let got = lazaret_protocol::netpolicy::policy::digest_bytes(&handed.bytes);
     if !got.eq_ignore_ascii_case(&handed.digest) {
         return Err(refused(format!(
             "its digest is {got}, not {}",
@@ -148,7 +148,7 @@ pub fn prepare(
             let sidecar = dir.join("sidecar-resolv.conf");
             write_file(&sidecar, policy.sidecar_resolv_conf().as_bytes())?;
             // One generation's log, and the one before it.
-            let log = layout.root.join(lazaret_netpolicy::dnslog::FILE);
+            let log = layout.root.join(lazaret_protocol::netpolicy::dnslog::FILE);
             let _ = std::fs::rename(&log, log.with_extension("log.1"));
             Some(DnsFilterPlan {
                 binary: input.libexec.join("lazaret-dns-filter"),
@@ -159,11 +159,11 @@ pub fn prepare(
     };
     // One generation's log of the host-address watcher, and the one
     // before it.
-    let host_watch_log = layout.root.join(lazaret_netpolicy::hostlog::FILE);
+    let host_watch_log = layout.root.join(lazaret_protocol::netpolicy::hostlog::FILE);
     let _ = std::fs::rename(&host_watch_log, host_watch_log.with_extension("log.1"));
     let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
     let net = SandboxNetwork {
-        digest: lazaret_netpolicy::policy::digest_bytes(&bytes),
+        digest: lazaret_protocol::netpolicy::policy::digest_bytes(&bytes),
         policy: bytes,
         helper: input.libexec.join("lazaret-netpolicy"),
         slirp4netns,
@@ -327,7 +327,7 @@ mod tests {
             panic!("a policy")
         };
         let bytes = p.to_bytes().unwrap();
-        let digest = lazaret_netpolicy::policy::digest_bytes(&bytes);
+        let digest = lazaret_protocol::netpolicy::policy::digest_bytes(&bytes);
         DerivedPolicy { bytes, digest }
     }
 
@@ -348,7 +348,7 @@ mod tests {
         h.bytes.push(0);
         let e = bind(Some(&h), true, "g").unwrap_err();
         assert!(e.contains("its digest is"), "{e}");
-        h.digest = lazaret_netpolicy::policy::digest_bytes(&h.bytes);
+        h.digest = lazaret_protocol::netpolicy::policy::digest_bytes(&h.bytes);
         let e = bind(Some(&h), true, "g").unwrap_err();
         assert!(
             e.contains("refused") && e.contains("nothing was started"),

@@ -1,8 +1,10 @@
 //! `lazaret-dns-filter`, the Network Sidecar's filtering resolver for a
 //! profile's `allow_hosts` (see [`serve`] for the order of one lookup):
 //!
-//! - `lazaret_netpolicy::judge`: what it decides about each query and
-//!   answer (shared with the egress Pod of `lazaret export kubernetes`);
+//! - `lazaret_protocol::netpolicy::judge`: what it decides about each
+//!   query and answer (shared with the egress Pod of `lazaret export
+//!   kubernetes`), against the handed policy's `allow_hosts`
+//!   (`lazaret_protocol::netpolicy::{policy, hosts}`);
 //! - [`grants`]: which addresses are routed, on which ports, until when;
 //! - [`routes`]: the routes and rules it writes for them;
 //! - [`inuse`]: which of them still carry a connection when they expire;

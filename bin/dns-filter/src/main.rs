@@ -15,8 +15,8 @@
 use argh::FromArgs;
 use lazaret_dns_filter::routes::DnsRoutes;
 use lazaret_dns_filter::serve::{now_ms, Filter, Log};
-use lazaret_netpolicy::dnslog::DnsEvent;
 use lazaret_protocol::fdno::dns_filter as fdno;
+use lazaret_protocol::netpolicy::dnslog::DnsEvent;
 use std::io::Write;
 use std::net::{Ipv4Addr, UdpSocket};
 
@@ -69,13 +69,13 @@ fn parse_cli(args: &[String]) -> Cli {
 /// alone (the main table keeps them denied for slirp B's), through its
 /// mark, a route per resolver in the upstream table, and the rule to it.
 fn route_upstream_by_mark(
-    policy: &lazaret_netpolicy::Policy,
-    hosts: &lazaret_netpolicy::policy::HostsPlan,
+    policy: &lazaret_protocol::netpolicy::Policy,
+    hosts: &lazaret_protocol::netpolicy::policy::HostsPlan,
     upstream: &UdpSocket,
     rtnl: &mut lazaret_netlink::Rtnl,
     ifindex: u32,
 ) {
-    use lazaret_netpolicy::policy::{DNS_UPSTREAM_MARK, DNS_UPSTREAM_TABLE};
+    use lazaret_protocol::netpolicy::policy::{DNS_UPSTREAM_MARK, DNS_UPSTREAM_TABLE};
     nix::sys::socket::setsockopt(
         upstream,
         nix::sys::socket::sockopt::Mark,
@@ -116,7 +116,7 @@ fn main() {
     let filters = lazaret_seccomp::filters(lazaret_dns_filter::policies::POLICIES, BINARY)
         .unwrap_or_else(|e| die(6, "seccomp", e));
 
-    let policy = lazaret_netpolicy::read_policy_memfd(&policy_fd, &cli.digest)
+    let policy = lazaret_protocol::netpolicy::read_policy_memfd(&policy_fd, &cli.digest)
         .unwrap_or_else(|e| die(2, "policy", e));
     drop(policy_fd);
     let Some(hosts) = policy.hosts.clone() else {

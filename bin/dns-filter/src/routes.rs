@@ -5,7 +5,7 @@
 //! `lazaret-netlink`.
 
 use lazaret_netlink::rtnl::{existing_is_fine, NetlinkError, Rtnl};
-use lazaret_netpolicy::policy::{
+use lazaret_protocol::netpolicy::policy::{
     DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
     DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE,
 };

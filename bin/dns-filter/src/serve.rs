@@ -15,13 +15,15 @@ use std::os::unix::fs::FileExt;
 use crate::grants::{Change, Grants};
 use crate::inuse;
 use crate::routes::DnsRoutes;
-pub use lazaret_netlink::log::now_ms;
-use lazaret_netlink::log::BoundedLog;
 use lazaret_netlink::Rtnl;
-use lazaret_netpolicy::dnslog::{self, DnsEvent};
-use lazaret_netpolicy::hosts::AllowHosts;
-use lazaret_netpolicy::judge::{self as hosts, AnswerVerdict, QueryVerdict, ResponseCode};
-use lazaret_netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
+use lazaret_protocol::netpolicy::dnslog::{self, DnsEvent};
+use lazaret_protocol::netpolicy::hosts::AllowHosts;
+use lazaret_protocol::netpolicy::judge::{
+    self as hosts, AnswerVerdict, QueryVerdict, ResponseCode,
+};
+pub use lazaret_protocol::netpolicy::log::now_ms;
+use lazaret_protocol::netpolicy::log::BoundedLog;
+use lazaret_protocol::netpolicy::policy::{HostsPlan, Policy, Verdict, DNS_PORT_TABLE};
 
 /// Queries waiting for the upstream, at most.
 const MAX_PENDING: usize = 256;
@@ -185,7 +187,9 @@ impl Filter {
                 let time_ms = now_ms();
                 // The probe's name carries nothing (it is the policy's);
                 // told apart so that it does not read as the sandbox's.
-                if name == lazaret_netpolicy::hosts::normalize(&self.policy.probe.dns_name) {
+                if name
+                    == lazaret_protocol::netpolicy::hosts::normalize(&self.policy.probe.dns_name)
+                {
                     self.log.write(&DnsEvent::ProbeRefused { time_ms, name });
                     return;
                 }

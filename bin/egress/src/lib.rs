@@ -9,7 +9,7 @@
 //! - DNS (UDP and TCP port 53): with `allow_hosts`, a name no entry allows
 //!   is answered NXDOMAIN here and never leaves, and an answer whose CNAME
 //!   chain leaves the allowed names is replaced by NXDOMAIN, as
-//!   `lazaret-dns-filter` does ([`lazaret_netpolicy::hosts`]); without,
+//!   `lazaret-dns-filter` does ([`lazaret_protocol::netpolicy::hosts`]); without,
 //!   every name is forwarded. Upstream: this Pod's resolv.conf (the
 //!   profile's `dns`, or the cluster's resolver).
 //! - A forwarding proxy (HTTP `CONNECT host:port`, port 3128): a name must
@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
-use lazaret_netpolicy::hosts::{self, AllowHosts};
-use lazaret_netpolicy::judge::{self, AnswerVerdict, QueryVerdict, ResponseCode};
-use lazaret_netpolicy::policy::{Policy, MAX_POLICY_BYTES};
+use lazaret_protocol::netpolicy::hosts::{self, AllowHosts};
+use lazaret_protocol::netpolicy::judge::{self, AnswerVerdict, QueryVerdict, ResponseCode};
+use lazaret_protocol::netpolicy::policy::{Policy, MAX_POLICY_BYTES};
 use sha2::{Digest, Sha256};
 
 /// How long one upstream may take to answer.
@@ -48,7 +48,7 @@ pub enum EgressError {
     #[error("the policy does not parse: {0}")]
     Parse(String),
     #[error("the policy is refused: {0}")]
-    Policy(#[from] lazaret_netpolicy::PolicyError),
+    Policy(#[from] lazaret_protocol::netpolicy::PolicyError),
     #[error("the policy's allow_hosts do not parse: {0}")]
     Hosts(#[from] hosts::HostError),
 }
@@ -174,7 +174,9 @@ impl Egress {
         if let Ok(a) = host.parse::<Ipv4Addr>() {
             let d = self.policy.verdict_for(a);
             return match d.verdict {
-                lazaret_netpolicy::policy::Verdict::Allow => Ok(vec![SocketAddrV4::new(a, port)]),
+                lazaret_protocol::netpolicy::policy::Verdict::Allow => {
+                    Ok(vec![SocketAddrV4::new(a, port)])
+                }
                 _ => Err(format!(
                     "{a} is denied by {}{}",
                     d.prefix,

@@ -5,11 +5,10 @@ use netlink_packet_route::AddressFamily;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+use crate::routes::{route_matches, PolicyRoutes};
 use crate::sysctl::{Ipv6Conf, SysctlError};
-use lazaret_netlink::rtnl::{
-    host_of, route_matches, NetlinkError, ObservedRoute, ObservedRule, Rtnl,
-};
-use lazaret_netpolicy::policy::{
+use lazaret_netlink::rtnl::{host_of, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
+use lazaret_protocol::netpolicy::policy::{
     Policy, PolicyError, DNS_PORT_TABLE, DNS_ROUTE_PROTOCOL, DNS_RULE_PRIORITY, DNS_UPSTREAM_MARK,
     DNS_UPSTREAM_PRIORITY, DNS_UPSTREAM_TABLE, HOST_RULE_PRIORITY, HOST_TABLE, MAX_HOST_ADDRESSES,
 };
@@ -59,7 +58,12 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
     ns.enforcement.flush_main_v4(link.network, ifindex)?;
     // Denials first, so no allow is ever in force without its context.
     let mut routes = policy.routes();
-    routes.sort_by_key(|r| !matches!(r, lazaret_netpolicy::policy::RouteSpec::Unreachable(_)));
+    routes.sort_by_key(|r| {
+        !matches!(
+            r,
+            lazaret_protocol::netpolicy::policy::RouteSpec::Unreachable(_)
+        )
+    });
     for r in &routes {
         ns.enforcement.add_route(r, ifindex)?;
     }
@@ -295,7 +299,7 @@ pub fn check_dynamic(policy: &Policy, d: &Dynamic) -> Vec<String> {
 /// private, link-local or `deny`-listed address is never routed.
 pub fn may_route(policy: &Policy, addr: std::net::Ipv4Addr) -> bool {
     let d = policy.verdict_for(addr);
-    d.verdict == lazaret_netpolicy::policy::Verdict::Deny && d.origin.is_none()
+    d.verdict == lazaret_protocol::netpolicy::policy::Verdict::Deny && d.origin.is_none()
 }
 
 const MAIN: u32 = 254;
@@ -393,7 +397,7 @@ pub fn fingerprint(policy_digest: &str, observed: &Observed) -> Result<String, P
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lazaret_netpolicy::policy::NetworkPlan;
+    use lazaret_netpolicy::NetworkPlan;
 
     fn policy() -> Policy {
         let net = lazaret_config::Network {
@@ -550,7 +554,7 @@ mod tests {
     #[test]
     fn the_watcher_may_deny_single_host_addresses_the_policy_leaves_open() {
         let opts = lazaret_netpolicy::DeriveOptions {
-            host_addresses: vec![lazaret_netpolicy::policy::HostAddress {
+            host_addresses: vec![lazaret_protocol::netpolicy::policy::HostAddress {
                 address: "203.0.113.1".parse().unwrap(),
                 ifname: "eth0".into(),
             }],

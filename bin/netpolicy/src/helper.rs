@@ -22,7 +22,7 @@ use crate::confine;
 use crate::probe;
 use crate::sysctl::Ipv6Conf;
 use lazaret_netlink::rtnl::Rtnl;
-use lazaret_netpolicy::policy::Policy;
+use lazaret_protocol::netpolicy::policy::Policy;
 
 /// Exit codes of `lazaret-netpolicy`.
 pub mod exit {
@@ -222,7 +222,7 @@ fn open_handles(netns_fd: OwnedFd) -> Result<Namespaces, Failure> {
 
 /// Step 4.
 pub fn read_policy(fd: &OwnedFd, digest: &str) -> Result<Policy, Failure> {
-    lazaret_netpolicy::read_policy_memfd(fd, digest)
+    lazaret_protocol::netpolicy::read_policy_memfd(fd, digest)
         .map_err(|e| fail(exit::BAD_INPUT, "policy")(e.to_string()))
 }
 

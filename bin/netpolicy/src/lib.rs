@@ -4,23 +4,26 @@
 //!
 //! - [`attest`], [`sysctl`]: installing, reading the state back,
 //!   fingerprinting it (through `lazaret-netlink`'s rtnetlink client);
+//!   [`routes`]: the routes and rules this helper writes;
 //! - [`probe`]: the readiness probe from the sandbox's network namespace;
 //! - [`confine`], [`helper`]: the process, which holds `CAP_NET_ADMIN`
 //!   over the enforcement namespace and nothing else;
 //! - [`watch`]: `lazaret-netpolicy watch`, which denies the addresses
-//!   the host gains while the Domain runs (its log: `lazaret-netlink`'s
-//!   bounded log).
+//!   the host gains while the Domain runs (its log:
+//!   `lazaret_protocol::netpolicy::hostlog`).
 //!
-//! The policy's types come from `lazaret-netpolicy` without its `derive`
-//! feature: this crate never links the configuration parser.
+//! The policy comes as the canonical bytes the CLI derived
+//! (`lazaret_protocol::netpolicy`): this crate never links the
+//! configuration parser nor the derivation.
 //!
-//! [`Policy`]: lazaret_netpolicy::Policy
+//! [`Policy`]: lazaret_protocol::netpolicy::Policy
 
 pub mod attest;
 pub mod confine;
 pub mod confinement;
 pub mod helper;
 pub mod probe;
+pub mod routes;
 pub mod sysctl;
 pub mod watch;
 

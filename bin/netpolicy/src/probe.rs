@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::sysctl::Ipv6Conf;
 use lazaret_netlink::rtnl::Rtnl;
-use lazaret_netpolicy::policy::{HostsPlan, Policy};
+use lazaret_protocol::netpolicy::policy::{HostsPlan, Policy};
 
 /// How a TCP connection attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

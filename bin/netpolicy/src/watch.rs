@@ -3,8 +3,8 @@
 //! when it was derived; this process denies each address the host gains
 //! afterwards (DHCP, a VPN, an interface brought up), as the route
 //! `unreachable ADDR/32` in table 75 of the enforcement namespace
-//! ([`lazaret_netpolicy::policy::HOST_TABLE`]), which the rule `lookup 75`
-//! ([`lazaret_netpolicy::policy::HOST_RULE_PRIORITY`], added with the
+//! ([`lazaret_protocol::netpolicy::policy::HOST_TABLE`]), which the rule `lookup 75`
+//! ([`lazaret_protocol::netpolicy::policy::HOST_RULE_PRIORITY`], added with the
 //! first) looks up before the filtering resolver's port rules and the
 //! main table, so nothing there can reach it (and a connection fails with
 //! "no route", EHOSTUNREACH, as for the policy's own denials).
@@ -41,10 +41,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use crate::helper::{exit, read_policy, Failure};
-use lazaret_netlink::log::{now_ms, BoundedLog};
+use crate::routes::PolicyRoutes;
 use lazaret_netlink::rtnl::{NetlinkError, Rtnl};
-use lazaret_netpolicy::hostlog::{self, HostEvent};
-use lazaret_netpolicy::policy::{HostAddress, Policy, MAX_HOST_ADDRESSES};
+use lazaret_protocol::netpolicy::hostlog::{self, HostEvent};
+use lazaret_protocol::netpolicy::log::{now_ms, BoundedLog};
+use lazaret_protocol::netpolicy::policy::{HostAddress, Policy, MAX_HOST_ADDRESSES};
 
 /// The confinement's name (`bin/netpolicy/src/lazaret-netpolicy-watch.json`).
 pub const CONFINEMENT: &str = "lazaret-netpolicy-watch";

@@ -17,14 +17,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lazaret_config::{Network, NetworkDefault};
-use lazaret_netpolicy::{derive, policy_memfd, DeriveOptions, NetworkPlan, Policy};
+use lazaret_netpolicy::{derive, DeriveOptions, NetworkPlan};
 use lazaret_netpolicy_helper::probe::{dns_ask, tcp_connect, TcpOutcome};
+use lazaret_protocol::netpolicy::Policy;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+/// The sealed memfd the helper reads on its policy descriptor, as the
+/// supervisor hands it, and the digest to pass as `--digest`.
+fn policy_memfd(policy: &Policy) -> Result<(OwnedFd, String), String> {
+    let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
+    let digest = lazaret_protocol::netpolicy::policy::digest_bytes(&bytes);
+    let fd = lazaret_helpers::memfd::sealed("network-policy", &bytes).map_err(|e| e.to_string())?;
+    Ok((fd, digest))
+}
 
 const HOSTS: &[&str] = &[
     "10.99.0.1",

@@ -183,8 +183,8 @@ pub struct Volume {
 }
 
 // `[profiles.NAME.network]` is the egress policy's input: its type lives
-// with the policy (`lazaret-netpolicy`), which derives from it without
-// linking this parser.
+// with the policy's derivation (`lazaret-netpolicy`), which reads it
+// without linking this parser.
 pub use lazaret_netpolicy::section::{Network, NetworkDefault, NetworkMode};
 
 /// `[profiles.NAME.escalation]`: commands run on the host without asking.

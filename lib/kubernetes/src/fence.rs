@@ -25,7 +25,7 @@
 //! denials.
 
 use ipnet::Ipv4Net;
-use lazaret_netpolicy::policy::{Policy, Verdict};
+use lazaret_protocol::netpolicy::policy::{Policy, Verdict};
 
 /// One NetworkPolicy `ipBlock`: `cidr` minus `except`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,8 +55,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lazaret_config::Profile;
-use lazaret_netpolicy::policy::Policy;
 use lazaret_netpolicy::NetworkPlan;
+use lazaret_protocol::netpolicy::policy::Policy;
 use sandbox::{
     EmbeddedMetadata, InjectionPolicy, NetworkPolicyManagement, PodTemplate, SandboxNetworkPolicy,
     SandboxTemplate, SandboxTemplateSpec, VolumeClaimTemplate,
@@ -143,7 +143,7 @@ pub enum ExportError {
     #[error("--egress-ip {ip} cannot be a Service address (it is unspecified, loopback, link-local or multicast)")]
     EgressIp { ip: Ipv4Addr },
     #[error("the profile's network configuration is refused: {0}; nothing was exported")]
-    Network(#[from] lazaret_netpolicy::PolicyError),
+    Network(#[from] lazaret_netpolicy::DeriveError),
     #[error("cannot encode the {kind} {name}: {why}")]
     Encode {
         kind: &'static str,

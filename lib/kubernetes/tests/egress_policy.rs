@@ -11,8 +11,8 @@ mod common;
 use std::net::Ipv4Addr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use lazaret_netpolicy::policy::{Policy, Verdict};
 use lazaret_netpolicy::NetworkPlan;
+use lazaret_protocol::netpolicy::policy::{Policy, Verdict};
 use serde::Deserialize;
 use serde_json::Value;
 

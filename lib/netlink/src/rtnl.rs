@@ -1,25 +1,23 @@
-//! A small synchronous rtnetlink client: dump links, addresses, routes and
-//! rules; add and delete routes. One socket per network namespace; the
-//! socket is bound to the namespace it was created in, so the caller opens
-//! it before switching namespaces or confining itself.
+//! A small synchronous rtnetlink client: one request and its answers,
+//! dumps of links, addresses, routes and rules, and the host denials both
+//! helpers honour; each helper's writes are its own crate's. One socket
+//! per network namespace; the socket is bound to the namespace it was
+//! created in, so the caller opens it before switching namespaces or
+//! confining itself.
 
 use ipnet::Ipv4Net;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
-    NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
-use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
-    RouteType,
-};
-use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage};
+use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::net::{IpAddr, Ipv4Addr};
 
-use lazaret_netpolicy::policy::{RouteSpec, HOST_RULE_PRIORITY, HOST_TABLE};
+use lazaret_protocol::netpolicy::policy::HOST_TABLE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetlinkError {
@@ -191,7 +189,7 @@ impl Rtnl {
     }
 
     /// Raw route messages of one family, every table.
-    fn route_msgs(&mut self, family: AddressFamily) -> Result<Vec<RouteMessage>, NetlinkError> {
+    pub fn route_msgs(&mut self, family: AddressFamily) -> Result<Vec<RouteMessage>, NetlinkError> {
         let mut req = RouteMessage::default();
         req.header.address_family = family;
         let msgs = self.request("route dump", RouteNetlinkMessage::GetRoute(req), NLM_F_DUMP)?;
@@ -258,131 +256,9 @@ impl Rtnl {
         out.sort();
         Ok(out)
     }
-
-    /// Deletes every IPv4 route of the main table except the device route
-    /// of `keep_dev` for `keep_prefix` (the kernel's, from the address).
-    pub fn flush_main_v4(
-        &mut self,
-        keep_prefix: Ipv4Net,
-        keep_dev: u32,
-    ) -> Result<usize, NetlinkError> {
-        let mut n = 0;
-        for r in self.route_msgs(AddressFamily::Inet)? {
-            if table_of(&r) != u32::from(RouteHeader::RT_TABLE_MAIN) {
-                continue;
-            }
-            let dst = dst_of(&r);
-            let oif = r.attributes.iter().find_map(|a| match a {
-                RouteAttribute::Oif(i) => Some(*i),
-                _ => None,
-            });
-            if r.header.protocol == RouteProtocol::Kernel
-                && dst == Some(keep_prefix)
-                && oif == Some(keep_dev)
-                && r.header.kind == RouteType::Unicast
-            {
-                continue;
-            }
-            let mut del = RouteMessage::default();
-            del.header = r.header.clone();
-            del.attributes = r
-                .attributes
-                .iter()
-                .filter(|a| {
-                    matches!(
-                        a,
-                        RouteAttribute::Destination(_)
-                            | RouteAttribute::Gateway(_)
-                            | RouteAttribute::Oif(_)
-                            | RouteAttribute::Table(_)
-                            | RouteAttribute::Priority(_)
-                    )
-                })
-                .cloned()
-                .collect();
-            let what = format!(
-                "deleting route {}",
-                dst.map(|d| d.to_string()).unwrap_or_default()
-            );
-            self.request(&what, RouteNetlinkMessage::DelRoute(del), NLM_F_ACK)?;
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    /// Adds one route of the main table (`Device` routes are the kernel's
-    /// and are skipped).
-    pub fn add_route(&mut self, spec: &RouteSpec, ifindex: u32) -> Result<(), NetlinkError> {
-        let mut m = RouteMessage::default();
-        m.header.address_family = AddressFamily::Inet;
-        m.header.table = RouteHeader::RT_TABLE_MAIN;
-        m.header.protocol = RouteProtocol::Static;
-        m.header.scope = RouteScope::Universe;
-        let prefix = spec.prefix();
-        m.header.destination_prefix_length = prefix.prefix_len();
-        if prefix.prefix_len() > 0 {
-            m.attributes
-                .push(RouteAttribute::Destination(RouteAddress::Inet(
-                    prefix.addr(),
-                )));
-        }
-        match spec {
-            RouteSpec::Unreachable(_) => m.header.kind = RouteType::Unreachable,
-            RouteSpec::Via { gateway, .. } => {
-                m.header.kind = RouteType::Unicast;
-                m.header.flags = RouteFlags::Onlink;
-                m.attributes
-                    .push(RouteAttribute::Gateway(RouteAddress::Inet(*gateway)));
-                m.attributes.push(RouteAttribute::Oif(ifindex));
-            }
-            RouteSpec::Device { .. } => return Ok(()),
-        }
-        self.request(
-            &format!("adding route `{spec}`"),
-            RouteNetlinkMessage::NewRoute(m),
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        )?;
-        Ok(())
-    }
 }
 
 impl Rtnl {
-    /// Adds the watcher's rule `lookup 75` at [`HOST_RULE_PRIORITY`]
-    /// (already there: nothing to do).
-    pub fn host_table_rule(&mut self) -> Result<(), NetlinkError> {
-        let mut m = RuleMessage::default();
-        m.header.family = AddressFamily::Inet;
-        m.header.action = RuleAction::ToTable;
-        m.attributes
-            .push(RuleAttribute::Priority(HOST_RULE_PRIORITY));
-        m.attributes.push(RuleAttribute::Table(HOST_TABLE));
-        existing_is_fine(self.request(
-            &format!("adding rule `lookup {HOST_TABLE}` (priority {HOST_RULE_PRIORITY})"),
-            RouteNetlinkMessage::NewRule(m),
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        ))
-    }
-
-    /// Adds the watcher's denial `unreachable ADDR/32` in [`HOST_TABLE`]
-    /// (connect fails with EHOSTUNREACH, as for the policy's denials).
-    pub fn host_route(&mut self, addr: Ipv4Addr) -> Result<(), NetlinkError> {
-        let mut m = RouteMessage::default();
-        m.header.address_family = AddressFamily::Inet;
-        m.header.table = RouteHeader::RT_TABLE_UNSPEC;
-        m.attributes.push(RouteAttribute::Table(HOST_TABLE));
-        m.header.protocol = RouteProtocol::Static;
-        m.header.scope = RouteScope::Universe;
-        m.header.kind = RouteType::Unreachable;
-        m.header.destination_prefix_length = 32;
-        m.attributes
-            .push(RouteAttribute::Destination(RouteAddress::Inet(addr)));
-        existing_is_fine(self.request(
-            &format!("adding route `unreachable {addr}/32 table {HOST_TABLE}`"),
-            RouteNetlinkMessage::NewRoute(m),
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        ))
-    }
-
     /// The addresses the watcher denied (its routes in [`HOST_TABLE`]):
     /// the host's, gained after the policy was derived. The filtering
     /// resolver never routes them.
@@ -423,7 +299,8 @@ fn name_of(links: &[(u32, String)], index: u32) -> String {
         .unwrap_or_else(|| format!("if{index}"))
 }
 
-fn table_of(r: &RouteMessage) -> u32 {
+/// The table of a route message (its attribute, else its header's).
+pub fn table_of(r: &RouteMessage) -> u32 {
     r.attributes
         .iter()
         .find_map(|a| match a {
@@ -433,7 +310,8 @@ fn table_of(r: &RouteMessage) -> u32 {
         .unwrap_or(u32::from(r.header.table))
 }
 
-fn dst_of(r: &RouteMessage) -> Option<Ipv4Net> {
+/// The destination prefix of a route message.
+pub fn dst_of(r: &RouteMessage) -> Option<Ipv4Net> {
     let addr = r
         .attributes
         .iter()
@@ -494,31 +372,4 @@ fn normalise_route(r: &RouteMessage, links: &[(u32, String)]) -> ObservedRoute {
     });
     o.dst = format!("{dst}/{}", r.header.destination_prefix_length);
     o
-}
-
-/// Does the observed main-table route implement `spec` exactly?
-pub fn route_matches(o: &ObservedRoute, spec: &RouteSpec) -> bool {
-    if o.table != u32::from(RouteHeader::RT_TABLE_MAIN) || !o.unusual.is_empty() {
-        return false;
-    }
-    let dst = spec.prefix().to_string();
-    match spec {
-        RouteSpec::Unreachable(_) => o.dst == dst && o.kind == "unreachable" && o.gateway.is_none(),
-        RouteSpec::Via {
-            gateway, ifname, ..
-        } => {
-            o.dst == dst
-                && o.kind == "unicast"
-                && o.gateway.as_deref() == Some(gateway.to_string().as_str())
-                && o.dev.as_deref() == Some(ifname.as_str())
-                && o.onlink
-        }
-        RouteSpec::Device { ifname, .. } => {
-            o.dst == dst
-                && o.kind == "unicast"
-                && o.gateway.is_none()
-                && o.dev.as_deref() == Some(ifname.as_str())
-                && o.scope == u8::from(RouteScope::Link)
-        }
-    }
 }

@@ -1,16 +1,14 @@
 //! Derivation of a [`Policy`] from the profile's `[network]` (the trusted
-//! host configuration): the only part of this crate that reads
-//! `lazaret-config`, behind the `derive` feature, so the network helper
-//! (`bin/netpolicy/`) can use the policy's types without linking the
-//! configuration parser.
+//! host configuration), behind the `derive` feature: `lazaret-config`
+//! links this crate for [`crate::section`] alone.
 
 use crate::section::{Network, NetworkDefault, NetworkMode};
 use ipnet::Ipv4Net;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
-use crate::hosts::{HostName, HostPattern, TTL_CEILING, TTL_FLOOR};
-#[allow(unused_imports)]
-use crate::policy::*;
+use crate::plan::{DeriveError, DeriveOptions, NetworkPlan};
+use lazaret_protocol::netpolicy::hosts::{HostName, HostPattern, TTL_CEILING, TTL_FLOOR};
+use lazaret_protocol::netpolicy::policy::*;
 
 const DEFAULT_DENIED_PROBES: [SocketAddrV4; 2] = [
     SocketAddrV4::new(Ipv4Addr::new(169, 254, 169, 254), 80),
@@ -18,9 +16,9 @@ const DEFAULT_DENIED_PROBES: [SocketAddrV4; 2] = [
 ];
 
 /// Parses one `allow`/`deny` entry: a CIDR or a bare address (a /32).
-fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, PolicyError> {
+fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, DeriveError> {
     let s = entry.trim();
-    let invalid = || PolicyError::InvalidCidr {
+    let invalid = || DeriveError::InvalidCidr {
         list,
         index,
         entry: entry.to_string(),
@@ -34,7 +32,7 @@ fn parse_entry(list: &'static str, index: usize, entry: &str) -> Result<Entry, P
     match s.parse::<ipnet::IpNet>().map_err(|_| invalid())? {
         ipnet::IpNet::V4(n) => {
             if n.trunc() != n {
-                return Err(PolicyError::HostBits {
+                return Err(DeriveError::HostBits {
                     list,
                     index,
                     entry: entry.to_string(),
@@ -54,13 +52,13 @@ enum Entry {
 
 /// The [`DeriveOptions`] a profile asks for: the generation `binding`
 /// and, from `probe = "IP:PORT"`, the permitted probe target.
-pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, PolicyError> {
+pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, DeriveError> {
     let probe_permitted = match &net.probe {
         None => None,
         Some(p) => Some(
             p.trim()
                 .parse::<SocketAddrV4>()
-                .map_err(|_| PolicyError::InvalidProbe { entry: p.clone() })?,
+                .map_err(|_| DeriveError::InvalidProbe { entry: p.clone() })?,
         ),
     };
     Ok(DeriveOptions {
@@ -74,7 +72,7 @@ pub fn options_for(net: &Network, binding: &str) -> Result<DeriveOptions, Policy
 /// in the caller's network namespace, which must be the host's): what
 /// the coordinator derives the generation's policy with, and what the
 /// CLI checks and previews.
-pub fn options_on_this_host(net: &Network, binding: &str) -> Result<DeriveOptions, PolicyError> {
+pub fn options_on_this_host(net: &Network, binding: &str) -> Result<DeriveOptions, DeriveError> {
     let mut opts = options_for(net, binding)?;
     opts.host_addresses = host_addresses()?;
     Ok(opts)
@@ -87,23 +85,23 @@ fn derive_hosts(
     net: &Network,
     link: &Link,
     resolvers: &[Ipv4Addr],
-) -> Result<Option<HostsPlan>, PolicyError> {
+) -> Result<Option<HostsPlan>, DeriveError> {
     if net.allow_hosts.is_empty() {
         return Ok(None);
     }
     if net.allow_hosts.len() > MAX_HOSTS {
-        return Err(PolicyError::TooManyHosts {
+        return Err(DeriveError::TooManyHosts {
             count: net.allow_hosts.len(),
         });
     }
     if net.default != NetworkDefault::Deny {
-        return Err(PolicyError::HostsNeedDeny);
+        return Err(DeriveError::HostsNeedDeny);
     }
     let mut allow = Vec::new();
     let mut probe_allowed = None;
     for (index, e) in net.allow_hosts.iter().enumerate() {
         let entry = e.trim().to_string();
-        let p = HostPattern::parse(&entry).map_err(|h| PolicyError::InvalidHost {
+        let p = HostPattern::parse(&entry).map_err(|h| DeriveError::InvalidHost {
             index,
             entry: e.clone(),
             why: h.why,
@@ -126,8 +124,8 @@ fn derive_hosts(
 /// The host's interface addresses (IPv4), in the calling process's
 /// network namespace: the deriver runs in the host's, so these are the
 /// addresses slirp4netns A's sockets would reach as the host's own.
-pub fn host_addresses() -> Result<Vec<HostAddress>, PolicyError> {
-    let why = |e: nix::Error| PolicyError::HostAddresses {
+pub fn host_addresses() -> Result<Vec<HostAddress>, DeriveError> {
+    let why = |e: nix::Error| DeriveError::HostAddresses {
         why: format!("getifaddrs: {e}"),
     };
     let mut out: Vec<HostAddress> = Vec::new();
@@ -145,13 +143,13 @@ pub fn host_addresses() -> Result<Vec<HostAddress>, PolicyError> {
 
 /// The denials of the host's addresses: one /32 per address the policy
 /// must deny ([`host_deniable`]), the first interface naming it.
-fn host_rules(addrs: &[HostAddress], link: &Link) -> Result<Vec<Rule>, PolicyError> {
+fn host_rules(addrs: &[HostAddress], link: &Link) -> Result<Vec<Rule>, DeriveError> {
     let mut by_addr: std::collections::BTreeMap<Ipv4Addr, &str> = Default::default();
     for h in addrs.iter().filter(|h| host_deniable(link, h.address)) {
         by_addr.entry(h.address).or_insert(&h.ifname);
     }
     if by_addr.len() > MAX_HOST_ADDRESSES {
-        return Err(PolicyError::TooManyHostAddresses {
+        return Err(DeriveError::TooManyHostAddresses {
             count: by_addr.len(),
         });
     }
@@ -169,12 +167,12 @@ fn host_rules(addrs: &[HostAddress], link: &Link) -> Result<Vec<Rule>, PolicyErr
 
 /// Derives the policy. Pure: the same profile and options always give the
 /// same bytes.
-pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, PolicyError> {
+pub fn derive(net: &Network, opts: &DeriveOptions) -> Result<NetworkPlan, DeriveError> {
     if net.mode == Some(NetworkMode::None) {
         return Ok(NetworkPlan::None);
     }
     if net.allow.len() + net.deny.len() > MAX_ENTRIES {
-        return Err(PolicyError::TooManyEntries {
+        return Err(DeriveError::TooManyEntries {
             count: net.allow.len() + net.deny.len(),
         });
     }
@@ -254,9 +252,9 @@ fn check_entry(
     index: usize,
     entry: &str,
     n: Ipv4Net,
-) -> Result<(), PolicyError> {
+) -> Result<(), DeriveError> {
     if n.prefix_len() == 0 {
-        return Err(PolicyError::WholeSpace {
+        return Err(DeriveError::WholeSpace {
             list,
             index,
             entry: entry.to_string(),
@@ -266,7 +264,7 @@ fn check_entry(
     // Inside (or equal to) the link: the link is Lazaret's own. A prefix
     // strictly containing it is fine, the device route stays more specific.
     if link.network.contains(&n) {
-        return Err(PolicyError::LinkOverlap {
+        return Err(DeriveError::LinkOverlap {
             list,
             index,
             entry: entry.to_string(),
@@ -275,9 +273,9 @@ fn check_entry(
     }
     if list != "deny" {
         for b in BUILTINS.iter().filter(|b| b.fixed) {
-            let range = builtin_net(b);
+            let range = b.net;
             if range.contains(&n) {
-                return Err(PolicyError::Unroutable {
+                return Err(DeriveError::Unroutable {
                     list,
                     index,
                     entry: entry.to_string(),
@@ -291,7 +289,7 @@ fn check_entry(
 }
 
 /// The `allow` entries, parsed and checked, with their config index.
-fn checked_allows(net: &Network, link: &Link) -> Result<Vec<(usize, Ipv4Net)>, PolicyError> {
+fn checked_allows(net: &Network, link: &Link) -> Result<Vec<(usize, Ipv4Net)>, DeriveError> {
     let mut allows: Vec<(usize, Ipv4Net)> = Vec::new();
     for (i, e) in net.allow.iter().enumerate() {
         match parse_entry("allow", i, e)? {
@@ -300,7 +298,7 @@ fn checked_allows(net: &Network, link: &Link) -> Result<Vec<(usize, Ipv4Net)>, P
                 allows.push((i, n));
             }
             Entry::V6 => {
-                return Err(PolicyError::Ipv6Disabled {
+                return Err(DeriveError::Ipv6Disabled {
                     list: "allow",
                     index: i,
                     entry: e.clone(),
@@ -318,14 +316,14 @@ fn checked_denies(
     link: &Link,
     allows: &[(usize, Ipv4Net)],
     ipv6_denied: &mut Vec<String>,
-) -> Result<Vec<(usize, Ipv4Net)>, PolicyError> {
+) -> Result<Vec<(usize, Ipv4Net)>, DeriveError> {
     let mut denies: Vec<(usize, Ipv4Net)> = Vec::new();
     for (i, e) in net.deny.iter().enumerate() {
         match parse_entry("deny", i, e)? {
             Entry::V4(n) => {
                 check_entry(link, "deny", i, e, n)?;
                 if let Some((ai, _)) = allows.iter().find(|(_, a)| *a == n) {
-                    return Err(PolicyError::Conflict {
+                    return Err(DeriveError::Conflict {
                         allow_index: *ai,
                         allow: net.allow[*ai].clone(),
                         deny_index: i,
@@ -347,20 +345,20 @@ fn checked_resolvers(
     net: &Network,
     link: &Link,
     denies: &[(usize, Ipv4Net)],
-) -> Result<Vec<(usize, Ipv4Addr)>, PolicyError> {
+) -> Result<Vec<(usize, Ipv4Addr)>, DeriveError> {
     if net.dns.len() > MAX_RESOLVERS {
-        return Err(PolicyError::TooManyResolvers {
+        return Err(DeriveError::TooManyResolvers {
             count: net.dns.len(),
         });
     }
     let mut resolvers: Vec<(usize, Ipv4Addr)> = Vec::new();
     for (i, e) in net.dns.iter().enumerate() {
-        let ip: IpAddr = e.trim().parse().map_err(|_| PolicyError::InvalidResolver {
+        let ip: IpAddr = e.trim().parse().map_err(|_| DeriveError::InvalidResolver {
             index: i,
             entry: e.clone(),
         })?;
         let IpAddr::V4(a) = ip else {
-            return Err(PolicyError::Ipv6Disabled {
+            return Err(DeriveError::Ipv6Disabled {
                 list: "dns",
                 index: i,
                 entry: e.clone(),
@@ -371,7 +369,7 @@ fn checked_resolvers(
             check_entry(link, "dns", i, e, host)?;
         }
         if let Some((di, _)) = denies.iter().find(|(_, d)| *d == host) {
-            return Err(PolicyError::ResolverDenied {
+            return Err(DeriveError::ResolverDenied {
                 dns_index: i,
                 dns: e.clone(),
                 deny_index: *di,
@@ -418,7 +416,7 @@ fn assemble_rules(
     e: &Entries,
     opts: &DeriveOptions,
     filtered: bool,
-) -> Result<Vec<Rule>, PolicyError> {
+) -> Result<Vec<Rule>, DeriveError> {
     let (net, link) = (e.net, e.link);
     let mut rules: Vec<Rule> = Vec::new();
     put_fixed_rules(&mut rules, link, e.resolvers);
@@ -470,7 +468,7 @@ fn put_fixed_rules(rules: &mut Vec<Rule>, link: &Link, resolvers: &[(usize, Ipv4
         put_rule(
             rules,
             Rule {
-                prefix: builtin_net(b),
+                prefix: b.net,
                 verdict: Verdict::Deny,
                 origin: Origin::Builtin {
                     what: b.what.into(),
@@ -514,7 +512,7 @@ fn put_resolver_rules(
     e: &Entries,
     host_denials: &[Rule],
     filtered: bool,
-) -> Result<(), PolicyError> {
+) -> Result<(), DeriveError> {
     let net = e.net;
     for (i, a) in e.resolvers {
         if *a == e.link.dns {
@@ -546,7 +544,7 @@ fn put_resolver_rules(
             .map(|r| &r.origin)
             .filter(|_| !exact_allow)
         {
-            return Err(PolicyError::ResolverIsHost {
+            return Err(DeriveError::ResolverIsHost {
                 index: *i,
                 entry: net.dns[*i].clone(),
                 ifname: ifname.clone(),

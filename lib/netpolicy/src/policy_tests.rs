@@ -1,8 +1,11 @@
 //! Table tests of policy derivation: no root, no namespaces.
 
-use super::*;
 use crate::derive::*;
+use crate::plan::{DeriveError, DeriveOptions, NetworkPlan};
 use crate::section::{Network, NetworkDefault, NetworkMode};
+use ipnet::Ipv4Net;
+use lazaret_protocol::netpolicy::policy::*;
+use std::net::Ipv4Addr;
 
 fn net(allow: &[&str], deny: &[&str], dns: &[&str], default: NetworkDefault) -> Network {
     Network {
@@ -394,13 +397,13 @@ fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
     let err = |n: &Network| derive(n, &DeriveOptions::default()).unwrap_err();
     let e = err(&hosts_net(&["github.com", "a.*.example.org"], &[], DD));
     assert!(
-        matches!(&e, PolicyError::InvalidHost { index: 1, entry, .. } if entry == "a.*.example.org"),
+        matches!(&e, DeriveError::InvalidHost { index: 1, entry, .. } if entry == "a.*.example.org"),
         "{e}"
     );
     assert!(e.to_string().contains("network.allow_hosts[1]"), "{e}");
     assert_eq!(
         err(&hosts_net(&["github.com"], &[], DA)),
-        PolicyError::HostsNeedDeny
+        DeriveError::HostsNeedDeny
     );
     // With `dns`: the resolvers are the filter's upstream only, never
     // routed in the main table (the sandbox asks slirp B's forwarder).
@@ -423,13 +426,13 @@ fn allow_hosts_plan_the_filter_and_errors_name_the_entry() {
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     assert!(matches!(
         err(&hosts_net(&many, &[], DD)),
-        PolicyError::TooManyHosts { .. }
+        DeriveError::TooManyHosts { .. }
     ));
     // Without allow_hosts, nothing changes.
     assert_eq!(policy(&net(&[], &[], &[], DD)).hosts, None);
 }
 
-fn with_host(n: &Network, addrs: &[(&str, &str)]) -> Result<Policy, PolicyError> {
+fn with_host(n: &Network, addrs: &[(&str, &str)]) -> Result<Policy, DeriveError> {
     let opts = DeriveOptions {
         host_addresses: addrs
             .iter()
@@ -502,7 +505,7 @@ fn every_host_address_is_denied_unless_allowed_exactly() {
     // naming it, unless `allow` names it too.
     let e = with_host(&net(&[], &[], &["203.0.113.1"], DA), &host).unwrap_err();
     assert!(
-        matches!(&e, PolicyError::ResolverIsHost { index: 0, ifname, .. } if ifname == "eth0"),
+        matches!(&e, DeriveError::ResolverIsHost { index: 0, ifname, .. } if ifname == "eth0"),
         "{e}"
     );
     assert!(
@@ -538,7 +541,7 @@ fn every_host_address_is_denied_unless_allowed_exactly() {
     let many: Vec<(&str, &str)> = many.iter().map(|(a, i)| (a.as_str(), *i)).collect();
     assert!(matches!(
         with_host(&net(&[], &[], &[], DA), &many),
-        Err(PolicyError::TooManyHostAddresses { .. })
+        Err(DeriveError::TooManyHostAddresses { .. })
     ));
 }
 

@@ -14,6 +14,8 @@ pub mod lifecycle;
 pub mod logs;
 pub mod mailbox;
 pub mod memfd;
+#[cfg(feature = "netpolicy")]
+pub mod netpolicy;
 pub mod netreport;
 pub mod plan;
 pub mod readiness;

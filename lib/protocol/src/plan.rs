@@ -119,8 +119,8 @@ pub struct VolumeRouter {
 /// and probed in N1 before `runsc run` (fail closed).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SandboxNetwork {
-    /// The canonical policy bytes (opaque here; `lazaret-netpolicy`
-    /// checks them against `digest`).
+    /// The canonical policy bytes (opaque here; the helper
+    /// `lazaret-netpolicy` checks them against `digest`).
     pub policy: Vec<u8>,
     /// SHA-256 (hex) of `policy`.
     pub digest: String,
@@ -364,8 +364,9 @@ pub struct NetworkInput {
 /// (the host's own addresses, taken then, are denied), before the
 /// coordinator starts: the coordinator links no configuration parser and
 /// never derives it. It is not yet bound to a generation: the coordinator
-/// checks `digest`, decodes the canonical bytes (`lazaret-netpolicy`'s
-/// `Policy::from_bytes`, which refuses bytes that are not canonical), and
+/// checks `digest`, decodes the canonical bytes
+/// ([`crate::netpolicy::Policy`]'s `from_bytes`, which refuses bytes that
+/// are not canonical), and
 /// binds the policy to the generation's network attachment.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DerivedPolicy {

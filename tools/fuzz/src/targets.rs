@@ -177,17 +177,20 @@ pub fn certificate_claims(bytes: &[u8]) {
 }
 
 /// The allow-list the DNS filter target judges against.
-pub fn fuzz_allow_hosts() -> lazaret_netpolicy::hosts::AllowHosts {
-    lazaret_netpolicy::hosts::AllowHosts::parse(&["github.com", "*.githubusercontent.com"])
-        .expect("fuzz allow-list")
+pub fn fuzz_allow_hosts() -> lazaret_protocol::netpolicy::hosts::AllowHosts {
+    lazaret_protocol::netpolicy::hosts::AllowHosts::parse(&[
+        "github.com",
+        "*.githubusercontent.com",
+    ])
+    .expect("fuzz allow-list")
 }
 
 /// A query from the sandbox and an upstream answer, as the filtering
 /// resolver of `allow_hosts` will judge them.
 pub fn dns_filter(bytes: &[u8]) {
     let allow = fuzz_allow_hosts();
-    let _ = lazaret_netpolicy::judge::judge_query(&allow, bytes);
-    let _ = lazaret_netpolicy::judge::judge_answer(&allow, "github.com", bytes);
+    let _ = lazaret_protocol::netpolicy::judge::judge_query(&allow, bytes);
+    let _ = lazaret_protocol::netpolicy::judge::judge_answer(&allow, "github.com", bytes);
 }
 
 /// An index the sandbox's Git puts in place, as the mount router

@@ -11,7 +11,14 @@
 //!   `lazaret-image`, directly or through another workspace crate;
 //! - `lazaret-mailbox` links no workspace library but `lazaret-protocol`
 //!   and the confinement library (`lazaret-seccomp`): a reviewer audits it
-//!   from `bin/mailbox/` and those two.
+//!   from `bin/mailbox/` and those two;
+//! - `lazaret-dns-filter` links none but those two and the rtnetlink
+//!   client both network helpers share (`lazaret-netlink`, which links
+//!   `lazaret-protocol` alone): its judge, its policy and its log are
+//!   `lazaret_protocol::netpolicy`, its routes its own;
+//! - only the CLI links the configuration parser (`lazaret-config`) and
+//!   the policy's derivation (`lazaret-netpolicy`): every other binary
+//!   is handed what it needs.
 //!
 //! A rule broken on purpose, for now, is listed in [`KNOWN_EXCEPTIONS`]
 //! with the issue that removes it; an exception that no longer happens
@@ -185,7 +192,13 @@ fn violations(ws: &BTreeMap<String, Krate>) -> BTreeSet<(String, String, String)
             _ => add("outside-bin-lib-tools", name, &k.dir.display().to_string()),
         }
     }
-    for d in &ws["lazaret-protocol"].all_deps {
+    // Its dev-dependency on itself turns on its own `netpolicy` feature
+    // for its tests; that is no other library.
+    for d in ws["lazaret-protocol"]
+        .all_deps
+        .iter()
+        .filter(|d| *d != "lazaret-protocol")
+    {
         add("protocol-depends-on-library", "lazaret-protocol", d);
     }
     for d in links(ws, "lazaret-coordinator") {
@@ -200,6 +213,30 @@ fn violations(ws: &BTreeMap<String, Krate>) -> BTreeSet<(String, String, String)
                 "lazaret-mailbox",
                 &d,
             );
+        }
+    }
+    for d in links(ws, "lazaret-dns-filter") {
+        if !["lazaret-protocol", "lazaret-seccomp", "lazaret-netlink"].contains(&d.as_str()) {
+            add(
+                "dns-filter-links-beyond-protocol-confinement-netlink",
+                "lazaret-dns-filter",
+                &d,
+            );
+        }
+    }
+    for d in links(ws, "lazaret-netlink") {
+        if d != "lazaret-protocol" {
+            add("netlink-links-beyond-protocol", "lazaret-netlink", &d);
+        }
+    }
+    let helpers = ws
+        .iter()
+        .filter(|(n, k)| k.floor == "bin" && *n != "lazaret-cli");
+    for (name, _) in helpers {
+        for d in links(ws, name) {
+            if d == "lazaret-config" || d == "lazaret-netpolicy" {
+                add("only-the-cli-links-config-and-derivation", name, &d);
+            }
         }
     }
     v
@@ -274,6 +311,14 @@ fn each_rule_catches_its_violation() {
         .deps
         .insert("lazaret-helpers".into());
     expect(&ws, "mailbox-links-beyond-protocol-and-confinement");
+    ws.get_mut("lazaret-netlink")
+        .expect("netlink")
+        .deps
+        .insert("lazaret-netpolicy".into());
+    expect(&ws, "netlink-links-beyond-protocol");
+    // Through the rtnetlink client, the derivation reaches the filter.
+    expect(&ws, "dns-filter-links-beyond-protocol-confinement-netlink");
+    expect(&ws, "only-the-cli-links-config-and-derivation");
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! What the filtering resolver decides about each query from the sandbox
 //! and each answer from upstream, against the policy's `allow_hosts`
 //! ([`AllowHosts`]): pure, table-tested, fuzzed (`lazaret-fuzz`). Here,
-//! not in `bin/dns-filter`, because the egress Pod of `lazaret export
-//! kubernetes` (`bin/egress`) decides the same way.
+//! beside the policy it applies, not in `bin/dns-filter`, because the
+//! egress Pod of `lazaret export kubernetes` (`bin/egress`) decides the
+//! same way, and a `bin/` crate links no other.
 //!
 //! A query for a name no entry matches is answered NXDOMAIN here and never
 //! leaves; an answer is accepted only if every name of its CNAME chain is
 //! allowed, and only the addresses of names on the chain count.
 
-use crate::hosts::{normalize, AllowHosts};
+use super::hosts::{normalize, AllowHosts};
 pub use hickory_proto::op::ResponseCode;
 use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::{RData, RecordType};
@@ -130,7 +131,7 @@ pub fn judge_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hosts::tests::allow;
+    use crate::netpolicy::hosts::tests::allow;
     use hickory_proto::op::Query;
     use hickory_proto::rr::rdata::{A, CNAME};
     use hickory_proto::rr::{Name, Record};

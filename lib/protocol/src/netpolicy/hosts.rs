@@ -1,6 +1,5 @@
 //! Names the sandbox may resolve (`allow_hosts`); what the filtering
-//! resolver decides about each query and answer is its own
-//! (`bin/dns-filter/src/judge.rs`).
+//! resolver decides about each query and answer is [`super::judge`].
 //!
 //! An entry is an exact host name (`github.com`) or a leading wildcard
 //! (`*.githubusercontent.com`: any name below it, not the name itself),

@@ -1,7 +1,8 @@
-//! Policy derivation: `[profiles.NAME.network]` becomes a canonical,
-//! generation-bound [`Policy`] (pure data, no system calls).
+//! The canonical, generation-bound [`Policy`] of one Domain generation
+//! (pure data, no system calls): what the derived policy means.
 //!
-//! Semantics, decided here and nowhere else:
+//! Semantics (derivation, `lazaret-netpolicy`, gives a policy them; the
+//! checks and the evaluation here hold it to them):
 //! - IPv4 is permitted by default except the built-in denied ranges: RFC 1918
 //!   (10/8, 172.16/12, 192.168/16), link-local 169.254/16 (cloud metadata),
 //!   CGNAT 100.64/10, "this network" 0/8, loopback 127/8, multicast 224/4 and
@@ -35,7 +36,6 @@
 
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the canonical encoding; part of the digest.
@@ -52,79 +52,9 @@ pub const MAX_HOSTS: usize = 512;
 /// at most this many more by the watcher while the Domain runs).
 pub const MAX_HOST_ADDRESSES: usize = 1024;
 
+/// Why a policy is refused: its bytes, or its structure.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
-    #[error("network.{list}[{index}] {entry:?} is not an IPv4 or IPv6 CIDR (write it as 198.51.100.0/24 or 198.51.100.7)")]
-    InvalidCidr {
-        list: &'static str,
-        index: usize,
-        entry: String,
-    },
-    #[error(
-        "network.{list}[{index}] {entry:?} has host bits set; write the network address, {network}"
-    )]
-    HostBits {
-        list: &'static str,
-        index: usize,
-        entry: String,
-        network: Ipv4Net,
-    },
-    #[error("network.dns[{index}] {entry:?} is not an IP address (write a resolver address such as 198.51.100.53)")]
-    InvalidResolver { index: usize, entry: String },
-    #[error("network.allow[{allow_index}] {allow:?} and network.deny[{deny_index}] {deny:?} name the same prefix {prefix}; remove one of them")]
-    Conflict {
-        allow_index: usize,
-        allow: String,
-        deny_index: usize,
-        deny: String,
-        prefix: Ipv4Net,
-    },
-    #[error("network.dns[{dns_index}] {dns:?} and network.deny[{deny_index}] {deny:?} name the same host {prefix}; remove one of them")]
-    ResolverDenied {
-        dns_index: usize,
-        dns: String,
-        deny_index: usize,
-        deny: String,
-        prefix: Ipv4Net,
-    },
-    #[error("network.{list}[{index}] {entry:?} lies in {range} ({what}), which Lazaret never routes; remove it")]
-    Unroutable {
-        list: &'static str,
-        index: usize,
-        entry: String,
-        range: Ipv4Net,
-        what: &'static str,
-    },
-    #[error("network.{list}[{index}] {entry:?} overlaps the slirp4netns link network {link}; remove it (the link is Lazaret's own)")]
-    LinkOverlap {
-        list: &'static str,
-        index: usize,
-        entry: String,
-        link: Ipv4Net,
-    },
-    #[error("network.{list}[{index}] {entry:?} is the whole address space; set `default = \"{default}\"` instead")]
-    WholeSpace {
-        list: &'static str,
-        index: usize,
-        entry: String,
-        default: &'static str,
-    },
-    #[error(
-        "network.{list}[{index}] {entry:?} is IPv6, but IPv6 is disabled in the sandbox; remove it"
-    )]
-    Ipv6Disabled {
-        list: &'static str,
-        index: usize,
-        entry: String,
-    },
-    #[error(
-        "network.dns lists {count} resolvers; at most {MAX_RESOLVERS} are used, remove the others"
-    )]
-    TooManyResolvers { count: usize },
-    #[error(
-        "network.allow and network.deny list {count} entries; at most {MAX_ENTRIES} are supported"
-    )]
-    TooManyEntries { count: usize },
     #[error("the {which} probe target {target} is {actual} by the policy, so it cannot prove the policy; pick a target the policy {expected}")]
     ProbeTarget {
         which: &'static str,
@@ -132,32 +62,8 @@ pub enum PolicyError {
         actual: &'static str,
         expected: &'static str,
     },
-    #[error(
-        "network.probe {entry:?} is not an IPv4 address and port (write it as 198.51.100.7:443)"
-    )]
-    InvalidProbe { entry: String },
     #[error("the DNS probe name {name:?} is not a valid domain name")]
     ProbeName { name: String },
-    #[error("network.allow_hosts[{index}] {entry:?}: {why}")]
-    InvalidHost {
-        index: usize,
-        entry: String,
-        why: String,
-    },
-    #[error("network.allow_hosts lists {count} entries; at most {MAX_HOSTS} are supported")]
-    TooManyHosts { count: usize },
-    #[error("network.dns[{index}] {entry:?} is an address of this host ({ifname}): the sandbox would reach every service the host offers there, not only its resolver; name it in network.allow too to accept that, or use network.allow_hosts (its resolvers are reachable by Lazaret's filtering resolver alone)")]
-    ResolverIsHost {
-        index: usize,
-        entry: String,
-        ifname: String,
-    },
-    #[error("this host has {count} IPv4 addresses; at most {MAX_HOST_ADDRESSES} can be denied, so the sandbox cannot start here")]
-    TooManyHostAddresses { count: usize },
-    #[error("cannot list this host's network addresses ({why}): Lazaret denies the sandbox every address the host answers on, so it cannot start without them")]
-    HostAddresses { why: String },
-    #[error("network.allow_hosts needs `default = \"deny\"`: with `default = \"allow\"` every address is reachable already, so a list of names would allow nothing more and restrict nothing")]
-    HostsNeedDeny,
     #[error("policy encoding: {0}")]
     Encode(String),
     #[error("policy bytes do not decode: {0}; the coordinator and this helper must come from the same Lazaret build")]
@@ -381,8 +287,8 @@ pub struct HostsPlan {
 
 impl HostsPlan {
     /// The parsed allow-list (the entries were checked when derived).
-    pub fn patterns(&self) -> Result<crate::hosts::AllowHosts, crate::hosts::HostError> {
-        crate::hosts::AllowHosts::parse(&self.allow)
+    pub fn patterns(&self) -> Result<super::hosts::AllowHosts, super::hosts::HostError> {
+        super::hosts::AllowHosts::parse(&self.allow)
     }
 }
 
@@ -405,45 +311,16 @@ pub const DNS_UPSTREAM_TABLE: u32 = 77;
 pub const DNS_UPSTREAM_PRIORITY: u32 = 900;
 pub const DNS_UPSTREAM_MARK: u32 = 0x4c5a;
 
-/// Result of derivation: no network at all, or a policy to install.
-// One value per start: boxing the policy would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetworkPlan {
-    /// `mode = "none"`: run the sandbox with `--network=none`.
-    None,
-    Policy(Policy),
-}
-
-/// Inputs that do not come from the profile.
-#[derive(Debug, Clone, Default)]
-pub struct DeriveOptions {
-    /// Generation binding (see [`Policy::binding`]).
-    pub binding: String,
-    /// Denied probe target; by default the first of 169.254.169.254:80 and
-    /// 240.0.0.1:80 that the policy denies.
-    pub probe_denied: Option<SocketAddrV4>,
-    /// Permitted probe target; none by default (nothing is contacted).
-    pub probe_permitted: Option<SocketAddrV4>,
-    /// Name asked of each resolver; default `lazaret-probe.invalid.` is
-    /// never a real name, so an NXDOMAIN answer is the expected proof.
-    pub dns_name: Option<String>,
-    /// Per-check timeout; default 3000 ms.
-    pub probe_timeout_ms: Option<u32>,
-    /// The host's interface addresses, each denied (see the module
-    /// documentation); `derive::host_addresses` lists them.
-    pub host_addresses: Vec<HostAddress>,
-}
-
-pub(crate) struct Builtin {
+/// A built-in denied range (see the module documentation).
+pub struct Builtin {
     /// Checked when the crate compiles (`new_assert` in a constant).
-    pub(crate) net: Ipv4Net,
-    #[cfg_attr(not(feature = "derive"), allow(dead_code))]
-    pub(crate) what: &'static str,
-    pub(crate) fixed: bool,
+    pub net: Ipv4Net,
+    pub what: &'static str,
+    /// Never allowed: an `allow` inside it is an error.
+    pub fixed: bool,
 }
 
-pub(crate) const BUILTINS: &[Builtin] = &[
+pub const BUILTINS: &[Builtin] = &[
     Builtin {
         net: Ipv4Net::new_assert(Ipv4Addr::new(0, 0, 0, 0), 8),
         what: "\"this network\"",
@@ -491,10 +368,6 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     },
 ];
 
-pub(crate) fn builtin_net(b: &Builtin) -> Ipv4Net {
-    b.net
-}
-
 /// Is `addr`, an address of the host, one the policy must deny? Not when
 /// it lies in a fixed range (loopback: denied already, and never
 /// routable) or on the slirp link (slirp4netns A answers only its own
@@ -505,7 +378,7 @@ pub fn host_deniable(link: &Link, addr: Ipv4Addr) -> bool {
         && !BUILTINS
             .iter()
             .filter(|b| b.fixed)
-            .any(|b| builtin_net(b).contains(&addr))
+            .any(|b| b.net.contains(&addr))
 }
 
 /// The decision for one destination, with the rule that made it.
@@ -628,12 +501,8 @@ impl Policy {
                     return bad(format!("allow {} inside the link", r.prefix));
                 }
                 for b in BUILTINS.iter().filter(|b| b.fixed) {
-                    if builtin_net(b).contains(&r.prefix) {
-                        return bad(format!(
-                            "allow {} inside fixed {}",
-                            r.prefix,
-                            builtin_net(b)
-                        ));
+                    if b.net.contains(&r.prefix) {
+                        return bad(format!("allow {} inside fixed {}", r.prefix, b.net));
                     }
                 }
             }
@@ -642,9 +511,9 @@ impl Policy {
             if !self
                 .rules
                 .iter()
-                .any(|r| r.prefix == builtin_net(b) && r.verdict == Verdict::Deny)
+                .any(|r| r.prefix == b.net && r.verdict == Verdict::Deny)
             {
-                return bad(format!("fixed denial {} missing", builtin_net(b)));
+                return bad(format!("fixed denial {} missing", b.net));
             }
         }
         let gw = Ipv4Net::from(self.link.gateway);
@@ -743,7 +612,7 @@ impl Policy {
         Ok(())
     }
 
-    pub(crate) fn check_probe(&self) -> Result<(), PolicyError> {
+    pub fn check_probe(&self) -> Result<(), PolicyError> {
         let d = self.verdict_for(*self.probe.denied.ip()).verdict;
         if d != Verdict::Deny {
             return Err(PolicyError::ProbeTarget {
@@ -882,12 +751,4 @@ impl Policy {
 }
 
 /// Lower-case hex SHA-256.
-pub fn digest_bytes(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-// Two `cfg`s: clippy knows a test module by a plain `cfg(test)`.
-#[cfg(test)]
-#[cfg(feature = "derive")]
-#[path = "policy_tests.rs"]
-mod tests;
+pub use crate::memfd::digest as digest_bytes;

@@ -27,7 +27,7 @@ pub enum HostEvent {
         generation: String,
     },
     /// `address` (of `ifname`) is denied from now on: `unreachable
-    /// ADDR/32` in [`crate::policy::HOST_TABLE`].
+    /// ADDR/32` in [`super::policy::HOST_TABLE`].
     Denied {
         #[serde(rename = "time_unix_ms")]
         time_ms: u64,
@@ -49,7 +49,7 @@ pub enum HostEvent {
 
 /// Parses a log, skipping lines that are too long or do not decode.
 pub fn parse(text: &str) -> Vec<HostEvent> {
-    crate::dnslog::parse_lines(text, MAX_LINE)
+    super::dnslog::parse_lines(text, MAX_LINE)
 }
 
 /// One address the watcher denied in the last generation.
