@@ -13,7 +13,7 @@
 //! open its handles, 6 confinement failed, 7 a socket failed while serving.
 
 use argh::FromArgs;
-use lazaret_dns_filter::routes::DnsRoutes;
+use lazaret_dns_filter::routes::{dns_route, dns_upstream_rule};
 use lazaret_dns_filter::serve::{now_ms, Filter, Log};
 use lazaret_protocol::fdno::dns_filter as fdno;
 use lazaret_protocol::netpolicy::dnslog::DnsEvent;
@@ -83,7 +83,8 @@ fn route_upstream_by_mark(
     )
     .unwrap_or_else(|e| die(3, "upstream socket", format!("SO_MARK: {e}")));
     for u in &hosts.upstream {
-        rtnl.dns_route(
+        dns_route(
+            rtnl,
             DNS_UPSTREAM_TABLE,
             Some(*u),
             policy.link.gateway,
@@ -92,8 +93,7 @@ fn route_upstream_by_mark(
         )
         .unwrap_or_else(|e| die(3, "upstream route", e));
     }
-    rtnl.dns_upstream_rule()
-        .unwrap_or_else(|e| die(3, "upstream rule", e));
+    dns_upstream_rule(rtnl).unwrap_or_else(|e| die(3, "upstream rule", e));
 }
 
 fn main() {

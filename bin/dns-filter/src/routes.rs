@@ -18,132 +18,111 @@ use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePor
 use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
 use std::net::{IpAddr, Ipv4Addr};
 
-/// The filter's writes, on the shared [`Rtnl`] client.
-pub trait DnsRoutes {
-    /// Adds (or refreshes) or deletes the filtering resolver's host route
-    /// `ADDR/32 via GATEWAY dev IFINDEX onlink proto 76` in `table`
-    /// (`0.0.0.0/0` when `addr` is `None`).
-    fn dns_route(
-        &mut self,
-        table: u32,
-        addr: Option<Ipv4Addr>,
-        gateway: Ipv4Addr,
-        ifindex: u32,
-        add: bool,
-    ) -> Result<(), NetlinkError>;
-    /// Adds the rule `fwmark 0x4c5a lookup 77` at priority 900: the
-    /// filter's upstream socket, alone, reaches the profile's resolvers.
-    fn dns_upstream_rule(&mut self) -> Result<(), NetlinkError>;
-    /// Adds or deletes the rule `to ADDR/32 ipproto PROTO dport PORT
-    /// lookup 76` at priority 1000.
-    fn dns_port_rule(
-        &mut self,
-        addr: Ipv4Addr,
-        tcp: bool,
-        port: u16,
-        add: bool,
-    ) -> Result<(), NetlinkError>;
+/// Adds (or refreshes) or deletes the filtering resolver's host route
+/// `ADDR/32 via GATEWAY dev IFINDEX onlink proto 76` in `table`
+/// (`0.0.0.0/0` when `addr` is `None`).
+pub fn dns_route(
+    rtnl: &mut Rtnl,
+    table: u32,
+    addr: Option<Ipv4Addr>,
+    gateway: Ipv4Addr,
+    ifindex: u32,
+    add: bool,
+) -> Result<(), NetlinkError> {
+    let mut m = RouteMessage::default();
+    m.header.address_family = AddressFamily::Inet;
+    m.header.table = RouteHeader::RT_TABLE_UNSPEC;
+    m.attributes.push(RouteAttribute::Table(table));
+    m.header.protocol = RouteProtocol::from(DNS_ROUTE_PROTOCOL);
+    m.header.scope = RouteScope::Universe;
+    m.header.kind = RouteType::Unicast;
+    m.header.flags = RouteFlags::Onlink;
+    if let Some(a) = addr {
+        m.header.destination_prefix_length = 32;
+        m.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet(a)));
+    }
+    m.attributes
+        .push(RouteAttribute::Gateway(RouteAddress::Inet(gateway)));
+    m.attributes.push(RouteAttribute::Oif(ifindex));
+    let dst = addr.map_or("default".to_string(), |a| format!("{a}/32"));
+    let (verb, msg, flags) = if add {
+        (
+            "adding",
+            RouteNetlinkMessage::NewRoute(m),
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+        )
+    } else {
+        ("deleting", RouteNetlinkMessage::DelRoute(m), NLM_F_ACK)
+    };
+    rtnl.request(
+        &format!("{verb} route `{dst} via {gateway}` (table {table})"),
+        msg,
+        flags,
+    )
+    .map(drop)
 }
 
-impl DnsRoutes for Rtnl {
-    fn dns_route(
-        &mut self,
-        table: u32,
-        addr: Option<Ipv4Addr>,
-        gateway: Ipv4Addr,
-        ifindex: u32,
-        add: bool,
-    ) -> Result<(), NetlinkError> {
-        let mut m = RouteMessage::default();
-        m.header.address_family = AddressFamily::Inet;
-        m.header.table = RouteHeader::RT_TABLE_UNSPEC;
-        m.attributes.push(RouteAttribute::Table(table));
-        m.header.protocol = RouteProtocol::from(DNS_ROUTE_PROTOCOL);
-        m.header.scope = RouteScope::Universe;
-        m.header.kind = RouteType::Unicast;
-        m.header.flags = RouteFlags::Onlink;
-        if let Some(a) = addr {
-            m.header.destination_prefix_length = 32;
-            m.attributes
-                .push(RouteAttribute::Destination(RouteAddress::Inet(a)));
-        }
-        m.attributes
-            .push(RouteAttribute::Gateway(RouteAddress::Inet(gateway)));
-        m.attributes.push(RouteAttribute::Oif(ifindex));
-        let dst = addr.map_or("default".to_string(), |a| format!("{a}/32"));
-        if add {
-            self.request(
-                &format!("adding route `{dst} via {gateway}` (table {table})"),
-                RouteNetlinkMessage::NewRoute(m),
-                NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
-            )?;
-        } else {
-            self.request(
-                &format!("deleting route `{dst} via {gateway}` (table {table})"),
-                RouteNetlinkMessage::DelRoute(m),
-                NLM_F_ACK,
-            )?;
-        }
-        Ok(())
-    }
+/// Adds the rule `fwmark 0x4c5a lookup 77` at priority 900: the
+/// filter's upstream socket, alone, reaches the profile's resolvers.
+pub fn dns_upstream_rule(rtnl: &mut Rtnl) -> Result<(), NetlinkError> {
+    let mut m = RuleMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.action = RuleAction::ToTable;
+    m.attributes
+        .push(RuleAttribute::Priority(DNS_UPSTREAM_PRIORITY));
+    m.attributes.push(RuleAttribute::Table(DNS_UPSTREAM_TABLE));
+    m.attributes.push(RuleAttribute::FwMark(DNS_UPSTREAM_MARK));
+    m.attributes.push(RuleAttribute::FwMask(u32::MAX));
+    rtnl.request(
+        &format!("adding rule `fwmark {DNS_UPSTREAM_MARK:#x} lookup {DNS_UPSTREAM_TABLE}`"),
+        RouteNetlinkMessage::NewRule(m),
+        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+    )
+    .map(drop)
+}
 
-    fn dns_upstream_rule(&mut self) -> Result<(), NetlinkError> {
-        let mut m = RuleMessage::default();
-        m.header.family = AddressFamily::Inet;
-        m.header.action = RuleAction::ToTable;
-        m.attributes
-            .push(RuleAttribute::Priority(DNS_UPSTREAM_PRIORITY));
-        m.attributes.push(RuleAttribute::Table(DNS_UPSTREAM_TABLE));
-        m.attributes.push(RuleAttribute::FwMark(DNS_UPSTREAM_MARK));
-        m.attributes.push(RuleAttribute::FwMask(u32::MAX));
-        self.request(
-            &format!("adding rule `fwmark {DNS_UPSTREAM_MARK:#x} lookup {DNS_UPSTREAM_TABLE}`"),
+/// Adds or deletes the rule `to ADDR/32 ipproto PROTO dport PORT
+/// lookup 76` at priority 1000.
+pub fn dns_port_rule(
+    rtnl: &mut Rtnl,
+    addr: Ipv4Addr,
+    tcp: bool,
+    port: u16,
+    add: bool,
+) -> Result<(), NetlinkError> {
+    let mut m = RuleMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.dst_len = 32;
+    m.header.action = RuleAction::ToTable;
+    m.attributes
+        .push(RuleAttribute::Destination(IpAddr::V4(addr)));
+    m.attributes
+        .push(RuleAttribute::Priority(DNS_RULE_PRIORITY));
+    m.attributes.push(RuleAttribute::Table(DNS_PORT_TABLE));
+    m.attributes.push(RuleAttribute::IpProtocol(if tcp {
+        IpProtocol::Tcp
+    } else {
+        IpProtocol::Udp
+    }));
+    m.attributes
+        .push(RuleAttribute::DestinationPortRange(RulePortRange {
+            start: port,
+            end: port,
+        }));
+    let what = format!(
+        "{} rule `to {addr}/32 ipproto {} dport {port} lookup {DNS_PORT_TABLE}`",
+        if add { "adding" } else { "deleting" },
+        if tcp { "tcp" } else { "udp" }
+    );
+    if add {
+        existing_is_fine(rtnl.request(
+            &what,
             RouteNetlinkMessage::NewRule(m),
             NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        )
-        .map(drop)
-    }
-
-    fn dns_port_rule(
-        &mut self,
-        addr: Ipv4Addr,
-        tcp: bool,
-        port: u16,
-        add: bool,
-    ) -> Result<(), NetlinkError> {
-        let mut m = RuleMessage::default();
-        m.header.family = AddressFamily::Inet;
-        m.header.dst_len = 32;
-        m.header.action = RuleAction::ToTable;
-        m.attributes
-            .push(RuleAttribute::Destination(IpAddr::V4(addr)));
-        m.attributes
-            .push(RuleAttribute::Priority(DNS_RULE_PRIORITY));
-        m.attributes.push(RuleAttribute::Table(DNS_PORT_TABLE));
-        m.attributes.push(RuleAttribute::IpProtocol(if tcp {
-            IpProtocol::Tcp
-        } else {
-            IpProtocol::Udp
-        }));
-        m.attributes
-            .push(RuleAttribute::DestinationPortRange(RulePortRange {
-                start: port,
-                end: port,
-            }));
-        let what = format!(
-            "{} rule `to {addr}/32 ipproto {} dport {port} lookup {DNS_PORT_TABLE}`",
-            if add { "adding" } else { "deleting" },
-            if tcp { "tcp" } else { "udp" }
-        );
-        if add {
-            existing_is_fine(self.request(
-                &what,
-                RouteNetlinkMessage::NewRule(m),
-                NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            ))
-        } else {
-            self.request(&what, RouteNetlinkMessage::DelRule(m), NLM_F_ACK)
-                .map(drop)
-        }
+        ))
+    } else {
+        rtnl.request(&what, RouteNetlinkMessage::DelRule(m), NLM_F_ACK)
+            .map(drop)
     }
 }

@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::grants::{Change, Grants};
 use crate::inuse;
-use crate::routes::DnsRoutes;
+use crate::routes::{dns_port_rule, dns_route};
 use lazaret_netlink::Rtnl;
 use lazaret_protocol::netpolicy::dnslog::{self, DnsEvent};
 use lazaret_protocol::netpolicy::hosts::AllowHosts;
@@ -365,20 +365,23 @@ impl Filter {
         let gw = self.policy.link.gateway;
         let ifindex = self.ifindex;
         match c {
-            Change::AddRoute(a) => self.rtnl.dns_route(MAIN_TABLE, Some(a), gw, ifindex, true),
-            Change::DelRoute(a) => self.rtnl.dns_route(MAIN_TABLE, Some(a), gw, ifindex, false),
+            Change::AddRoute(a) => {
+                dns_route(&mut self.rtnl, MAIN_TABLE, Some(a), gw, ifindex, true)
+            }
+            Change::DelRoute(a) => {
+                dns_route(&mut self.rtnl, MAIN_TABLE, Some(a), gw, ifindex, false)
+            }
             Change::AddRules(a, port) => {
                 if !self.port_table_ready {
-                    self.rtnl
-                        .dns_route(DNS_PORT_TABLE, None, gw, ifindex, true)?;
+                    dns_route(&mut self.rtnl, DNS_PORT_TABLE, None, gw, ifindex, true)?;
                     self.port_table_ready = true;
                 }
-                self.rtnl.dns_port_rule(a, true, port, true)?;
-                self.rtnl.dns_port_rule(a, false, port, true)
+                dns_port_rule(&mut self.rtnl, a, true, port, true)?;
+                dns_port_rule(&mut self.rtnl, a, false, port, true)
             }
             Change::DelRules(a, port) => {
-                self.rtnl.dns_port_rule(a, true, port, false)?;
-                self.rtnl.dns_port_rule(a, false, port, false)
+                dns_port_rule(&mut self.rtnl, a, true, port, false)?;
+                dns_port_rule(&mut self.rtnl, a, false, port, false)
             }
         }
     }

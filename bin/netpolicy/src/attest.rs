@@ -5,7 +5,7 @@ use netlink_packet_route::AddressFamily;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-use crate::routes::{route_matches, PolicyRoutes};
+use crate::routes::{add_route, flush_main_v4, route_matches};
 use crate::sysctl::{Ipv6Conf, SysctlError};
 use lazaret_netlink::rtnl::{host_of, NetlinkError, ObservedRoute, ObservedRule, Rtnl};
 use lazaret_protocol::netpolicy::policy::{
@@ -55,7 +55,7 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
     for (_, name) in ns.sandbox.links()? {
         ns.sandbox_ipv6.write(&name, "disable_ipv6", "1")?;
     }
-    ns.enforcement.flush_main_v4(link.network, ifindex)?;
+    flush_main_v4(&mut ns.enforcement, link.network, ifindex)?;
     // Denials first, so no allow is ever in force without its context.
     let mut routes = policy.routes();
     routes.sort_by_key(|r| {
@@ -65,7 +65,7 @@ pub fn install(ns: &mut Namespaces, policy: &Policy) -> Result<Attestation, Atte
         )
     });
     for r in &routes {
-        ns.enforcement.add_route(r, ifindex)?;
+        add_route(&mut ns.enforcement, r, ifindex)?;
     }
     attest(ns, policy)
 }

@@ -41,7 +41,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use crate::helper::{exit, read_policy, Failure};
-use crate::routes::PolicyRoutes;
+use crate::routes::{host_route, host_table_rule};
 use lazaret_netlink::rtnl::{NetlinkError, Rtnl};
 use lazaret_protocol::netpolicy::hostlog::{self, HostEvent};
 use lazaret_protocol::netpolicy::log::{now_ms, BoundedLog};
@@ -174,9 +174,9 @@ impl Watcher {
             return Err(WatchError::Full(h.address));
         }
         // The route first: the table is looked up only once the rule is in.
-        self.enforcement.host_route(h.address)?;
+        host_route(&mut self.enforcement, h.address)?;
         if !self.table_rule {
-            self.enforcement.host_table_rule()?;
+            host_table_rule(&mut self.enforcement)?;
             self.table_rule = true;
         }
         self.denied.insert(h.address);
