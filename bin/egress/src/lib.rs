@@ -28,7 +28,7 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
 use lazaret_protocol::netpolicy::hosts::{self, AllowHosts};
 use lazaret_protocol::netpolicy::judge::{self, AnswerVerdict, QueryVerdict, ResponseCode};
-use lazaret_protocol::netpolicy::policy::{Policy, MAX_POLICY_BYTES};
+use lazaret_protocol::netpolicy::policy::{Origin, Policy, Verdict, MAX_POLICY_BYTES};
 use sha2::{Digest, Sha256};
 
 /// How long one upstream may take to answer.
@@ -51,6 +51,53 @@ pub enum EgressError {
     Policy(#[from] lazaret_protocol::netpolicy::PolicyError),
     #[error("the policy's allow_hosts do not parse: {0}")]
     Hosts(#[from] hosts::HostError),
+}
+
+/// Why a `CONNECT` goes nowhere: the text of the 403 answer and of the
+/// Pod's log line.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("{address} is denied by {prefix}{}", origin.as_ref().map(|o| format!(" ({o})")).unwrap_or_default())]
+    Denied {
+        address: Ipv4Addr,
+        prefix: ipnet::Ipv4Net,
+        origin: Option<Origin>,
+    },
+    #[error("IPv6 is disabled in the sandbox")]
+    Ipv6,
+    #[error("{0:?} is not in allow_hosts")]
+    NotAllowed(String),
+    #[error("{name:?} is allowed on port(s) {ports:?} only")]
+    Port { name: String, ports: Vec<u16> },
+    #[error("{0:?} is not a domain name")]
+    NotADomainName(String),
+    #[error("no upstream answered for {0:?}")]
+    NoAnswer(String),
+    /// The upstream's answer does not decode.
+    #[error(transparent)]
+    Answer(#[from] hickory_proto::ProtoError),
+    #[error("{name:?} resolves through {via:?}, not allowed")]
+    Chain { name: String, via: String },
+    #[error("no address of {name:?} may be reached ({addresses:?} answered)")]
+    Unreachable {
+        name: String,
+        addresses: Vec<Ipv4Addr>,
+    },
+}
+
+/// Why a request is no `CONNECT host:port HTTP/1.x` (answered 405).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadRequest {
+    #[error("not an HTTP request")]
+    NotHttp,
+    #[error("only CONNECT is proxied (HTTPS, or any TCP through CONNECT), not {0}")]
+    Method(String),
+    #[error("CONNECT {0}: no port")]
+    NoPort(String),
+    #[error("CONNECT {0}: bad port")]
+    BadPort(String),
+    #[error("CONNECT {0}: no host")]
+    NoHost(String),
 }
 
 /// The policy this Pod enforces, and where it resolves.
@@ -170,43 +217,41 @@ impl Egress {
     }
 
     /// Where `CONNECT host:port` may go: the addresses to try, or why not.
-    pub fn destinations(&self, host: &str, port: u16) -> Result<Vec<SocketAddrV4>, String> {
-        if let Ok(a) = host.parse::<Ipv4Addr>() {
-            let d = self.policy.verdict_for(a);
+    pub fn destinations(&self, host: &str, port: u16) -> Result<Vec<SocketAddrV4>, Refused> {
+        if let Ok(address) = host.parse::<Ipv4Addr>() {
+            let d = self.policy.verdict_for(address);
             return match d.verdict {
-                lazaret_protocol::netpolicy::policy::Verdict::Allow => {
-                    Ok(vec![SocketAddrV4::new(a, port)])
-                }
-                _ => Err(format!(
-                    "{a} is denied by {}{}",
-                    d.prefix,
-                    d.origin.map(|o| format!(" ({o})")).unwrap_or_default()
-                )),
+                Verdict::Allow => Ok(vec![SocketAddrV4::new(address, port)]),
+                Verdict::Deny => Err(Refused::Denied {
+                    address,
+                    prefix: d.prefix,
+                    origin: d.origin,
+                }),
             };
         }
         if host.starts_with('[') || host.parse::<std::net::Ipv6Addr>().is_ok() {
-            return Err("IPv6 is disabled in the sandbox".into());
+            return Err(Refused::Ipv6);
         }
         let name = hosts::normalize(host);
         if let Some(allow) = &self.allow {
             if !allow.allows(&name) {
-                return Err(format!("{name:?} is not in allow_hosts"));
+                return Err(Refused::NotAllowed(name));
             }
             if let Some(ports) = allow.ports(&name) {
                 if !ports.contains(&port) {
-                    return Err(format!("{name:?} is allowed on port(s) {ports:?} only"));
+                    return Err(Refused::Port { name, ports });
                 }
             }
         }
-        let query = a_query(&name).ok_or_else(|| format!("{name:?} is not a domain name"))?;
-        let answer = self
-            .forward(&query)
-            .ok_or_else(|| format!("no upstream answered for {name:?}"))?;
+        let Some(query) = a_query(&name) else {
+            return Err(Refused::NotADomainName(name));
+        };
+        let Some(answer) = self.forward(&query) else {
+            return Err(Refused::NoAnswer(name));
+        };
         let addresses = match &self.allow {
             Some(allow) => match judge::judge_answer(allow, &name, &answer)? {
-                AnswerVerdict::Refuse { name: via } => {
-                    return Err(format!("{name:?} resolves through {via:?}, not allowed"))
-                }
+                AnswerVerdict::Refuse { name: via } => return Err(Refused::Chain { name, via }),
                 AnswerVerdict::Accept { addresses } => addresses
                     .into_iter()
                     .filter_map(|(ip, _)| match ip {
@@ -223,9 +268,7 @@ impl Egress {
             .map(|a| SocketAddrV4::new(*a, port))
             .collect();
         if reachable.is_empty() {
-            return Err(format!(
-                "no address of {name:?} may be reached ({addresses:?} answered)"
-            ));
+            return Err(Refused::Unreachable { name, addresses });
         }
         Ok(reachable)
     }
@@ -275,28 +318,26 @@ pub fn nameservers(resolv_conf: &str) -> Vec<SocketAddr> {
 }
 
 /// The request line of a proxy request: `CONNECT host:port HTTP/1.x`.
-pub fn parse_connect(head: &str) -> Result<(String, u16), String> {
+pub fn parse_connect(head: &str) -> Result<(String, u16), BadRequest> {
     let line = head.lines().next().unwrap_or_default();
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
     else {
-        return Err("not an HTTP request".into());
+        return Err(BadRequest::NotHttp);
     };
     if method != "CONNECT" || !version.starts_with("HTTP/1.") {
-        return Err(format!(
-            "only CONNECT is proxied (HTTPS, or any TCP through CONNECT), not {method}"
-        ));
+        return Err(BadRequest::Method(method.into()));
     }
     let (host, port) = target
         .rsplit_once(':')
-        .ok_or_else(|| format!("CONNECT {target}: no port"))?;
+        .ok_or_else(|| BadRequest::NoPort(target.into()))?;
     let port: u16 = port
         .parse()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("CONNECT {target}: bad port"))?;
+        .ok_or_else(|| BadRequest::BadPort(target.into()))?;
     if host.is_empty() {
-        return Err(format!("CONNECT {target}: no host"));
+        return Err(BadRequest::NoHost(target.into()));
     }
     Ok((host.to_string(), port))
 }

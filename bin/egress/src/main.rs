@@ -165,7 +165,7 @@ fn read_head(c: &mut TcpStream) -> Result<(String, Vec<u8>), String> {
     }
 }
 
-fn refuse(c: &mut TcpStream, status: &str, why: &str) {
+fn refuse(c: &mut TcpStream, status: &str, why: impl std::fmt::Display) {
     let body = format!("lazaret-egress: {why}\n");
     let _ = write!(
         c,

@@ -6,6 +6,7 @@
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::ProtoError;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -188,33 +189,62 @@ pub struct DnsAnswer {
     pub answers: Vec<String>,
 }
 
+/// Why a resolver gave no answer: the probe's observation.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("name {name:?}: {source}")]
+    Name { name: String, source: ProtoError },
+    #[error("{0}")]
+    Encode(ProtoError),
+    #[error("getrandom: {0}")]
+    Random(getrandom::Error),
+    #[error("bind: {0}")]
+    Bind(std::io::Error),
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    #[error("timeout: {0}")]
+    Timeout(std::io::Error),
+    #[error("send: {0}")]
+    Send(std::io::Error),
+    #[error("recv: {0}")]
+    Recv(std::io::Error),
+    #[error("malformed answer")]
+    Malformed,
+    #[error("no answer")]
+    NoAnswer,
+    #[error("no answer before the timeout")]
+    NoAnswerInTime,
+}
+
 /// Builds a recursive query for the A records of `name`.
-pub fn dns_query(id: u16, name: &str) -> Result<Vec<u8>, String> {
-    let name = Name::from_ascii(name).map_err(|e| format!("name {name:?}: {e}"))?;
+pub fn dns_query(id: u16, name: &str) -> Result<Vec<u8>, DnsError> {
+    let name = Name::from_ascii(name).map_err(|source| DnsError::Name {
+        name: name.into(),
+        source,
+    })?;
     let mut msg = Message::new();
     msg.set_id(id)
         .set_message_type(MessageType::Query)
         .set_op_code(OpCode::Query)
         .set_recursion_desired(true)
         .add_query(Query::query(name, RecordType::A));
-    msg.to_vec().map_err(|e| e.to_string())
+    msg.to_vec().map_err(DnsError::Encode)
 }
 
 /// Asks `resolver` for `name` over UDP, retrying until `timeout`. Any
 /// well-formed response with our ID counts as an answer.
-pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsAnswer, String> {
+pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsAnswer, DnsError> {
     let mut idb = [0u8; 2];
-    getrandom::getrandom(&mut idb).map_err(|e| format!("getrandom: {e}"))?;
+    getrandom::getrandom(&mut idb).map_err(DnsError::Random)?;
     let id = u16::from_ne_bytes(idb);
     let query = dns_query(id, name)?;
-    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| format!("bind: {e}"))?;
-    sock.connect((resolver, 53))
-        .map_err(|e| format!("connect: {e}"))?;
+    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(DnsError::Bind)?;
+    sock.connect((resolver, 53)).map_err(DnsError::Connect)?;
     let deadline = Instant::now() + timeout;
-    let mut last = String::from("no answer");
+    let mut last = DnsError::NoAnswer;
     while Instant::now() < deadline {
         if let Err(e) = sock.send(&query) {
-            last = format!("send: {e}");
+            last = DnsError::Send(e);
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
@@ -223,12 +253,12 @@ pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsA
             break;
         }
         sock.set_read_timeout(Some(slice))
-            .map_err(|e| format!("timeout: {e}"))?;
+            .map_err(DnsError::Timeout)?;
         let mut buf = [0u8; 4096];
         match sock.recv(&mut buf) {
             Ok(n) => {
                 let Ok(m) = Message::from_vec(&buf[..n]) else {
-                    last = "malformed answer".into();
+                    last = DnsError::Malformed;
                     continue;
                 };
                 if m.id() != id || m.message_type() != MessageType::Response {
@@ -245,10 +275,10 @@ pub fn dns_ask(resolver: Ipv4Addr, name: &str, timeout: Duration) -> Result<DnsA
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                last = "no answer before the timeout".into();
+                last = DnsError::NoAnswerInTime;
             }
             Err(e) => {
-                last = format!("recv: {e}");
+                last = DnsError::Recv(e);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -273,7 +303,7 @@ fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut V
             a.rcode == "NXDomain" && a.answers.is_empty(),
             format!("rcode {} answers {:?}", a.rcode, a.answers),
         ),
-        Err(e) => (false, e),
+        Err(e) => (false, e.to_string()),
     };
     checks.push(Check {
         check: "filtering resolver refuses a name not allowed".into(),
@@ -287,7 +317,7 @@ fn filter_checks(policy: &Policy, hosts: &HostsPlan, t: Duration, checks: &mut V
         // evidence (a listed name may not exist yet).
         let (passed, observed) = match dns_ask(*r, allowed, t) {
             Ok(a) => (true, format!("rcode {} answers {:?}", a.rcode, a.answers)),
-            Err(e) => (false, e),
+            Err(e) => (false, e.to_string()),
         };
         checks.push(Check {
             check: "filtering resolver answers an allowed name".into(),
@@ -334,7 +364,7 @@ pub fn run(policy: &Policy, sandbox: &mut Rtnl, sandbox_ipv6: &Ipv6Conf) -> Prob
     for r in policy.resolvers.iter().filter(|_| policy.hosts.is_none()) {
         let (passed, observed) = match dns_ask(*r, &policy.probe.dns_name, t) {
             Ok(a) => (true, format!("rcode {} answers {:?}", a.rcode, a.answers)),
-            Err(e) => (false, e),
+            Err(e) => (false, e.to_string()),
         };
         checks.push(Check {
             check: "resolver answers".into(),

@@ -61,7 +61,7 @@ pub enum WatchError {
     #[error("the host netlink socket: {0}")]
     Host(std::io::Error),
     #[error("a message of the host netlink socket does not decode: {0}")]
-    Decode(String),
+    Decode(#[from] netlink_packet_core::DecodeError),
     #[error("the kernel refused the host address dump: {0}")]
     Refused(std::io::Error),
     #[error("{MAX_HOST_ADDRESSES} host addresses are denied already; {0} cannot be, so the Domain stops")]
@@ -84,12 +84,11 @@ pub enum Seen {
 /// Decodes one datagram: IPv4 `RTM_NEWADDR` (dump answers and
 /// notifications alike, whatever their sequence number: handling an
 /// address twice changes nothing), the end of a dump, errors. Pure.
-pub fn parse(data: &[u8]) -> Result<Vec<Seen>, String> {
+pub fn parse(data: &[u8]) -> Result<Vec<Seen>, netlink_packet_core::DecodeError> {
     let mut out = Vec::new();
     let mut off = 0;
     while off < data.len() {
-        let msg: NetlinkMessage<RouteNetlinkMessage> =
-            NetlinkMessage::deserialize(&data[off..]).map_err(|e| e.to_string())?;
+        let msg: NetlinkMessage<RouteNetlinkMessage> = NetlinkMessage::deserialize(&data[off..])?;
         let len = msg.header.length as usize;
         let seq = msg.header.sequence_number;
         match msg.payload {
@@ -195,7 +194,7 @@ impl Watcher {
     fn receive(&mut self) -> Result<Option<u32>, WatchError> {
         let (data, _) = self.host.recv_from_full().map_err(WatchError::Host)?;
         let mut done = None;
-        for seen in parse(&data).map_err(WatchError::Decode)? {
+        for seen in parse(&data)? {
             match seen {
                 Seen::Address(h) => self.consider(h)?,
                 Seen::DumpDone(seq) => done = Some(seq),

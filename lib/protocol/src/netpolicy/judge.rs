@@ -13,6 +13,7 @@ use super::hosts::{normalize, AllowHosts};
 pub use hickory_proto::op::ResponseCode;
 use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::{RData, RecordType};
+use hickory_proto::ProtoError;
 use std::net::IpAddr;
 
 /// What the filter does with a query from the sandbox.
@@ -43,7 +44,7 @@ pub fn judge_query(allow: &AllowHosts, query: &[u8]) -> QueryVerdict {
     }
     match reply(&msg, ResponseCode::NXDomain) {
         Ok(response) => QueryVerdict::Refuse { name, response },
-        Err(why) => QueryVerdict::Drop { why },
+        Err(e) => QueryVerdict::Drop { why: e.to_string() },
     }
 }
 
@@ -60,7 +61,7 @@ pub fn answer_with(bytes: &[u8], code: ResponseCode) -> Option<Vec<u8>> {
     reply(&Message::from_vec(bytes).ok()?, code).ok()
 }
 
-fn reply(msg: &Message, code: ResponseCode) -> Result<Vec<u8>, String> {
+fn reply(msg: &Message, code: ResponseCode) -> Result<Vec<u8>, ProtoError> {
     let mut r = Message::new();
     r.set_id(msg.id())
         .set_message_type(MessageType::Response)
@@ -71,7 +72,7 @@ fn reply(msg: &Message, code: ResponseCode) -> Result<Vec<u8>, String> {
     for q in msg.queries() {
         r.add_query(q.clone());
     }
-    r.to_vec().map_err(|e| e.to_string())
+    r.to_vec()
 }
 
 /// What the filter does with the upstream's answer to an allowed query.
@@ -90,8 +91,8 @@ pub fn judge_answer(
     allow: &AllowHosts,
     qname: &str,
     response: &[u8],
-) -> Result<AnswerVerdict, String> {
-    let msg = Message::from_vec(response).map_err(|e| e.to_string())?;
+) -> Result<AnswerVerdict, ProtoError> {
+    let msg = Message::from_vec(response)?;
     let mut chain = vec![normalize(qname)];
     // A chain longer than the answer is a loop.
     for _ in 0..msg.answers().len() {
