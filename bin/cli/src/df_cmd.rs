@@ -138,8 +138,7 @@ fn usage(config: Option<PathBuf>) -> Result<Usage, CliError> {
 pub fn run(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let u = usage(config)?;
     if json {
-        let text = serde_json::to_string_pretty(&u).map_err(CliError::Encode)?;
-        println!("{}", display::ascii_json(&text));
+        crate::json::print(&u)?;
         return Ok(0);
     }
     let h = human_bytes;
