@@ -48,10 +48,7 @@ fn write_page(cmd: &clap::Command, dir: &Path) -> Result<(), CliError> {
             page.extend_from_slice(crate::man::extra_sections(&name).as_bytes());
             std::fs::write(&path, page)
         })
-        .map_err(|source| CliError::Storage {
-            path: path.display().to_string(),
-            source,
-        })?;
+        .map_err(CliError::storage(&path))?;
     for sub in cmd
         .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")

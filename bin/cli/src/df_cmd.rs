@@ -138,60 +138,71 @@ fn usage(config: Option<PathBuf>) -> Result<Usage, CliError> {
 pub fn run(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let u = usage(config)?;
     if json {
-        let text = serde_json::to_string_pretty(&u).map_err(CliError::Encode)?;
-        println!("{}", display::ascii_json(&text));
+        crate::json::print(&u)?;
         return Ok(0);
     }
     let h = human_bytes;
     println!("Storage Root {}", display::message(&u.storage_root));
-    let sum = |v: &mut dyn Iterator<Item = u64>| v.sum::<u64>();
-    println!(
-        "images          {:>10}  ({} prepared; `lazaret image gc` removes those nothing needs)",
-        h(sum(&mut u.images.iter().map(|i| i.bytes))),
-        u.images.len()
+    section(
+        "images",
+        &u.images,
+        |i| i.bytes,
+        " prepared; `lazaret image gc` removes those nothing needs",
     );
     for i in &u.images {
-        println!(
-            "  {:<12}  {:>10}  {}",
+        row(
             &i.id[..12.min(i.id.len())],
-            h(i.bytes),
-            display::message(&i.reference)
+            i.bytes,
+            &display::message(&i.reference),
         );
     }
-    println!(
-        "Domains         {:>10}  ({}; `lazaret state rm` or `state prune` removes inactive ones)",
-        h(sum(&mut u.domains.iter().map(|d| d.total_bytes))),
-        u.domains.len()
+    section(
+        "Domains",
+        &u.domains,
+        |d| d.total_bytes,
+        "; `lazaret state rm` or `state prune` removes inactive ones",
     );
     for d in &u.domains {
         let o = |s: &Option<String>| display::message(s.as_deref().unwrap_or("?"));
-        println!(
-            "  {:<12}  {:>10}  profile {}, workspace {}: State Anchors {}, Ignored Workspace State {}, other {}",
+        row(
             &d.domain_id[..12.min(d.domain_id.len())],
-            h(d.total_bytes),
-            o(&d.profile),
-            o(&d.workspace),
-            h(d.anchors_bytes),
-            h(d.ignored_bytes),
-            h(d.other_bytes)
+            d.total_bytes,
+            &format!(
+                "profile {}, workspace {}: State Anchors {}, Ignored Workspace State {}, other {}",
+                o(&d.profile),
+                o(&d.workspace),
+                h(d.anchors_bytes),
+                h(d.ignored_bytes),
+                h(d.other_bytes)
+            ),
         );
         if let Some(e) = &d.error {
             println!("                 not all counted: {}", display::message(e));
         }
     }
-    println!(
-        "shared paths    {:>10}  ({})",
-        h(sum(&mut u.shared_paths.iter().map(|s| s.bytes))),
-        u.shared_paths.len()
-    );
+    section("shared paths", &u.shared_paths, |s| s.bytes, "");
     for s in &u.shared_paths {
-        println!(
-            "  {:<12}  {:>10}  profile {}",
-            display::message(&s.dir),
-            h(s.bytes),
-            display::message(&s.profile)
+        row(
+            &display::message(&s.dir),
+            s.bytes,
+            &format!("profile {}", display::message(&s.profile)),
         );
     }
     println!("total           {:>10}", h(u.total_bytes));
     Ok(0)
+}
+
+/// The first line of a section of `lazaret df`: its name, the bytes of
+/// its `items` together, then their number and `note` in parentheses.
+fn section<T>(name: &str, items: &[T], bytes: impl Fn(&T) -> u64, note: &str) {
+    println!(
+        "{name:<16}{:>10}  ({}{note})",
+        human_bytes(items.iter().map(bytes).sum()),
+        items.len()
+    );
+}
+
+/// One item of a section: its name (`key`), its bytes, then `rest`.
+fn row(key: &str, bytes: u64, rest: &str) {
+    println!("  {key:<12}  {:>10}  {rest}", human_bytes(bytes));
 }

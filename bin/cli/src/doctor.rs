@@ -752,26 +752,22 @@ pub fn eval_overlay(what: &str, base: &Path, result: Result<(), OverlayError>) -
 
 // ------------------------------------------------------------ devices
 
-/// `sudo chmod 0666 /dev/fuse`, etc. On machines without udev the mode
-/// falls back to 0600 at every boot.
 fn check_fuse(ctx: &Ctx, what: &str) -> Check {
-    rw_device(
-        ctx,
-        what,
-        Path::new("/dev/fuse"),
-        "sudo chmod 0666 /dev/fuse",
-        "sudo modprobe fuse && sudo chmod 0666 /dev/fuse",
-    )
+    module_device(ctx, what, "/dev/fuse", "fuse")
 }
 
 fn check_tun(ctx: &Ctx, what: &str) -> Check {
-    rw_device(
-        ctx,
-        what,
-        Path::new("/dev/net/tun"),
-        "sudo chmod 0666 /dev/net/tun",
-        "sudo modprobe tun && sudo chmod 0666 /dev/net/tun",
-    )
+    module_device(ctx, what, "/dev/net/tun", "tun")
+}
+
+/// The device node `path` of the kernel module `module`: fixed with
+/// `sudo chmod 0666 PATH`, after loading the module when the node is
+/// missing. On machines without udev the mode falls back to 0600 at
+/// every boot.
+fn module_device(ctx: &Ctx, what: &str, path: &str, module: &str) -> Check {
+    let fix_mode = format!("sudo chmod 0666 {path}");
+    let fix_missing = format!("sudo modprobe {module} && {fix_mode}");
+    rw_device(ctx, what, Path::new(path), &fix_mode, &fix_missing)
 }
 
 fn rw_device(ctx: &Ctx, what: &str, path: &Path, fix_mode: &str, fix_missing: &str) -> Check {
@@ -1353,6 +1349,16 @@ mod tests {
             "missing",
         );
         assert_eq!(c.fix, "missing");
+    }
+
+    #[test]
+    fn a_missing_module_device_is_fixed_by_loading_the_module() {
+        let ctx = Ctx::current(None, None, Ok(None));
+        let c = module_device(&ctx, "nope", "/dev/lazaret-nope", "nope");
+        assert_eq!(
+            c.fix,
+            "sudo modprobe nope && sudo chmod 0666 /dev/lazaret-nope"
+        );
     }
 
     #[test]

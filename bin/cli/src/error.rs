@@ -72,6 +72,12 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// [`CliError::Storage`] for a failed call on `path`.
+    pub fn storage(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CliError {
+        let path = path.display().to_string();
+        move |source| CliError::Storage { path, source }
+    }
+
     /// The exit code this error ends the command with.
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -149,10 +149,7 @@ fn write_manifests(dir: &Path, files: &[(String, String)]) -> Result<(), CliErro
         .map_err(|e| failed(&path, e))?;
         let written = std::fs::File::from(fd)
             .write_all(text.as_bytes())
-            .map_err(|source| CliError::Storage {
-                path: path.display().to_string(),
-                source,
-            })
+            .map_err(CliError::storage(&path))
             .and_then(|()| {
                 rustix::fs::renameat(&d, tmp.as_str(), &d, name.as_str())
                     .map_err(|e| failed(&path, e))

@@ -1,5 +1,5 @@
-//! Times for people: text output shows local time and how long ago; JSON
-//! output keeps the raw numbers.
+//! Times and sizes for people: text output shows local time and how long
+//! ago, and sizes in binary units; JSON output keeps the raw numbers.
 
 use jiff::{tz::TimeZone, Timestamp};
 
@@ -33,6 +33,23 @@ pub fn ago(secs: i64) -> String {
     }
 }
 
+/// `12 B`, `2.0 KiB`, `200.0 MiB`: `bytes` in the largest of `units`
+/// (`B` first, then each 1024 times the one before) that leaves at least
+/// one, to one decimal place.
+pub fn bytes_in(bytes: u64, units: &[&str]) -> String {
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +62,18 @@ mod tests {
         assert_eq!(ago(3 * 3600), "3 h ago");
         assert_eq!(ago(5 * 86400 + 1), "5 days ago");
         assert_eq!(ago(-1), "in the future");
+    }
+
+    #[test]
+    fn sizes_stop_at_the_largest_unit_given() {
+        let units = ["B", "KiB", "MiB", "GiB"];
+        assert_eq!(bytes_in(1023, &units), "1023 B");
+        assert_eq!(bytes_in(1536, &units), "1.5 KiB");
+        assert_eq!(bytes_in(2 << 40, &units), "2048.0 GiB");
+        assert_eq!(
+            bytes_in(2 << 40, &["B", "KiB", "MiB", "GiB", "TiB"]),
+            "2.0 TiB"
+        );
     }
 
     #[test]

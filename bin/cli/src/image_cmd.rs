@@ -149,18 +149,7 @@ impl Progress for Report {
 }
 
 fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    crate::human::bytes_in(bytes, &["B", "KiB", "MiB", "GiB", "TiB"])
 }
 
 fn store(args: &ImageArgs, need_ids: bool) -> Result<(Store, lazaret_config::Loaded), CliError> {

@@ -14,7 +14,7 @@ use lazaret_protocol::plan::{
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Where the other binaries are: beside this one.
 pub(crate) fn libexec() -> Result<PathBuf, CliError> {
@@ -80,10 +80,7 @@ fn startup_lock(r: &Resolved) -> Result<std::fs::File, CliError> {
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .map_err(|source| CliError::Storage {
-            path: lock_path.display().to_string(),
-            source,
-        })?;
+        .map_err(CliError::storage(&lock_path))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| CliError::Start(format!("cannot lock {}: {e}", lock_path.display())))?;
     Ok(lock)
@@ -273,10 +270,7 @@ fn spawn_coordinator(r: &Resolved, input: &CoordinatorInput) -> Result<(), CliEr
         .create(true)
         .append(true)
         .open(&log_path)
-        .map_err(|source| CliError::Storage {
-            path: log_path.display().to_string(),
-            source,
-        })?;
+        .map_err(CliError::storage(&log_path))?;
     let mut cmd = coordinator_command(input, &digest, log)?;
     // Ourselves, so that the coordinator does not wait for a session
     // from a CLI that is gone.
@@ -318,19 +312,16 @@ fn coordinator_command(
     digest: &str,
     log: std::fs::File,
 ) -> Result<Command, CliError> {
-    let mut cmd = Command::new(input.libexec.join("lazaret-coordinator"));
-    // The Domain ID in argv only names the process for `ps` and tests.
-    cmd.arg("--domain")
-        .arg(&input.domain_id)
-        .arg("--input-digest")
-        .arg(digest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(
-            log.try_clone()
-                .map_err(|e| CliError::Start(e.to_string()))?,
-        ))
-        .stderr(Stdio::from(log))
-        .current_dir("/");
+    let mut cmd = lazaret_helpers::child::domain_command(
+        &input.libexec,
+        "lazaret-coordinator",
+        &input.domain_id,
+        "--input-digest",
+        digest,
+        log.into(),
+    )
+    .map_err(|e| CliError::Start(e.to_string()))?;
+    cmd.current_dir("/");
     // Only what the Domain's processes read: the developer's other
     // variables (API keys, the session's own `-e` values) stay with this
     // CLI. The Git ones let the mount router find Git's configuration as

@@ -195,10 +195,7 @@ pub fn ps(config: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
         rows.push(PsRow::of(&d, status));
     }
     if json {
-        println!(
-            "{}",
-            display::ascii_json(&serde_json::to_string_pretty(&rows).map_err(CliError::Encode)?)
-        );
+        crate::json::print(&rows)?;
         return Ok(0);
     }
     if rows.is_empty() {

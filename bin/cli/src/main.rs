@@ -23,6 +23,7 @@ mod host_dir;
 mod human;
 mod ignore_check;
 mod image_cmd;
+mod json;
 mod leader;
 mod lifecycle_cmd;
 mod man;

@@ -106,12 +106,7 @@ fn log(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
     let events = dns_events(&dir)?;
     if a.json {
         // One document, like every other `--json`.
-        println!(
-            "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&events).map_err(CliError::Encode)?
-            )
-        );
+        crate::json::print(&events)?;
         return Ok(0);
     }
     if events.is_empty() {
@@ -217,12 +212,7 @@ fn show(a: &ShowArgs, g: &Global) -> Result<i32, CliError> {
         if rec.policy.as_ref().is_some_and(|p| p.hosts.is_some()) {
             v["dns_table"] = serde_json::to_value(&live).map_err(CliError::Encode)?;
         }
-        println!(
-            "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&v).map_err(CliError::Encode)?
-            )
-        );
+        crate::json::print(&v)?;
     } else {
         let mut out = render(&rec, &ws.display().to_string(), &profile_name);
         if rec.policy.is_some() {
@@ -274,16 +264,22 @@ fn recorded_or_derived(
     })
 }
 
-/// The names routed now (the live DNS table), for people.
-fn render_live(out: &mut String, running: bool, live: &[dnslog::LiveEntry]) {
+/// The heading of a list only a running Domain has: `title: `, then
+/// `none` when it is empty, or why there is none.
+fn live_heading(out: &mut String, title: &str, running: bool, empty: bool) {
     out.push_str(&format!(
-        "names routed now: {}\n",
-        match (running, live.is_empty()) {
+        "{title}: {}\n",
+        match (running, empty) {
             (false, _) => "none (the Domain is not running)",
             (true, true) => "none",
             (true, false) => "",
         }
     ));
+}
+
+/// The names routed now (the live DNS table), for people.
+fn render_live(out: &mut String, running: bool, live: &[dnslog::LiveEntry]) {
+    live_heading(out, "names routed now", running, live.is_empty());
     for e in live {
         let names: Vec<String> = e
             .names
@@ -302,14 +298,12 @@ fn render_live(out: &mut String, running: bool, live: &[dnslog::LiveEntry]) {
 
 /// The watcher's denials, for people.
 fn render_watched(out: &mut String, running: bool, watched: &[hostlog::WatchDenial]) {
-    out.push_str(&format!(
-        "host addresses gained since the start, denied: {}\n",
-        match (running, watched.is_empty()) {
-            (false, _) => "none (the Domain is not running)",
-            (true, true) => "none",
-            (true, false) => "",
-        }
-    ));
+    live_heading(
+        out,
+        "host addresses gained since the start, denied",
+        running,
+        watched.is_empty(),
+    );
     for d in watched {
         out.push_str(&format!(
             "  deny  {:<18} host address ({}), since {}\n",

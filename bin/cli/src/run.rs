@@ -80,10 +80,7 @@ fn mkdir_private(p: &Path) -> Result<(), CliError> {
         .recursive(true)
         .mode(0o700)
         .create(p)
-        .map_err(|source| CliError::Storage {
-            path: p.display().to_string(),
-            source,
-        })
+        .map_err(CliError::storage(p))
 }
 
 /// The canonical Agent Workspace: `--workspace`, else the top level of the

@@ -57,10 +57,7 @@ pub fn prepare(
         mkdir(dir, true)?;
         check_private_dir("Storage Root", dir, uid)?;
     }
-    let shared = shared.canonicalize().map_err(|source| CliError::Storage {
-        path: shared.display().to_string(),
-        source,
-    })?;
+    let shared = shared.canonicalize().map_err(CliError::storage(&shared))?;
     paths
         .iter()
         .map(|sandbox| {

@@ -893,18 +893,7 @@ pub(crate) fn allocated_bytes(dir: &Path) -> Result<u64, CliError> {
 }
 
 pub(crate) fn human_bytes(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
+    crate::human::bytes_in(b, &["B", "KiB", "MiB", "GiB"])
 }
 
 fn print_header(v: &DomainView) {
@@ -1108,12 +1097,7 @@ fn list(g: &Global, json: bool, long: bool) -> Result<i32, CliError> {
         }
     }
     if json {
-        println!(
-            "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&views).map_err(CliError::Encode)?
-            )
-        );
+        crate::json::print(&views)?;
     } else if views.is_empty() {
         match filter.described() {
             Some(f) => println!("no Domain in {} matches {f}", root.display()),
@@ -1138,12 +1122,7 @@ fn inspect(which: Which, json: bool, paths: bool) -> Result<i32, CliError> {
     let (_, config) = storage_root_and_config(&which.common)?;
     let v = view(&domain, true, &config)?;
     if json {
-        println!(
-            "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&v).map_err(CliError::Encode)?
-            )
-        );
+        crate::json::print(&v)?;
         return Ok(0);
     }
     print_header(&v);
@@ -1654,12 +1633,7 @@ pub fn escalations(which: Which, g: &Global, json: bool) -> Result<i32, CliError
             .iter()
             .filter_map(|r| serde_json::to_value(r).ok())
             .collect();
-        println!(
-            "{}",
-            lazaret_protocol::display::ascii_json(
-                &serde_json::to_string_pretty(&records).map_err(CliError::Encode)?
-            )
-        );
+        crate::json::print(&records)?;
         return Ok(0);
     }
     if records.is_empty() {

@@ -23,7 +23,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -666,9 +666,15 @@ fn accept_one(listener: &UnixListener, ctx: &Arc<SessionCtx>) {
 const LINGER_NOTE: Duration = Duration::from_secs(10);
 
 pub(crate) fn mkdir_private(p: &Path) -> Result<(), String> {
+    mkdir_all(p, 0o700)
+}
+
+/// Creates the directory `p` and its missing parents, with `mode` (less
+/// the umask).
+pub(crate) fn mkdir_all(p: &Path, mode: u32) -> Result<(), String> {
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(p)
         .map_err(|e| format!("cannot create {}: {e}", p.display()))
 }
@@ -808,11 +814,7 @@ fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), Str
 /// image: the layer's directories show through.
 fn link_on_path(input: &CoordinatorInput, layout: &Layout) -> Result<(), String> {
     let link_dir = layout.run().join("control-lower/usr/local/bin");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&link_dir)
-        .map_err(|e| format!("cannot create {}: {e}", link_dir.display()))?;
+    mkdir_all(&link_dir, 0o755)?;
     for d in [
         "control-lower",
         "control-lower/usr",
@@ -961,17 +963,15 @@ fn spawn_supervisor(
     // pipe, so that `coordinator.log` holds the coordinator's timestamped
     // events only.
     lazaret_helpers::timeline::mark("coordinator", "supervisor-spawn");
-    let mut cmd = Command::new(input.libexec.join("lazaret-supervisor"));
-    // The Domain ID in argv only names the process for `ps` and tests.
-    cmd.arg("--domain")
-        .arg(&input.domain_id)
-        .arg("--plan-digest")
-        .arg(digest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(
-            helpers_pipe.try_clone().map_err(|e| e.to_string())?,
-        ))
-        .stderr(Stdio::from(helpers_pipe));
+    let mut cmd = lazaret_helpers::child::domain_command(
+        &input.libexec,
+        "lazaret-supervisor",
+        &input.domain_id,
+        "--plan-digest",
+        digest,
+        helpers_pipe,
+    )
+    .map_err(|e| e.to_string())?;
     fds::pass_fds(
         &mut cmd,
         vec![

@@ -16,7 +16,7 @@ use lazaret_protocol::plan::{
 };
 use lazaret_state::store::{NetworkEvidence, NetworkIntent, Store};
 use lazaret_state::DomainLayout as Layout;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// The sandbox path of the resolver file.
@@ -120,21 +120,13 @@ pub fn prepare(
     policy: &Policy,
 ) -> Result<(SandboxNetwork, PlannedMount), String> {
     let dir = net_dir(layout);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    crate::lifecycle::mkdir_private(&dir)?;
     let resolv = dir.join("resolv.conf");
     write_file(&resolv, policy.resolv_conf().as_bytes())?;
     // The bind's mount point, in the layer above the image: runsc would
     // otherwise create it in the /etc State Anchor's upper.
     let etc = layout.run().join("control-lower/etc");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&etc)
-        .map_err(|e| format!("cannot create {}: {e}", etc.display()))?;
+    crate::lifecycle::mkdir_all(&etc, 0o755)?;
     let _ = std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755));
     write_file(&etc.join("resolv.conf"), b"")?;
     let slirp4netns = input

@@ -36,8 +36,9 @@ pub const MAX_BYTES: usize = 16 << 20;
 const FILE: &str = "rules-baseline";
 const TMP: &str = "rules-baseline.tmp";
 
-/// A rules file's identity and version, or its absence.
-pub type Stamp = Option<(u64, u64, u64, (i64, i64), (i64, i64))>;
+/// A rules file's identity and version ([`crate::sys::Stamp`]), or its
+/// absence.
+pub type Stamp = Option<crate::sys::Stamp>;
 
 /// What is remembered of one rules file the sandbox changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,7 +205,13 @@ mod tests {
         b.before_change(b".gitignore", || Some(b".env\n".to_vec()));
         // Only the first change snapshots the host's content.
         b.before_change(b".gitignore", || Some(b"!.env\n".to_vec()));
-        let stamp = Some((1, 2, 3, (4, 5), (6, 7)));
+        let stamp = Some(crate::sys::Stamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (4, 5),
+            ctime: (6, 7),
+        });
         b.after_change(b".gitignore", stamp);
         let again = Baseline::load(open()).unwrap();
         assert_eq!(
@@ -216,6 +223,23 @@ mod tests {
         );
         again.host_changed(b".gitignore");
         assert_eq!(Baseline::load(open()).unwrap().get(b".gitignore"), None);
+    }
+
+    #[test]
+    fn a_stamp_is_kept_as_the_tuple_it_was() {
+        // Records written before the stamp was a struct still decode.
+        let stamp = crate::sys::Stamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (4, -5),
+            ctime: (6, 7),
+        };
+        let tuple: (u64, u64, u64, (i64, i64), (i64, i64)) = (1, 2, 3, (4, -5), (6, 7));
+        assert_eq!(
+            postcard::to_allocvec(&Some(stamp)).unwrap(),
+            postcard::to_allocvec(&Some(tuple)).unwrap()
+        );
     }
 
     #[test]

@@ -78,17 +78,19 @@ const HOOK_MANAGERS: &[(&str, &[&str])] = &[
 const MAX_HOOK_FILES: usize = 64;
 const MAX_HOOK_BYTES: u64 = 256 * 1024;
 
+/// `path` with its symlinks resolved, or as it is when it cannot be
+/// (it does not exist, or is out of reach).
+fn canonical_or_as_is(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// What host Git will run from the workspace (see
 /// [`GitSetup::hook_paths`]). `hooks_dir` is the host's effective hooks
 /// directory.
 fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)> {
     let mut out = Vec::new();
-    let canon_ws = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    let canon_hooks = hooks_dir
-        .canonicalize()
-        .unwrap_or_else(|_| hooks_dir.to_path_buf());
+    let canon_ws = canonical_or_as_is(workspace);
+    let canon_hooks = canonical_or_as_is(hooks_dir);
     if let Ok(rel) = canon_hooks.strip_prefix(&canon_ws) {
         if !rel.as_os_str().is_empty() && !rel.starts_with(".git") {
             out.push((rel.as_os_str().as_bytes().to_vec(), "core.hooksPath"));
@@ -228,12 +230,8 @@ fn common_dir_of(dot_git: &Path) -> Result<Option<PathBuf>, GitCfgError> {
 /// `info/exclude` of the common directory: in the workspace (then read
 /// through it), or outside it (a linked worktree's).
 fn set_info_exclude(setup: &mut GitSetup, workspace: &Path, common: &Path) {
-    let canon_ws = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    let canon_common = common
-        .canonicalize()
-        .unwrap_or_else(|_| common.to_path_buf());
+    let canon_ws = canonical_or_as_is(workspace);
+    let canon_common = canonical_or_as_is(common);
     if canon_common == canon_ws.join(".git") {
         setup.info_exclude = Some(Source::Workspace(b".git/info/exclude".to_vec()));
     } else {

@@ -53,7 +53,7 @@
 use crate::nodes::Table;
 use crate::rules::Rules;
 use crate::sentry::{self, Access};
-use crate::sys::{join, open_beneath, open_dir, split};
+use crate::sys::{join, open_beneath, open_dir, split, stamp, Stamp};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -87,17 +87,13 @@ pub enum Store {
 
 type Res<T> = Result<T, rustix::io::Errno>;
 
-/// A host file's identity and version: device, inode, size, mtime, ctime.
-type HostStamp = (u64, u64, i64, (i64, i64), (i64, i64));
-
-fn host_stamp(st: &Stat) -> HostStamp {
-    (
-        st.st_dev,
-        st.st_ino,
-        st.st_size,
-        (st.st_mtime, st.st_mtime_nsec as i64),
-        (st.st_ctime, st.st_ctime_nsec as i64),
-    )
+/// The reply to an operation that answers nothing but success or why
+/// not (unlink, rmdir, rename, fsync, fallocate).
+fn empty_reply(r: Result<(), Errno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
 }
 
 fn fe(e: rustix::io::Errno) -> Errno {
@@ -217,7 +213,7 @@ pub struct Router {
     /// For each Git directory's index the router gave the host: the host
     /// index's stamp right after it was written. While the host's index
     /// still has it, the sandbox reads its own copy (see [`Access::Mirrored`]).
-    mirror: Mutex<HashMap<Vec<u8>, HostStamp>>,
+    mirror: Mutex<HashMap<Vec<u8>, Stamp>>,
     /// Why an index or `packed-refs` was not given to the host, said once
     /// each (bounded).
     refusals_logged: Mutex<std::collections::HashSet<String>>,
@@ -510,7 +506,7 @@ impl Router {
     ) -> (Option<(Store, Stat)>, bool) {
         let current = host
             .as_ref()
-            .is_some_and(|h| lock(&self.mirror).get(path) == Some(&host_stamp(h)));
+            .is_some_and(|h| lock(&self.mirror).get(path) == Some(&stamp(h)));
         match (state, current) {
             (Some(st), true) => (Some((Store::State, st)), false),
             // The host's index changed (host Git wrote it) or was never
@@ -761,6 +757,41 @@ impl Router {
             Ok((s, path, st)) => self.entry_reply(s, &path, &st, reply),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// The existing entry `name` in `parent`: its store, its parent's
+    /// path, its own and its status (`ENOENT` when there is none).
+    fn existing_entry(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+    ) -> Result<(Store, Vec<u8>, Vec<u8>, Stat), Errno> {
+        let (ps, ppath) = self.node(parent)?;
+        let path = join(&ppath, name);
+        let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+        Ok((s, ppath, path, st))
+    }
+
+    /// Removes the entry `name` of the directory `ppath` (`path` in `s`,
+    /// status `st`; `flags` as for `unlinkat`): journalled first, then
+    /// unlinked, then forgotten by the quota and the node table.
+    fn remove_entry(
+        &self,
+        s: Store,
+        ppath: &[u8],
+        name: &OsStr,
+        path: &[u8],
+        st: &Stat,
+        flags: AtFlags,
+    ) -> Result<(), Errno> {
+        let d = open_dir(self.root(s), ppath).map_err(fe)?;
+        self.journal(s, Op::Remove, path, None)?;
+        rustix::fs::unlinkat(&d, name, flags).map_err(fe)?;
+        if s == Store::State {
+            self.quota.removed(st);
+        }
+        lock(&self.table).removed(s, path, st);
+        Ok(())
     }
 
     /// Where a new entry `name` in `parent` goes: its store, its parent's
@@ -1600,37 +1631,24 @@ impl Filesystem for Router {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = (|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let (s, ppath, path, st) = self.existing_entry(parent, name.as_bytes())?;
             self.may_change(s, &path)?;
             let rules = s == Store::Host && is_rules_path(&path);
             if rules {
                 self.rules.before_sandbox_change(&path);
             }
-            let d = open_dir(self.root(s), &ppath).map_err(fe)?;
-            self.journal(s, Op::Remove, &path, None)?;
-            rustix::fs::unlinkat(&d, name, AtFlags::empty()).map_err(fe)?;
-            if s == Store::State {
-                self.quota.removed(&st);
-            }
-            lock(&self.table).removed(s, &path, &st);
+            self.remove_entry(s, &ppath, name, &path, &st, AtFlags::empty())?;
             if rules {
                 self.rules.after_sandbox_change(&path);
             }
             Ok(())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty_reply(r, reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = (|| {
-            let (ps, ppath) = self.node(parent)?;
-            let path = join(&ppath, name.as_bytes());
-            let (s, st) = self.resolve(ps, &path).map_err(fe)?.ok_or(Errno::ENOENT)?;
+            let (s, ppath, path, st) = self.existing_entry(parent, name.as_bytes())?;
             if !is_dir(&st) {
                 return Err(Errno::ENOTDIR);
             }
@@ -1651,20 +1669,11 @@ impl Filesystem for Router {
                     Err(e) => return Err(fe(e)),
                 }
             }
-            let d = open_dir(self.root(s), &ppath).map_err(fe)?;
-            self.journal(s, Op::Remove, &path, None)?;
-            rustix::fs::unlinkat(&d, name, AtFlags::REMOVEDIR).map_err(fe)?;
-            if s == Store::State {
-                self.quota.removed(&st);
-            }
-            lock(&self.table).removed(s, &path, &st);
+            self.remove_entry(s, &ppath, name, &path, &st, AtFlags::REMOVEDIR)?;
             self.rules.invalidate();
             Ok(())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty_reply(r, reply);
     }
 
     fn symlink(
@@ -1701,16 +1710,14 @@ impl Filesystem for Router {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.do_rename(
+        let r = self.do_rename(
             parent,
             name.as_bytes(),
             newparent,
             newname.as_bytes(),
             flags,
-        ) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        );
+        empty_reply(r, reply);
     }
 
     fn link(
@@ -1943,10 +1950,7 @@ impl Filesystem for Router {
             }
             .map_err(fe)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty_reply(r, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -2188,9 +2192,6 @@ impl Filesystem for Router {
             }
             done.map_err(fe)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty_reply(r, reply);
     }
 }

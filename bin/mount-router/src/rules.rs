@@ -43,6 +43,7 @@
 //! confinement (landlock keeps even a bug here within the workspace).
 
 use crate::router::lock;
+use crate::sys::Stamp;
 use bstr::{BStr, ByteSlice};
 use gix_glob::pattern::Case;
 use gix_glob::search::pattern::List;
@@ -175,15 +176,6 @@ pub enum Source {
     Absolute(PathBuf),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
 struct Cached {
     stamp: Option<Stamp>,
     /// Why the file was not applied: its directory is hidden.
@@ -284,7 +276,7 @@ impl Rules {
             .ok()
             .flatten()
             .and_then(|fd| stamp(fd.as_fd()));
-        self.baseline.after_change(rel, st.map(Stamp::key));
+        self.baseline.after_change(rel, st);
         self.invalidate();
     }
 
@@ -653,7 +645,7 @@ fn host_version(
     let mut host_cost = Cost::default();
     let host_list = match src {
         Source::Workspace(rel) => match bl.get(rel) {
-            Some(rec) if rec.sandbox == stamp.map(Stamp::key) => match prev_host {
+            Some(rec) if rec.sandbox == stamp => match prev_host {
                 Some((h, c)) => {
                     host_cost = c;
                     h
@@ -737,21 +729,8 @@ fn open_rules(host: BorrowedFd<'_>, src: &Source) -> Result<Option<OwnedFd>, rus
     Ok(Some(fd))
 }
 
-impl Stamp {
-    fn key(self) -> (u64, u64, u64, (i64, i64), (i64, i64)) {
-        (self.dev, self.ino, self.size, self.mtime, self.ctime)
-    }
-}
-
 fn stamp(fd: BorrowedFd<'_>) -> Option<Stamp> {
-    let st = rustix::fs::fstat(fd).ok()?;
-    Some(Stamp {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
-        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
-    })
+    rustix::fs::fstat(fd).ok().map(|st| crate::sys::stamp(&st))
 }
 
 #[cfg(test)]

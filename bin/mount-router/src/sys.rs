@@ -20,6 +20,30 @@ use std::ffi::CString;
 /// The longest path handed to the kernel in one call (below `PATH_MAX`).
 const MAX_PIECE: usize = 2048;
 
+/// A file's identity and version: device, inode, size, mtime and ctime
+/// (seconds, nanoseconds). Another stamp for the same path says the file
+/// was replaced or changed. Kept in the rules baseline (postcard: the
+/// fields in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+/// The stamp of the file whose status is `st`.
+pub fn stamp(st: &rustix::fs::Stat) -> Stamp {
+    Stamp {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+    }
+}
+
 /// `openat2` beneath `dir`, never following a symlink or a magic link in
 /// any component. An empty `rel` opens `dir` itself (as `.`).
 pub fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {

@@ -91,6 +91,19 @@ fn main() {
 
 pub(crate) type Failure = (i32, String);
 
+/// `r`'s value, or `None` once its error is logged
+/// (`lazaret-supervisor: ERROR`): for the one-shot modes, which then exit
+/// with [`exit::START_FAILED`].
+pub(crate) fn logged<T, E: std::fmt::Display>(r: Result<T, E>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
+            None
+        }
+    }
+}
+
 /// `--plan-digest HEX` (and `--domain ID`, which only names the process).
 fn plan_digest(args: &[String]) -> Result<&str, Failure> {
     let mut it = args.iter().skip(1);

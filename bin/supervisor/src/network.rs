@@ -24,8 +24,8 @@
 //! (`PR_SET_PDEATHSIG`, and its `--exit-fd` closes with the supervisor),
 //! and the supervisor stops it after the holder.
 
+use lazaret_helpers::memfd;
 use lazaret_helpers::pidfd::Tracked;
-use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::fdno;
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
 use lazaret_protocol::plan::{DnsFilterPlan, SandboxNetwork};
@@ -41,10 +41,16 @@ const MTU: &str = "--mtu=65520";
 /// How long a slirp4netns (or the DNS filter) may take to report ready.
 const SLIRP_READY: Duration = Duration::from_secs(20);
 
-fn unblock_and_die_with_parent(cmd: &mut Command) {
-    lazaret_helpers::child::set_signals(
+/// Sets up the child of a helper of ours: `fds` open at their numbers,
+/// no signal blocked, and killed when the thread that started it exits.
+fn hand_over(cmd: &mut Command, fds: Vec<(OwnedFd, RawFd)>) {
+    lazaret_helpers::child::setup(
         cmd,
-        lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
+        lazaret_helpers::child::Setup {
+            fds,
+            signals: lazaret_helpers::child::ChildSignals::UNBLOCK_ALL_DIE_WITH_PARENT,
+            ..Default::default()
+        },
     );
 }
 
@@ -112,14 +118,13 @@ impl Uplink {
             .arg("tap0")
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        fds::pass_fds(
+        hand_over(
             &mut cmd,
             vec![
                 (ready_w, fdno::slirp4netns::READY),
                 (exit_r, fdno::slirp4netns::EXIT),
             ],
         );
-        unblock_and_die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
@@ -320,24 +325,43 @@ fn open_log(path: &Path) -> Result<OwnedFd, String> {
         .map_err(|e| format!("cannot open {}: {e}", path.display()))
 }
 
+/// A helper of N1 that holds the sealed policy (`lazaret-netpolicy
+/// watch`, `lazaret-dns-filter`): `binary`, named `NAME:lazaret-domain=ID`
+/// in argv (for `ps` and the tests), given `args` then `--digest`, with no
+/// standard input and our standard error. Returns it with the policy's
+/// memfd and its log `log` (opened for appending), for the caller to pass.
+fn policy_helper(
+    net: &SandboxNetwork,
+    binary: &Path,
+    name: &str,
+    args: &[&str],
+    log: &Path,
+) -> Result<(Command, OwnedFd, OwnedFd), String> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+    let log = open_log(log)?;
+    let mut cmd = Command::new(binary);
+    cmd.arg0(format!("{name}:lazaret-domain={}", net.domain_id))
+        .args(args)
+        .args(["--digest", &net.digest])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    Ok((cmd, policy, log))
+}
+
 /// `lazaret-netpolicy watch` in N1 with the sealed policy, the host
 /// netlink socket and its log ([`fdno::netpolicy_watch`]); it prints
 /// [`lazaret_protocol::readiness::READY_LINE`] once the host's addresses
 /// are denied and it is confined.
 fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
-    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
-    let log = open_log(&net.host_watch_log)?;
-    let mut cmd = Command::new(&net.helper);
-    // The Domain ID in argv names the process for `ps` and the tests.
-    cmd.arg0(format!(
-        "lazaret-netpolicy-watch:lazaret-domain={}",
-        net.domain_id
-    ))
-    .args(["watch", "--digest", &net.digest])
-    .stdin(Stdio::null())
-    .stderr(Stdio::inherit());
+    let (mut cmd, policy, log) = policy_helper(
+        net,
+        &net.helper,
+        "lazaret-netpolicy-watch",
+        &["watch"],
+        &net.host_watch_log,
+    )?;
     use fdno::netpolicy_watch as to;
-    fds::pass_fds(
+    hand_over(
         &mut cmd,
         vec![
             (policy, to::POLICY),
@@ -345,7 +369,6 @@ fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command,
             (log, to::LOG),
         ],
     );
-    unblock_and_die_with_parent(&mut cmd);
     Ok(cmd)
 }
 
@@ -373,25 +396,15 @@ fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
 /// [`lazaret_protocol::readiness::READY_LINE`] (it listens and is
 /// confined).
 fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
-    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
-    let log = open_log(&plan.log)?;
-    let mut cmd = Command::new(&plan.binary);
-    // The Domain ID in argv names the process for `ps` and the tests.
-    cmd.arg0(format!(
-        "lazaret-dns-filter:lazaret-domain={}",
-        net.domain_id
-    ))
-    .args(["--digest", &net.digest])
-    .stdin(Stdio::null())
-    .stderr(Stdio::inherit());
-    fds::pass_fds(
+    let (mut cmd, policy, log) =
+        policy_helper(net, &plan.binary, "lazaret-dns-filter", &[], &plan.log)?;
+    hand_over(
         &mut cmd,
         vec![
             (policy, fdno::dns_filter::POLICY),
             (log, fdno::dns_filter::LOG),
         ],
     );
-    unblock_and_die_with_parent(&mut cmd);
     let (mut child, ready) = spawn_with_ready_line(cmd)?;
     wait_ready(ready, "lazaret-dns-filter", &mut child)?;
     Ok(child)
@@ -465,8 +478,7 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
             .current_dir(&net.api_socket_dir);
     }
     cmd.arg("tap0").stdin(Stdio::null()).stdout(Stdio::null());
-    fds::pass_fds(&mut cmd, vec![(ready_w, fdno::slirp4netns::READY)]);
-    unblock_and_die_with_parent(&mut cmd);
+    hand_over(&mut cmd, vec![(ready_w, fdno::slirp4netns::READY)]);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
@@ -494,14 +506,13 @@ fn run_helper(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    fds::pass_fds(
+    hand_over(
         &mut cmd,
         vec![
             (policy, fdno::netpolicy::POLICY),
             (netns, fdno::netpolicy::SANDBOX_NETNS),
         ],
     );
-    unblock_and_die_with_parent(&mut cmd);
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {}: {e}", net.helper.display()))?;

@@ -47,12 +47,8 @@ pub(crate) fn remove_tree(dir: Option<&Path>) -> i32 {
         );
         return exit::BAD_PLAN;
     };
-    let map = match userns::current_id_map() {
-        Ok(m) => m,
-        Err(e) => {
-            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-            return exit::START_FAILED;
-        }
+    let Some(map) = crate::logged(userns::current_id_map()) else {
+        return exit::START_FAILED;
     };
     match userns::run_mapped(&map, Command::new("rm").arg("-rf").arg("--").arg(dir)) {
         Ok(s) if s.success() && !dir.exists() => exit::STOPPED,

@@ -67,29 +67,20 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
     {
         return exit::START_FAILED;
     }
-    let map = match userns::current_id_map() {
-        Ok(m) => m,
-        Err(e) => {
-            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-            return exit::START_FAILED;
-        }
+    let Some(map) = crate::logged(userns::current_id_map()) else {
+        return exit::START_FAILED;
     };
-    let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => {
-            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-            return exit::START_FAILED;
-        }
+    let Some((r, w)) = crate::logged(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC))
+    else {
+        return exit::START_FAILED;
     };
     // Decoded here: the clone's allow-list need not allow decoding.
-    let filters =
-        match lazaret_seccomp::filters(lazaret_supervisor::policies::POLICIES, SCAN_CONFINEMENT) {
-            Ok(f) => f,
-            Err(e) => {
-                lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-                return exit::START_FAILED;
-            }
-        };
+    let Some(filters) = crate::logged(lazaret_seccomp::filters(
+        lazaret_supervisor::policies::POLICIES,
+        SCAN_CONFINEMENT,
+    )) else {
+        return exit::START_FAILED;
+    };
     let w_raw = w.as_raw_fd();
     // This process is single-threaded, so the clone may allocate.
     let child = userns::clone_mapped(&map, CloneFlags::empty(), || {
@@ -107,12 +98,8 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
         0
     });
     drop(w);
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            lazaret_protocol::log_line!("lazaret-supervisor: {e}");
-            return exit::START_FAILED;
-        }
+    let Some(child) = crate::logged(child) else {
+        return exit::START_FAILED;
     };
     let mut json = String::new();
     let _ = std::io::Read::read_to_string(

@@ -23,6 +23,7 @@
 //! catalog is refused, so a lower that `image rm` or `image gc` is removing
 //! is never mounted.
 
+use lazaret_helpers::storage::StorageIoError;
 use redb::{ReadableTable, TableDefinition};
 use rustix::fs::FlockOperation;
 use serde::{Deserialize, Serialize};
@@ -41,13 +42,8 @@ const SOURCES: TableDefinition<&str, &[u8]> = TableDefinition::new("sources");
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot {what} {}: {source}; check the permissions and free space of the storage root", path.display())]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(StorageIoError),
     /// The Storage Root's file system refused a write to the catalog: it
     /// is full or read-only. The catalog itself is sound (redb commits
     /// atomically): no advice to move it aside.
@@ -140,7 +136,7 @@ fn io_error(what: &'static str, path: PathBuf, source: std::io::Error) -> Catalo
     if lazaret_helpers::storage::is_unwritable(&source) {
         CatalogError::Unwritable { what, path, source }
     } else {
-        CatalogError::Io { what, path, source }
+        CatalogError::Io(StorageIoError { what, path, source })
     }
 }
 

@@ -105,6 +105,17 @@ impl Limits {
     }
 }
 
+/// `value`'s leading decimal number and the unit after it (`"4GiB"`: 4
+/// and `"GiB"`); `None` without a number, or with one over `u64`.
+fn number_and_unit(value: &str) -> Option<(u64, &str)> {
+    let digits = value.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let (number, unit) = value.split_at(digits);
+    Some((number.parse().ok()?, unit))
+}
+
 /// `"4GiB"`, `"512MiB"`, `"100KiB"`, `"1TiB"`, `"123B"` (binary units,
 /// also written `K`, `M`, `G`, `T`), or `"unlimited"` (`None`).
 pub fn parse_size(value: &str) -> Result<Option<u64>, Invalid> {
@@ -112,12 +123,7 @@ pub fn parse_size(value: &str) -> Result<Option<u64>, Invalid> {
     if value == "unlimited" {
         return Ok(None);
     }
-    let digits = value.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
-        return Err(bad());
-    }
-    let (number, unit) = value.split_at(digits);
-    let number: u64 = number.parse().map_err(|_| bad())?;
+    let (number, unit) = number_and_unit(value).ok_or_else(bad)?;
     let shift = match unit {
         "B" => 0,
         "K" | "KiB" => 10,
@@ -132,12 +138,7 @@ pub fn parse_size(value: &str) -> Result<Option<u64>, Invalid> {
 /// `"30s"`, `"10m"`, `"2h"`, in milliseconds; at most 7 days.
 pub fn parse_duration_ms(value: &str) -> Result<u64, Invalid> {
     let bad = || Invalid::Duration(value.to_owned());
-    let digits = value.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
-        return Err(bad());
-    }
-    let (number, unit) = value.split_at(digits);
-    let number: u64 = number.parse().map_err(|_| bad())?;
+    let (number, unit) = number_and_unit(value).ok_or_else(bad)?;
     let secs = match unit {
         "s" => number,
         "m" => number.checked_mul(60).ok_or_else(bad)?,

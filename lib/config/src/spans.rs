@@ -158,17 +158,24 @@ impl<'a> SpanIndex<'a> {
             Item::Table(table) => self.walk_table(table, &path),
             Item::ArrayOfTables(tables) => {
                 for (i, table) in tables.iter().enumerate() {
-                    let path = path.index(i);
-                    self.entries.push(Entry {
-                        path: path.clone(),
-                        key_span: None,
-                        value_span: table.span(),
-                    });
+                    let path = self.push_element(&path, i, table.span());
                     self.walk_table(table, &path);
                 }
             }
             Item::Value(value) => self.walk_value(value, &path),
         }
+    }
+
+    /// Records the `i`th element of the array at `path` (an array of
+    /// tables, or an array value), which spans `span`; returns its path.
+    fn push_element(&mut self, path: &KeyPath, i: usize, span: Option<Range<usize>>) -> KeyPath {
+        let path = path.index(i);
+        self.entries.push(Entry {
+            path: path.clone(),
+            key_span: None,
+            value_span: span,
+        });
+        path
     }
 
     fn walk_table(&mut self, table: &Table, path: &KeyPath) {
@@ -186,12 +193,7 @@ impl<'a> SpanIndex<'a> {
         match value {
             Value::Array(array) => {
                 for (i, element) in array.iter().enumerate() {
-                    let path = path.index(i);
-                    self.entries.push(Entry {
-                        path: path.clone(),
-                        key_span: None,
-                        value_span: element.span(),
-                    });
+                    let path = self.push_element(path, i, element.span());
                     self.walk_value(element, &path);
                 }
             }

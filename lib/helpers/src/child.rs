@@ -13,7 +13,8 @@
 use nix::sys::signal::{SigSet, Signal};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// The signal state of a child of [`Command`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,6 +129,30 @@ pub fn setup(cmd: &mut Command, s: Setup) {
     }
 }
 
+/// The command of the Lazaret binary `name` in `libexec` that serves one
+/// Domain (the CLI's coordinator, the coordinator's supervisor): `--domain
+/// ID`, which only names the process for `ps` and tests, then
+/// `digest_flag` with the SHA-256 of its sealed input; no standard input,
+/// its output and errors to `log`.
+pub fn domain_command(
+    libexec: &Path,
+    name: &str,
+    domain_id: &str,
+    digest_flag: &str,
+    digest: &str,
+    log: OwnedFd,
+) -> std::io::Result<Command> {
+    let mut cmd = Command::new(libexec.join(name));
+    cmd.arg("--domain")
+        .arg(domain_id)
+        .arg(digest_flag)
+        .arg(digest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log));
+    Ok(cmd)
+}
+
 /// Sets up `cmd`'s child's signals as `s` says ([`setup`]).
 pub fn set_signals(cmd: &mut Command, s: ChildSignals) {
     setup(
@@ -156,6 +181,22 @@ mod tests {
         let out = cmd.stdout(Stdio::piped()).output().unwrap();
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn a_domain_command_names_its_domain_and_its_input_digest() {
+        let cmd = domain_command(
+            Path::new("/usr/libexec/lazaret"),
+            "lazaret-supervisor",
+            "0123abcd",
+            "--plan-digest",
+            "ab12",
+            file_with(""),
+        )
+        .unwrap();
+        assert_eq!(cmd.get_program(), "/usr/libexec/lazaret/lazaret-supervisor");
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(args, ["--domain", "0123abcd", "--plan-digest", "ab12"]);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! Session Coordinator's start-up) or whose cause was cleaned up since.
 //! Neither changes anything.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Below this many available bytes a file system counts as full: a Domain
 /// start writes its Domain Store, logs and run directory, which take more.
@@ -44,6 +44,19 @@ pub fn condition(path: &Path) -> Option<Condition> {
         return Some(Condition::NoInodes);
     }
     None
+}
+
+/// A failed call under the Storage Root that its file system's state
+/// does not explain (those that it does are told apart with
+/// [`is_unwritable`]): the message of the image preparation's and the
+/// Storage Catalog's I/O errors.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {what} {}: {source}; check the permissions and free space of the storage root", path.display())]
+pub struct StorageIoError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Whether `e` says the file system refused a write for want of room

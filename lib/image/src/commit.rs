@@ -34,7 +34,7 @@
 use crate::progress::Progress;
 use crate::store::Store;
 use crate::unpack::{dot, Limits, NO_SYMLINKS};
-use crate::{ArtifactRecord, ImageError, PreparedImage};
+use crate::{ImageError, PreparedImage};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timestamps};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -190,16 +190,7 @@ impl Store {
             progress.line(&format!("skipped {s}"));
         }
         self.publish(staging, &id, &recipe)?;
-        let record = ArtifactRecord {
-            id: id.clone(),
-            reference: reference.to_string(),
-            source: reference.to_string(),
-            manifest_digest: format!("sha256:{id}"),
-            platform: crate::oci::host_platform(),
-            preparer: COMMIT_PREPARER.to_string(),
-            size: crate::tree_size(&self.artifact_dir(&id).join("rootfs")),
-            created: lazaret_catalog::now(),
-        };
+        let record = self.local_record(&id, reference, COMMIT_PREPARER);
         self.catalog().record_artifact(&record, Some(STAMP), || {
             self.ready(&id, reference).is_some()
         })?;
@@ -237,12 +228,7 @@ fn run_mapped_commit(
     layers: &[AnchorLayer],
     limits: Limits,
 ) -> Result<CommitReport, ImageError> {
-    let (r, w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| ImageError::Io {
-            what: "create a pipe for",
-            path: rootfs.to_path_buf(),
-            source: e.into(),
-        })?;
+    let (r, w) = crate::store::pipe("create a pipe for", rootfs)?;
     let w_raw = w.as_raw_fd();
     // The CLI is single-threaded here (no progress thread runs), so the
     // child may allocate (see `clone_mapped`).

@@ -1,12 +1,11 @@
 //! The builder of `lazaret:default`: Debian bookworm built by `mmdebstrap
 //! --mode=unshare`, unpacked inside the mapped user namespace.
 
-use crate::store::{tail_lines, Store};
+use crate::store::{output_pipe, spawn_tool, tail_lines, Store};
 use crate::{
     default_artifact_id, default_recipe, ImageError, PrepareOptions, PreparedImage,
     BUILDER_VERSION, DEFAULT_REFERENCE,
 };
-use lazaret_catalog::{now, ArtifactRecord};
 use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -94,17 +93,7 @@ fn record(store: &Store, id: &str) -> Result<(), ImageError> {
     if catalog.artifact(id)?.is_some() {
         return Ok(());
     }
-    let rec = ArtifactRecord {
-        id: id.to_string(),
-        reference: DEFAULT_REFERENCE.to_string(),
-        source: DEFAULT_REFERENCE.to_string(),
-        // The artifact ID is the SHA-256 of the recipe.
-        manifest_digest: format!("sha256:{id}"),
-        platform: crate::oci::host_platform(),
-        preparer: BUILDER_VERSION.to_string(),
-        size: crate::tree_size(&store.artifact_dir(id).join("rootfs")),
-        created: now(),
-    };
+    let rec = store.local_record(id, DEFAULT_REFERENCE, BUILDER_VERSION);
     catalog.record_artifact(&rec, None, || store.ready(id, DEFAULT_REFERENCE).is_some())?;
     Ok(())
 }
@@ -147,14 +136,7 @@ fn build_into(
 
 /// Runs mmdebstrap, streaming its output lines to `progress`.
 fn run_mmdebstrap(tar: &Path, progress: &mut dyn FnMut(&str)) -> Result<(), ImageError> {
-    let pipe_err = |e: rustix::io::Errno| ImageError::Io {
-        what: "create a pipe for mmdebstrap writing",
-        path: tar.to_path_buf(),
-        source: e.into(),
-    };
-    let (read, write) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(pipe_err)?;
-    let write2 = rustix::io::dup(&write).map_err(pipe_err)?;
+    let (read, write, write2) = output_pipe("create a pipe for mmdebstrap writing", tar)?;
     let mut cmd = Command::new("mmdebstrap");
     if let Some(dir) = mmdebstrap_tmpdir(progress) {
         cmd.env("TMPDIR", dir);
@@ -167,17 +149,12 @@ fn run_mmdebstrap(tar: &Path, progress: &mut dyn FnMut(&str)) -> Result<(), Imag
         .stdin(Stdio::null())
         .stdout(Stdio::from(write))
         .stderr(Stdio::from(write2));
-    let spawned = cmd.spawn();
-    // Close our copies of the write end, so the reader sees EOF when
-    // mmdebstrap exits.
-    drop(cmd);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ImageError::MmdebstrapMissing)
-        }
-        Err(e) => return Err(ImageError::io("run mmdebstrap to write", tar)(e)),
-    };
+    let mut child = spawn_tool(
+        cmd,
+        ImageError::MmdebstrapMissing,
+        "run mmdebstrap to write",
+        tar,
+    )?;
     let tail = tail_lines(BufReader::new(File::from(read)), progress);
     let status = child
         .wait()

@@ -1,6 +1,7 @@
 //! The errors of image preparation. Every message is lowercase and says
 //! what to do next.
 
+use lazaret_helpers::storage::StorageIoError;
 use lazaret_helpers::userns::UsernsError;
 use std::path::PathBuf;
 
@@ -107,13 +108,8 @@ pub enum ImageError {
         source: std::io::Error,
     },
 
-    #[error("cannot {what} {}: {source}; check the permissions and free space of the storage root", path.display())]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(StorageIoError),
 }
 
 impl ImageError {
@@ -123,6 +119,22 @@ impl ImageError {
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| ImageError::from_io(what, path, source)
+    }
+
+    /// [`ImageError::Io`] whatever the error says: for calls whose
+    /// failure does not tell the file system's state (a pipe, a lock).
+    pub(crate) fn io_plain<E: Into<std::io::Error>>(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(E) -> Self {
+        let path = path.into();
+        move |e| {
+            ImageError::Io(StorageIoError {
+                what,
+                path,
+                source: e.into(),
+            })
+        }
     }
 
     /// [`ImageError::Unwritable`] when `source` says the file system is
@@ -135,7 +147,7 @@ impl ImageError {
                 source,
             }
         } else {
-            ImageError::Io { what, path, source }
+            ImageError::Io(StorageIoError { what, path, source })
         }
     }
 }

@@ -11,6 +11,7 @@
 use crate::store::{find_leftovers, Store, TRASH_PREFIX};
 use crate::ImageError;
 use lazaret_catalog::{ArtifactRecord, CatalogError, Lease};
+use lazaret_helpers::storage::StorageIoError;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -211,10 +212,12 @@ impl Store {
             &id[..12.min(id.len())],
             std::process::id()
         ));
-        std::fs::rename(&dir, &trash).map_err(|source| CatalogError::Io {
-            what: "move aside",
-            path: dir.clone(),
-            source,
+        std::fs::rename(&dir, &trash).map_err(|source| {
+            CatalogError::Io(StorageIoError {
+                what: "move aside",
+                path: dir.clone(),
+                source,
+            })
         })?;
         Ok(Some(trash))
     }

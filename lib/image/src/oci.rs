@@ -4,7 +4,7 @@
 
 use crate::progress::Progress;
 use crate::reference::Reference;
-use crate::store::{tail_lines, Store};
+use crate::store::{output_pipe, spawn_tool, tail_lines, Store};
 use crate::unpack::{Compression, Layer, Limits, Unpacker};
 use crate::{ImageError, PrepareOptions, PreparedImage};
 use lazaret_catalog::{now, ArtifactRecord};
@@ -275,17 +275,7 @@ fn skopeo_copy(
     .map_err(ImageError::io("write", &policy))?;
     let tmp = staging.join("tmp");
     std::fs::create_dir(&tmp).map_err(ImageError::io("create", &tmp))?;
-    let (read, write) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| ImageError::Io {
-            what: "create a pipe in",
-            path: staging.to_path_buf(),
-            source: e.into(),
-        })?;
-    let write2 = rustix::io::dup(&write).map_err(|e| ImageError::Io {
-        what: "create a pipe in",
-        path: staging.to_path_buf(),
-        source: e.into(),
-    })?;
+    let (read, write, write2) = output_pipe("create a pipe in", staging)?;
     let mut cmd = Command::new("skopeo");
     cmd.env("TMPDIR", &tmp).arg("--policy").arg(&policy);
     if r.is_remote() {
@@ -303,15 +293,7 @@ fn skopeo_copy(
         &mut cmd,
         lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
     );
-    let spawned = cmd.spawn();
-    drop(cmd);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ImageError::SkopeoMissing)
-        }
-        Err(e) => return Err(ImageError::io("run skopeo in", staging)(e)),
-    };
+    let mut child = spawn_tool(cmd, ImageError::SkopeoMissing, "run skopeo in", staging)?;
     let tail = tail_lines(BufReader::new(std::fs::File::from(read)), &mut |l| {
         progress.line(l)
     });

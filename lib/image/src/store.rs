@@ -1,16 +1,17 @@
 //! The `lowers/` directory of the Storage Root: lookup, locking, staging,
 //! publication and cleanup of prepared artifacts.
 
-use crate::{ImageError, PreparedImage};
+use crate::{ArtifactRecord, ImageError, PreparedImage};
 use lazaret_helpers::userns::run_mapped;
 use lazaret_protocol::plan::IdMap;
 use rustix::fs::FlockOperation;
 use std::collections::VecDeque;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 const LOCK_FILE: &str = ".build.lock";
 const STAGING_PREFIX: &str = ".staging-";
@@ -63,6 +64,22 @@ impl Store {
         self.lowers.join(id)
     }
 
+    /// The catalog record of the published artifact `id` built here (the
+    /// default image, a committed one) rather than copied from a source:
+    /// its ID is the SHA-256 of its recipe, its source its `reference`.
+    pub(crate) fn local_record(&self, id: &str, reference: &str, preparer: &str) -> ArtifactRecord {
+        ArtifactRecord {
+            id: id.to_string(),
+            reference: reference.to_string(),
+            source: reference.to_string(),
+            manifest_digest: format!("sha256:{id}"),
+            platform: crate::oci::host_platform(),
+            preparer: preparer.to_string(),
+            size: crate::tree_size(&self.artifact_dir(id).join("rootfs")),
+            created: lazaret_catalog::now(),
+        }
+    }
+
     /// The ID map used to unpack and remove trees.
     pub fn id_map(&self) -> &IdMap {
         &self.id_map
@@ -108,11 +125,7 @@ impl Store {
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(BuildLock { _file: file })),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
-            Err(e) => Err(ImageError::Io {
-                what: "lock",
-                path: self.lowers.join(LOCK_FILE),
-                source: e.into(),
-            }),
+            Err(e) => Err(ImageError::io_plain("lock", self.lowers.join(LOCK_FILE))(e)),
         }
     }
 
@@ -132,13 +145,7 @@ impl Store {
             match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
                 Ok(()) => return Ok(BuildLock { _file: file }),
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => {
-                    return Err(ImageError::Io {
-                        what: "lock",
-                        path: self.lowers.join(LOCK_FILE),
-                        source: e.into(),
-                    })
-                }
+                Err(e) => return Err(ImageError::io_plain("lock", self.lowers.join(LOCK_FILE))(e)),
             }
         }
     }
@@ -209,11 +216,9 @@ impl Store {
         }
         match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(ImageError::Io {
-                what: "remove",
-                path: path.to_path_buf(),
-                source: std::io::Error::other("it still exists after `rm -rf`"),
-            }),
+            _ => Err(ImageError::io_plain("remove", path)(std::io::Error::other(
+                "it still exists after `rm -rf`",
+            ))),
         }
     }
 
@@ -363,6 +368,42 @@ pub(crate) fn tail_lines(mut reader: impl BufRead, each: &mut dyn FnMut(&str)) -
         }
     }
     tail.into()
+}
+
+/// A pipe, both ends close-on-exec; a failure is "cannot `what` `path`".
+pub(crate) fn pipe(what: &'static str, path: &Path) -> Result<(OwnedFd, OwnedFd), ImageError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(ImageError::io_plain(what, path))
+}
+
+/// A [`pipe`] for a tool's standard output and error together: its read
+/// end, and the write end twice.
+pub(crate) fn output_pipe(
+    what: &'static str,
+    path: &Path,
+) -> Result<(OwnedFd, OwnedFd, OwnedFd), ImageError> {
+    let (read, write) = pipe(what, path)?;
+    let write2 = rustix::io::dup(&write).map_err(ImageError::io_plain(what, path))?;
+    Ok((read, write, write2))
+}
+
+/// Spawns `cmd`, a tool the preparation runs (skopeo, mmdebstrap), then
+/// drops it, closing our copies of the write ends it was given so that
+/// the reader sees EOF when the tool exits. `missing` when the tool is
+/// not installed; another failure is "cannot `what` `path`".
+pub(crate) fn spawn_tool(
+    mut cmd: Command,
+    missing: ImageError,
+    what: &'static str,
+    path: &Path,
+) -> Result<Child, ImageError> {
+    let spawned = cmd.spawn();
+    drop(cmd);
+    match spawned {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(missing),
+        Err(e) => Err(ImageError::io(what, path)(e)),
+    }
 }
 
 #[cfg(test)]

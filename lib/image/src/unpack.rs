@@ -302,11 +302,7 @@ impl Unpacker {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| ImageError::Io {
-            what: "open",
-            path: root_path.clone(),
-            source: e.into(),
-        })?;
+        .map_err(ImageError::io_plain("open", root_path.clone()))?;
         let mut dirs = BTreeMap::new();
         dirs.insert(PathBuf::new(), (0o755, None));
         Ok(Unpacker {
@@ -820,11 +816,9 @@ impl Unpacker {
                 self.dirs.insert(PathBuf::from(name), (mode, None));
                 Ok(())
             }
-            Err(e) => Err(ImageError::Io {
-                what: "look at",
-                path: self.root_path.join(name),
-                source: e.into(),
-            }),
+            Err(e) => Err(ImageError::io_plain("look at", self.root_path.join(name))(
+                e,
+            )),
         }
     }
 
@@ -878,16 +872,14 @@ impl Unpacker {
                 Mode::empty(),
                 NO_SYMLINKS,
             )
-            .map_err(|e| ImageError::Io {
-                what: "set the mode of",
-                path: self.root_path.join(rel),
-                source: e.into(),
-            })?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode)).map_err(|e| ImageError::Io {
-                what: "set the mode of",
-                path: self.root_path.join(rel),
-                source: e.into(),
-            })?;
+            .map_err(ImageError::io_plain(
+                "set the mode of",
+                self.root_path.join(rel),
+            ))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode)).map_err(ImageError::io_plain(
+                "set the mode of",
+                self.root_path.join(rel),
+            ))?;
             if let Some(t) = mtime {
                 let ts = rustix::fs::Timespec {
                     tv_sec: *t as i64,

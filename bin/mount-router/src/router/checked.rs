@@ -6,8 +6,8 @@
 //! Both change only by Git's lock-and-rename (see `Router::rename_only`),
 //! so a rename onto them is the one moment their content is decided.
 
-use super::{fe, host_stamp, lock, Res, Router, Store};
-use crate::sys::{open_beneath, open_dir, split};
+use super::{fe, lock, Res, Router, Store};
+use crate::sys::{open_beneath, open_dir, split, stamp, Stamp};
 use fuser::{Errno, RenameFlags};
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -154,11 +154,7 @@ impl Router {
 /// Writes `bytes` as `dir/name` the way Git does: into `name.lock`
 /// (created exclusively, so a host Git holding the lock makes this fail
 /// with `EBUSY`), then renamed onto `name`. Returns the new file's stamp.
-fn write_locked(
-    dir: &rustix::fd::OwnedFd,
-    name: &[u8],
-    bytes: &[u8],
-) -> Result<super::HostStamp, Errno> {
+fn write_locked(dir: &rustix::fd::OwnedFd, name: &[u8], bytes: &[u8]) -> Result<Stamp, Errno> {
     let mut lockname = name.to_vec();
     lockname.extend_from_slice(b".lock");
     let lockname = OsStr::from_bytes(&lockname);
@@ -193,5 +189,5 @@ fn write_locked(
         return Err(fe(e));
     }
     let st = rustix::fs::fstat(f.as_fd()).map_err(fe)?;
-    Ok(host_stamp(&st))
+    Ok(stamp(&st))
 }
