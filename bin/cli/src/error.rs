@@ -33,6 +33,8 @@ pub enum CliError {
     HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
     #[error(transparent)]
     HostCa(#[from] crate::host_ca::HostCaError),
+    #[error(transparent)]
+    Remove(#[from] lazaret_state::remove::RemoveError),
     #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
     Workspace {
         path: String,

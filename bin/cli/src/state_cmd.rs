@@ -759,9 +759,9 @@ fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
     Ok(())
 }
 
-fn remove_tree(p: &Path) -> Result<(), String> {
-    let libexec = crate::leader::libexec().map_err(|e| e.to_string())?;
-    lazaret_state::remove::remove_tree(&libexec, p)
+fn remove_tree(p: &Path) -> Result<(), CliError> {
+    let libexec = crate::leader::libexec()?;
+    Ok(lazaret_state::remove::remove_tree(&libexec, p)?)
 }
 
 #[derive(Serialize)]
@@ -1291,7 +1291,7 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
         .flatten()
     {
         if e.file_name().to_string_lossy().starts_with(".trash-") {
-            remove_tree(&e.path()).map_err(CliError::Session)?;
+            remove_tree(&e.path())?;
         }
     }
     let mut code = 0;
@@ -1319,7 +1319,7 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
         if let Err(e) = lazaret_image::Catalog::open(&root).release_domain(&d.id, None) {
             eprintln!("lazaret: Domain {}: its image leases stay recorded ({e}); `lazaret image gc` drops them", d.id);
         }
-        remove_tree(&trash).map_err(CliError::Session)?;
+        remove_tree(&trash)?;
         println!("removed Domain {}", d.id);
     }
     Ok(code)
@@ -1618,7 +1618,7 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
             ))
         })?;
         lazaret_helpers::fault::point("reset-ignored-aside");
-        remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)?;
+        remove_tree(&root.abs(Path::new(&aside)))?;
     }
     Ok(())
 }
