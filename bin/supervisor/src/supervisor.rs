@@ -134,7 +134,9 @@ fn host_sides(plan: &SandboxPlan) -> Result<(Option<OwnedFd>, Vec<i32>), Failure
     // The host's address changes, subscribed here in the host's network
     // namespace before the holder exists (see `network::host_address_socket`).
     let host_netlink = match &plan.network {
-        Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
+        Some(_) => {
+            Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e.to_string()))?)
+        }
         None => None,
     };
     // The published ports' host sides, bound here in the host's network
@@ -142,7 +144,8 @@ fn host_sides(plan: &SandboxPlan) -> Result<(Option<OwnedFd>, Vec<i32>), Failure
     // start before the holder exists. Only the holder keeps them.
     let host_ports = match &plan.network {
         Some(n) => lazaret_supervisor::ports::into_raw(
-            lazaret_supervisor::ports::bind_host(&n.ports).map_err(|e| (exit::START_FAILED, e))?,
+            lazaret_supervisor::ports::bind_host(&n.ports)
+                .map_err(|e| (exit::START_FAILED, e.to_string()))?,
         ),
         None => Vec::new(),
     };
