@@ -220,6 +220,15 @@ fn open_memory(
     })
 }
 
+/// Why the control loop cannot go on: the sandbox is stopped.
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error("poll: {0}")]
+    Poll(rustix::io::Errno),
+    #[error("cannot answer the coordinator: {0}")]
+    Answer(ChannelError),
+}
+
 /// Why the control loop ended.
 enum End {
     /// The holder ended by itself (exit code of the supervisor).
@@ -270,7 +279,7 @@ impl Supervisor {
     }
 
     /// One wait for whatever happens next.
-    fn step(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+    fn step(&mut self, channel: &Channel) -> Result<Option<End>, ServeError> {
         use rustix::event::{PollFd, PollFlags};
         let watch_uplink = !self.uplink_lost && self.uplink.is_some();
         let mut pfds = vec![
@@ -288,7 +297,7 @@ impl Supervisor {
         match rustix::event::poll(&mut pfds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => return Ok(None),
-            Err(e) => return Err(format!("poll: {e}")),
+            Err(e) => return Err(ServeError::Poll(e)),
         }
         let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
         drop(pfds);
@@ -319,7 +328,7 @@ impl Supervisor {
     }
 
     /// One record from the coordinator.
-    fn handle(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+    fn handle(&mut self, channel: &Channel) -> Result<Option<End>, ServeError> {
         let (msg, fds) =
             match channel.recv_checked::<ToSupervisor>(MAX_RECORD, ToSupervisor::fd_count) {
                 Ok(m) => m,
@@ -352,7 +361,7 @@ impl Supervisor {
                             MAX_RECORD,
                         );
                         self.bridges.push(b);
-                        sent.map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                        sent.map_err(ServeError::Answer)?;
                     }
                     Err(e) => {
                         lazaret_protocol::log_line!(
@@ -368,7 +377,7 @@ impl Supervisor {
                                 &[],
                                 MAX_RECORD,
                             )
-                            .map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                            .map_err(ServeError::Answer)?;
                     }
                 }
                 Ok(None)
