@@ -196,11 +196,8 @@ pub(crate) struct ForCommit {
 /// The (inactive, locked) Domain's State Anchors, an interrupted reset
 /// finished or rolled back first.
 fn recovered_anchors<'a>(domain: &Domain, store: &'a Store) -> Result<Anchors<'a>, CliError> {
-    let anchors =
-        Anchors::new(&domain.layout, store).map_err(|e| CliError::Session(e.to_string()))?;
-    anchors
-        .recover(&mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors = Anchors::new(&domain.layout, store)?;
+    anchors.recover(&mut |p: &Path| remove_tree(p))?;
     Ok(anchors)
 }
 
@@ -229,12 +226,10 @@ pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit
             ))
         })?
         .to_string();
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
     let anchors = recovered_anchors(&domain, &store)?;
     let layers = anchors
-        .current()
-        .map_err(|e| CliError::Session(e.to_string()))?
+        .current()?
         .into_iter()
         .map(|a| lazaret_image::commit::AnchorLayer {
             path: a.path,
@@ -1194,11 +1189,8 @@ fn verify(which: Which) -> Result<i32, CliError> {
             return Ok(code);
         }
     };
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
-    let problems = Anchors::new(&domain.layout, &store)
-        .and_then(|a| a.verify())
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
+    let problems = Anchors::new(&domain.layout, &store).and_then(|a| a.verify())?;
     if problems.is_empty() {
         println!(
             "Domain {}: State Anchors verified, no problem found",
@@ -1429,12 +1421,9 @@ fn reset_domain(
         // condition when that is the cause (a read-only Domain lock).
         Err((_, msg)) => return Err(CliError::Session(msg)),
     };
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
     let anchors = recovered_anchors(domain, &store)?;
-    let recorded = anchors
-        .list()
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let recorded = anchors.list()?;
     let mut targets = reset_targets(&paths, all, &recorded);
     say_reset_targets(domain, &recorded, &targets)?;
     add_package_set(domain, &recorded, &mut targets, confirm.only);
@@ -1561,9 +1550,7 @@ fn reset_anchors(
     anchors: &Anchors<'_>,
     targets: &[String],
 ) -> Result<(), CliError> {
-    let switches = anchors
-        .reset(targets, &mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let switches = anchors.reset(targets, &mut |p: &Path| remove_tree(p))?;
     // `state list` and `inspect` read the generations from meta.json:
     // they show the new, empty ones at once, not the removed ones.
     if let Some(mut meta) = domain.meta.clone() {
