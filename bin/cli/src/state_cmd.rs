@@ -205,10 +205,7 @@ fn recovered_anchors<'a>(domain: &Domain, store: &'a Store) -> Result<Anchors<'a
 /// current generation of its State Anchors, for `lazaret image commit`.
 pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
     let domain = resolve(which)?;
-    let lock = lock_inactive(&domain).map_err(|(code, msg)| match code {
-        REFUSED => CliError::Refused(msg),
-        _ => CliError::Session(msg),
-    })?;
+    let lock = lock_inactive(&domain)?;
     let Some(meta) = domain.meta.clone() else {
         return Err(CliError::Session(format!(
             "Domain {} has never started: run `lazaret run` in it first",
@@ -652,12 +649,53 @@ fn mounts(root: &Path) -> Vec<String> {
 /// `state` command that changes or checks its anchors refuses.
 const LAST_PROCESSES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Why a `state` command cannot take a Domain: it is in use (refused,
+/// nothing changed), or its lock cannot be opened (a failure).
+#[derive(Debug, thiserror::Error)]
+enum LockError {
+    #[error("cannot open the Domain lock: {0}")]
+    Open(rustix::io::Errno),
+    #[error("Domain {id} is active: {who}, serving {sessions} session(s); end them, or `lazaret stop --domain {id}`, and try again")]
+    Active {
+        id: String,
+        who: String,
+        sessions: u32,
+    },
+    #[error("Domain {id} is still active after {secs} s: {who}; end its sessions (`lazaret stop --domain {id}`) and try again")]
+    StillActive { id: String, who: String, secs: u64 },
+    /// `users` as `pid PID: COMMAND`.
+    #[error("processes still use Domain {id}: {}", users.join("; "))]
+    Processes { id: String, users: Vec<String> },
+    #[error("mounts still use Domain {id}: {}", mounts.join("; "))]
+    Mounts { id: String, mounts: Vec<String> },
+}
+
+impl LockError {
+    /// [`REFUSED`] for a Domain in use, [`crate::error::LAZARET_FAILED`]
+    /// for a lock that cannot be opened.
+    fn exit_code(&self) -> i32 {
+        match self {
+            LockError::Open(_) => crate::error::LAZARET_FAILED,
+            _ => REFUSED,
+        }
+    }
+}
+
+impl From<LockError> for CliError {
+    fn from(e: LockError) -> CliError {
+        match e {
+            LockError::Open(_) => CliError::Session(e.to_string()),
+            _ => CliError::Refused(e.to_string()),
+        }
+    }
+}
+
 /// The exclusive lifecycle lock: the Domain `flock` a running coordinator
 /// holds. A Domain that serves sessions is refused, naming its
 /// coordinator; one that is stopping (or starting, before its first
 /// session) is waited for, up to [`crate::lifecycle_cmd::STOP_WAIT`], with
 /// a message. Then establishes that no process or mount uses its state.
-fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
+fn lock_inactive(domain: &Domain) -> Result<std::fs::File, LockError> {
     let lock = rustix::fs::open(
         domain.layout.lock(),
         rustix::fs::OFlags::CREATE
@@ -666,12 +704,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| {
-        (
-            crate::error::LAZARET_FAILED,
-            format!("cannot open the Domain lock: {e}"),
-        )
-    })?;
+    .map_err(LockError::Open)?;
     let lock = std::fs::File::from(lock);
     wait_for_lock(domain, &lock)?;
     check_unused(domain)?;
@@ -681,7 +714,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
 /// Takes `lock` exclusively: at once, or, when its coordinator serves no
 /// session (it is stopping or starting), once it lets go, up to
 /// [`crate::lifecycle_cmd::STOP_WAIT`].
-fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, String)> {
+fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), LockError> {
     use crate::lifecycle_cmd::{ask, STOP_WAIT};
     use lazaret_protocol::session::{Control, ServerMsg};
     let try_lock =
@@ -695,13 +728,11 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
     };
     if let Some(ServerMsg::Status(s)) = ask(&domain.layout.root, Control::Status) {
         if s.sessions > 0 {
-            return Err((
-                REFUSED,
-                format!(
-                    "Domain {} is active: {who}, serving {} session(s); end them, or `lazaret stop --domain {}`, and try again",
-                    domain.id, s.sessions, domain.id
-                ),
-            ));
+            return Err(LockError::Active {
+                id: domain.id.to_string(),
+                who,
+                sessions: s.sessions,
+            });
         }
     }
     eprintln!(
@@ -712,10 +743,11 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
     let deadline = std::time::Instant::now() + STOP_WAIT;
     while !try_lock() {
         if std::time::Instant::now() > deadline {
-            return Err((
-                REFUSED,
-                format!("Domain {} is still active after {} s: {who}; end its sessions (`lazaret stop --domain {}`) and try again", domain.id, STOP_WAIT.as_secs(), domain.id),
-            ));
+            return Err(LockError::StillActive {
+                id: domain.id.to_string(),
+                who,
+                secs: STOP_WAIT.as_secs(),
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -726,7 +758,7 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
 /// may still have processes in their last moments (the last ones of its
 /// PID namespace exiting): they get a few seconds to go. Then no process
 /// and no mount may use the Domain's state.
-fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
+fn check_unused(domain: &Domain) -> Result<(), LockError> {
     let deadline = std::time::Instant::now() + LAST_PROCESSES_WAIT;
     let mut users = users_of(&domain.layout.root);
     while !users.is_empty() && std::time::Instant::now() < deadline {
@@ -734,22 +766,17 @@ fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
         users = users_of(&domain.layout.root);
     }
     if !users.is_empty() {
-        let list: Vec<String> = users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect();
-        return Err((
-            REFUSED,
-            format!(
-                "processes still use Domain {}: {}",
-                domain.id,
-                list.join("; ")
-            ),
-        ));
+        return Err(LockError::Processes {
+            id: domain.id.to_string(),
+            users: users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect(),
+        });
     }
     let m = mounts(&domain.layout.root);
     if !m.is_empty() {
-        return Err((
-            REFUSED,
-            format!("mounts still use Domain {}: {}", domain.id, m.join("; ")),
-        ));
+        return Err(LockError::Mounts {
+            id: domain.id.to_string(),
+            mounts: m,
+        });
     }
     Ok(())
 }
@@ -1184,9 +1211,9 @@ fn verify(which: Which) -> Result<i32, CliError> {
     let domain = resolve(&which)?;
     let _lock = match lock_inactive(&domain) {
         Ok(l) => l,
-        Err((code, msg)) => {
-            eprintln!("lazaret: {}", display::message(&msg));
-            return Ok(code);
+        Err(e) => {
+            eprintln!("lazaret: {}", display::message(&e.to_string()));
+            return Ok(e.exit_code());
         }
     };
     let store = Store::open(&domain.layout.store())?;
@@ -1290,9 +1317,9 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
     for d in domains {
         let lock = match lock_inactive(d) {
             Ok(l) => l,
-            Err((c, msg)) => {
-                eprintln!("lazaret: {}", display::message(&msg));
-                code = c;
+            Err(e) => {
+                eprintln!("lazaret: {}", display::message(&e.to_string()));
+                code = e.exit_code();
                 continue;
             }
         };
@@ -1413,13 +1440,13 @@ fn reset_domain(
     let yes = confirm.yes;
     let _lock = match lock_inactive(domain) {
         Ok(l) => l,
-        Err((REFUSED, msg)) => {
-            eprintln!("lazaret: {}", display::message(&msg));
-            return Ok(REFUSED);
-        }
         // A failure, not a refusal: reported as one, with the storage's
         // condition when that is the cause (a read-only Domain lock).
-        Err((_, msg)) => return Err(CliError::Session(msg)),
+        Err(e @ LockError::Open(_)) => return Err(e.into()),
+        Err(e) => {
+            eprintln!("lazaret: {}", display::message(&e.to_string()));
+            return Ok(REFUSED);
+        }
     };
     let store = Store::open(&domain.layout.store())?;
     let anchors = recovered_anchors(domain, &store)?;
