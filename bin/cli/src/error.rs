@@ -33,6 +33,12 @@ pub enum CliError {
     HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
     #[error(transparent)]
     HostCa(#[from] crate::host_ca::HostCaError),
+    #[error(transparent)]
+    Remove(#[from] lazaret_state::remove::RemoveError),
+    #[error(transparent)]
+    Store(#[from] lazaret_state::store::StoreError),
+    #[error(transparent)]
+    Anchor(#[from] lazaret_state::anchors::AnchorError),
     #[error("workspace {path}: {source}; pass an existing directory with --workspace")]
     Workspace {
         path: String,

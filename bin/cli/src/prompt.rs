@@ -78,7 +78,18 @@ use std::time::{Duration, Instant};
 /// Where keystrokes go: to the sandbox (`None`) or to the prompt.
 pub type KeyRoute = Arc<Mutex<Option<Sender<Vec<u8>>>>>;
 
-pub type Event = Result<ServerMsg, String>;
+/// A record from the coordinator, or why the connection ended.
+pub type Event = Result<ServerMsg, Lost>;
+
+/// Why no more records come from the coordinator.
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    #[error(transparent)]
+    Frame(#[from] lazaret_protocol::frame::FrameError),
+    /// The thread that reads them is gone.
+    #[error("closed")]
+    ReaderGone,
+}
 
 fn write_raw(s: &str) {
     let mut o = std::io::stdout().lock();

@@ -762,7 +762,7 @@ fn read_server(
     tx: &std::sync::mpsc::Sender<prompt::Event>,
 ) {
     loop {
-        let m = read_frame::<_, ServerMsg>(&mut rd).map_err(|e| e.to_string());
+        let m = read_frame::<_, ServerMsg>(&mut rd).map_err(prompt::Lost::Frame);
         match m {
             Ok(ServerMsg::RunHostCommand(c)) => {
                 lazaret_helpers::timeline::mark("cli", "host-command-in");
@@ -806,7 +806,7 @@ impl Relay<'_> {
         loop {
             let ev = match self.backlog.pop_front() {
                 Some(ev) => ev,
-                None => self.events.recv().unwrap_or_else(|_| Err("closed".into())),
+                None => self.events.recv().unwrap_or(Err(prompt::Lost::ReaderGone)),
             };
             match ev {
                 Ok(ServerMsg::Stdout(d)) => {

@@ -196,11 +196,8 @@ pub(crate) struct ForCommit {
 /// The (inactive, locked) Domain's State Anchors, an interrupted reset
 /// finished or rolled back first.
 fn recovered_anchors<'a>(domain: &Domain, store: &'a Store) -> Result<Anchors<'a>, CliError> {
-    let anchors =
-        Anchors::new(&domain.layout, store).map_err(|e| CliError::Session(e.to_string()))?;
-    anchors
-        .recover(&mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let anchors = Anchors::new(&domain.layout, store)?;
+    anchors.recover(&mut |p: &Path| remove_tree(p))?;
     Ok(anchors)
 }
 
@@ -208,10 +205,7 @@ fn recovered_anchors<'a>(domain: &Domain, store: &'a Store) -> Result<Anchors<'a
 /// current generation of its State Anchors, for `lazaret image commit`.
 pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit, CliError> {
     let domain = resolve(which)?;
-    let lock = lock_inactive(&domain).map_err(|(code, msg)| match code {
-        REFUSED => CliError::Refused(msg),
-        _ => CliError::Session(msg),
-    })?;
+    let lock = lock_inactive(&domain)?;
     let Some(meta) = domain.meta.clone() else {
         return Err(CliError::Session(format!(
             "Domain {} has never started: run `lazaret run` in it first",
@@ -229,12 +223,10 @@ pub(crate) fn for_commit(which: &Which, storage_root: &Path) -> Result<ForCommit
             ))
         })?
         .to_string();
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
     let anchors = recovered_anchors(&domain, &store)?;
     let layers = anchors
-        .current()
-        .map_err(|e| CliError::Session(e.to_string()))?
+        .current()?
         .into_iter()
         .map(|a| lazaret_image::commit::AnchorLayer {
             path: a.path,
@@ -657,12 +649,53 @@ fn mounts(root: &Path) -> Vec<String> {
 /// `state` command that changes or checks its anchors refuses.
 const LAST_PROCESSES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Why a `state` command cannot take a Domain: it is in use (refused,
+/// nothing changed), or its lock cannot be opened (a failure).
+#[derive(Debug, thiserror::Error)]
+enum LockError {
+    #[error("cannot open the Domain lock: {0}")]
+    Open(rustix::io::Errno),
+    #[error("Domain {id} is active: {who}, serving {sessions} session(s); end them, or `lazaret stop --domain {id}`, and try again")]
+    Active {
+        id: String,
+        who: String,
+        sessions: u32,
+    },
+    #[error("Domain {id} is still active after {secs} s: {who}; end its sessions (`lazaret stop --domain {id}`) and try again")]
+    StillActive { id: String, who: String, secs: u64 },
+    /// `users` as `pid PID: COMMAND`.
+    #[error("processes still use Domain {id}: {}", users.join("; "))]
+    Processes { id: String, users: Vec<String> },
+    #[error("mounts still use Domain {id}: {}", mounts.join("; "))]
+    Mounts { id: String, mounts: Vec<String> },
+}
+
+impl LockError {
+    /// [`REFUSED`] for a Domain in use, [`crate::error::LAZARET_FAILED`]
+    /// for a lock that cannot be opened.
+    fn exit_code(&self) -> i32 {
+        match self {
+            LockError::Open(_) => crate::error::LAZARET_FAILED,
+            _ => REFUSED,
+        }
+    }
+}
+
+impl From<LockError> for CliError {
+    fn from(e: LockError) -> CliError {
+        match e {
+            LockError::Open(_) => CliError::Session(e.to_string()),
+            _ => CliError::Refused(e.to_string()),
+        }
+    }
+}
+
 /// The exclusive lifecycle lock: the Domain `flock` a running coordinator
 /// holds. A Domain that serves sessions is refused, naming its
 /// coordinator; one that is stopping (or starting, before its first
 /// session) is waited for, up to [`crate::lifecycle_cmd::STOP_WAIT`], with
 /// a message. Then establishes that no process or mount uses its state.
-fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
+fn lock_inactive(domain: &Domain) -> Result<std::fs::File, LockError> {
     let lock = rustix::fs::open(
         domain.layout.lock(),
         rustix::fs::OFlags::CREATE
@@ -671,12 +704,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| {
-        (
-            crate::error::LAZARET_FAILED,
-            format!("cannot open the Domain lock: {e}"),
-        )
-    })?;
+    .map_err(LockError::Open)?;
     let lock = std::fs::File::from(lock);
     wait_for_lock(domain, &lock)?;
     check_unused(domain)?;
@@ -686,7 +714,7 @@ fn lock_inactive(domain: &Domain) -> Result<std::fs::File, (i32, String)> {
 /// Takes `lock` exclusively: at once, or, when its coordinator serves no
 /// session (it is stopping or starting), once it lets go, up to
 /// [`crate::lifecycle_cmd::STOP_WAIT`].
-fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, String)> {
+fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), LockError> {
     use crate::lifecycle_cmd::{ask, STOP_WAIT};
     use lazaret_protocol::session::{Control, ServerMsg};
     let try_lock =
@@ -700,13 +728,11 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
     };
     if let Some(ServerMsg::Status(s)) = ask(&domain.layout.root, Control::Status) {
         if s.sessions > 0 {
-            return Err((
-                REFUSED,
-                format!(
-                    "Domain {} is active: {who}, serving {} session(s); end them, or `lazaret stop --domain {}`, and try again",
-                    domain.id, s.sessions, domain.id
-                ),
-            ));
+            return Err(LockError::Active {
+                id: domain.id.to_string(),
+                who,
+                sessions: s.sessions,
+            });
         }
     }
     eprintln!(
@@ -717,10 +743,11 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
     let deadline = std::time::Instant::now() + STOP_WAIT;
     while !try_lock() {
         if std::time::Instant::now() > deadline {
-            return Err((
-                REFUSED,
-                format!("Domain {} is still active after {} s: {who}; end its sessions (`lazaret stop --domain {}`) and try again", domain.id, STOP_WAIT.as_secs(), domain.id),
-            ));
+            return Err(LockError::StillActive {
+                id: domain.id.to_string(),
+                who,
+                secs: STOP_WAIT.as_secs(),
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -731,7 +758,7 @@ fn wait_for_lock(domain: &Domain, lock: &std::fs::File) -> Result<(), (i32, Stri
 /// may still have processes in their last moments (the last ones of its
 /// PID namespace exiting): they get a few seconds to go. Then no process
 /// and no mount may use the Domain's state.
-fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
+fn check_unused(domain: &Domain) -> Result<(), LockError> {
     let deadline = std::time::Instant::now() + LAST_PROCESSES_WAIT;
     let mut users = users_of(&domain.layout.root);
     while !users.is_empty() && std::time::Instant::now() < deadline {
@@ -739,29 +766,24 @@ fn check_unused(domain: &Domain) -> Result<(), (i32, String)> {
         users = users_of(&domain.layout.root);
     }
     if !users.is_empty() {
-        let list: Vec<String> = users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect();
-        return Err((
-            REFUSED,
-            format!(
-                "processes still use Domain {}: {}",
-                domain.id,
-                list.join("; ")
-            ),
-        ));
+        return Err(LockError::Processes {
+            id: domain.id.to_string(),
+            users: users.iter().map(|(p, c)| format!("pid {p}: {c}")).collect(),
+        });
     }
     let m = mounts(&domain.layout.root);
     if !m.is_empty() {
-        return Err((
-            REFUSED,
-            format!("mounts still use Domain {}: {}", domain.id, m.join("; ")),
-        ));
+        return Err(LockError::Mounts {
+            id: domain.id.to_string(),
+            mounts: m,
+        });
     }
     Ok(())
 }
 
-fn remove_tree(p: &Path) -> Result<(), String> {
-    let libexec = crate::leader::libexec().map_err(|e| e.to_string())?;
-    lazaret_state::remove::remove_tree(&libexec, p)
+fn remove_tree(p: &Path) -> Result<(), CliError> {
+    let libexec = crate::leader::libexec()?;
+    Ok(lazaret_state::remove::remove_tree(&libexec, p)?)
 }
 
 #[derive(Serialize)]
@@ -1168,16 +1190,13 @@ fn verify(which: Which) -> Result<i32, CliError> {
     let domain = resolve(&which)?;
     let _lock = match lock_inactive(&domain) {
         Ok(l) => l,
-        Err((code, msg)) => {
-            eprintln!("lazaret: {}", display::message(&msg));
-            return Ok(code);
+        Err(e) => {
+            eprintln!("lazaret: {}", display::message(&e.to_string()));
+            return Ok(e.exit_code());
         }
     };
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
-    let problems = Anchors::new(&domain.layout, &store)
-        .and_then(|a| a.verify())
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
+    let problems = Anchors::new(&domain.layout, &store).and_then(|a| a.verify())?;
     if problems.is_empty() {
         println!(
             "Domain {}: State Anchors verified, no problem found",
@@ -1270,16 +1289,16 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
         .flatten()
     {
         if e.file_name().to_string_lossy().starts_with(".trash-") {
-            remove_tree(&e.path()).map_err(CliError::Session)?;
+            remove_tree(&e.path())?;
         }
     }
     let mut code = 0;
     for d in domains {
         let lock = match lock_inactive(d) {
             Ok(l) => l,
-            Err((c, msg)) => {
-                eprintln!("lazaret: {}", display::message(&msg));
-                code = c;
+            Err(e) => {
+                eprintln!("lazaret: {}", display::message(&e.to_string()));
+                code = e.exit_code();
                 continue;
             }
         };
@@ -1298,7 +1317,7 @@ fn remove_domains(domains: &[Domain], yes: bool, common: &Common) -> Result<i32,
         if let Err(e) = lazaret_image::Catalog::open(&root).release_domain(&d.id, None) {
             eprintln!("lazaret: Domain {}: its image leases stay recorded ({e}); `lazaret image gc` drops them", d.id);
         }
-        remove_tree(&trash).map_err(CliError::Session)?;
+        remove_tree(&trash)?;
         println!("removed Domain {}", d.id);
     }
     Ok(code)
@@ -1400,20 +1419,17 @@ fn reset_domain(
     let yes = confirm.yes;
     let _lock = match lock_inactive(domain) {
         Ok(l) => l,
-        Err((REFUSED, msg)) => {
-            eprintln!("lazaret: {}", display::message(&msg));
-            return Ok(REFUSED);
-        }
         // A failure, not a refusal: reported as one, with the storage's
         // condition when that is the cause (a read-only Domain lock).
-        Err((_, msg)) => return Err(CliError::Session(msg)),
+        Err(e @ LockError::Open(_)) => return Err(e.into()),
+        Err(e) => {
+            eprintln!("lazaret: {}", display::message(&e.to_string()));
+            return Ok(REFUSED);
+        }
     };
-    let store =
-        Store::open(&domain.layout.store()).map_err(|e| CliError::Session(e.to_string()))?;
+    let store = Store::open(&domain.layout.store())?;
     let anchors = recovered_anchors(domain, &store)?;
-    let recorded = anchors
-        .list()
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let recorded = anchors.list()?;
     let mut targets = reset_targets(&paths, all, &recorded);
     say_reset_targets(domain, &recorded, &targets)?;
     add_package_set(domain, &recorded, &mut targets, confirm.only);
@@ -1540,9 +1556,7 @@ fn reset_anchors(
     anchors: &Anchors<'_>,
     targets: &[String],
 ) -> Result<(), CliError> {
-    let switches = anchors
-        .reset(targets, &mut |p: &Path| remove_tree(p))
-        .map_err(|e| CliError::Session(e.to_string()))?;
+    let switches = anchors.reset(targets, &mut |p: &Path| remove_tree(p))?;
     // `state list` and `inspect` read the generations from meta.json:
     // they show the new, empty ones at once, not the removed ones.
     if let Some(mut meta) = domain.meta.clone() {
@@ -1597,7 +1611,7 @@ fn reset_ignored(domain: &Domain) -> Result<(), CliError> {
             ))
         })?;
         lazaret_helpers::fault::point("reset-ignored-aside");
-        remove_tree(&root.abs(Path::new(&aside))).map_err(CliError::Session)?;
+        remove_tree(&root.abs(Path::new(&aside)))?;
     }
     Ok(())
 }

@@ -207,12 +207,24 @@ pub enum ReaderError {
         source: rustix::io::Errno,
     },
     #[error("cannot hand the reader its input: {0}")]
-    Input(String),
+    Input(#[from] ReaderInputError),
     #[error("cannot start {path}: {source}")]
     Spawn {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// What of the reader's input could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderInputError {
+    #[error("{0}")]
+    Encode(postcard::Error),
+    #[error("{0}")]
+    Memfd(lazaret_helpers::memfd::MemfdError),
+    /// Its channel, or this end's copy of it.
+    #[error("{0}")]
+    Channel(std::io::Error),
 }
 
 /// The one reason a request naming a session that is not registered gets:
@@ -462,11 +474,11 @@ impl Escalations {
             max_entries_per_pass: bounds::MAX_ENTRIES_PER_POLL as u32,
             max_stuck: MAX_STUCK as u32,
         };
-        let bytes = postcard::to_stdvec(&input).map_err(|e| ReaderError::Input(e.to_string()))?;
+        let bytes = postcard::to_stdvec(&input).map_err(ReaderInputError::Encode)?;
         let digest = hex::encode(Sha256::digest(&bytes));
-        let input_fd = memfd::sealed("lazaret-mailbox-input", &bytes)
-            .map_err(|e| ReaderError::Input(e.to_string()))?;
-        let (ours, theirs) = UnixStream::pair().map_err(|e| ReaderError::Input(e.to_string()))?;
+        let input_fd =
+            memfd::sealed("lazaret-mailbox-input", &bytes).map_err(ReaderInputError::Memfd)?;
+        let (ours, theirs) = UnixStream::pair().map_err(ReaderInputError::Channel)?;
         let path = libexec.join("lazaret-mailbox");
         let mut cmd = Command::new(&path);
         cmd.arg("--input-digest")
@@ -496,9 +508,7 @@ impl Escalations {
             .spawn()
             .map_err(|source| ReaderError::Spawn { path, source })?;
         drop(cmd);
-        let from_reader = ours
-            .try_clone()
-            .map_err(|e| ReaderError::Input(e.to_string()))?;
+        let from_reader = ours.try_clone().map_err(ReaderInputError::Channel)?;
         // A reader that stops reading must not hold up session start-up.
         let _ = ours.set_write_timeout(Some(Duration::from_secs(2)));
         *lock(&self.reader) = Some(ReaderProc {

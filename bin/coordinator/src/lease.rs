@@ -3,7 +3,7 @@
 //! before anything mounts the image, released after teardown unmounted
 //! it, so `lazaret image rm` and `gc` never remove a lower in use.
 
-use lazaret_catalog::{artifact_id_of_rootfs, storage_root_of_rootfs, Catalog};
+use lazaret_catalog::{artifact_id_of_rootfs, storage_root_of_rootfs, Catalog, CatalogError};
 use lazaret_protocol::plan::CoordinatorInput;
 
 /// The catalog and artifact of the image, when it is a catalogued lower.
@@ -13,12 +13,11 @@ fn target(input: &CoordinatorInput) -> Option<(Catalog, String)> {
     Some((Catalog::open(root), art.to_string()))
 }
 
-pub fn take(input: &CoordinatorInput, generation: u64) -> Result<(), String> {
+pub fn take(input: &CoordinatorInput, generation: u64) -> Result<(), CatalogError> {
     match target(input) {
         Some((catalog, art)) => catalog
             .lease(&art, &input.domain_id, generation)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+            .map(|_| ()),
         None => Ok(()),
     }
 }

@@ -16,6 +16,7 @@ pub mod logs;
 pub mod network;
 pub mod procs;
 pub mod session;
+pub mod start_error;
 pub mod supervisor_link;
 pub mod trust;
 pub mod volumes;

@@ -3,6 +3,7 @@
 use crate::escalation::{Escalations, MailboxKeys, ResultSigner};
 use crate::logs::HelpersLog;
 use crate::session::{self, SessionCtx};
+use crate::start_error::{InputError, StartError};
 use crate::supervisor_link::Link;
 use crate::{exit, procs};
 use lazaret_helpers::channel::{self, Channel, ChannelError};
@@ -96,7 +97,8 @@ pub fn main() -> i32 {
     let leader = fds::inherited(fdno::coordinator::LEADER).ok();
     let input = match read_input() {
         Ok(i) => i,
-        Err(msg) => {
+        Err(e) => {
+            let msg = e.to_string();
             report(&mut ready, CoordinatorReadiness::Failed(msg.clone()));
             log(&msg);
             return exit::BAD_INPUT;
@@ -116,7 +118,8 @@ pub fn main() -> i32 {
     }));
     match run(&input, &mut ready, leader.as_ref()) {
         Ok(()) => exit::OK,
-        Err(msg) => {
+        Err(e) => {
+            let msg = e.to_string();
             report(&mut ready, CoordinatorReadiness::Failed(msg.clone()));
             log(format!("error: {msg}"));
             exit::START_FAILED
@@ -133,36 +136,40 @@ fn report(ready: &mut Option<std::fs::File>, r: CoordinatorReadiness) {
 
 /// The input memfd ([`fdno::coordinator::INPUT`]), checked against `--input-digest HEX` before
 /// it is parsed.
-fn read_input() -> Result<CoordinatorInput, String> {
+fn read_input() -> Result<CoordinatorInput, InputError> {
     let args: Vec<String> = std::env::args().collect();
     let digest = args
         .iter()
         .position(|a| a == "--input-digest")
         .and_then(|i| args.get(i + 1))
-        .ok_or("no --input-digest: the coordinator is started by lazaret")?;
-    let fd = fds::inherited(fdno::coordinator::INPUT)
-        .map_err(|e| format!("no input on fd {}: {e}", fdno::coordinator::INPUT))?;
-    let bytes = memfd::read_checked("coordinator-input", &fd, 1 << 20, digest)
-        .map_err(|e| e.to_string())?;
-    postcard::from_bytes(&bytes).map_err(|e| format!("coordinator input: {e}"))
+        .ok_or(InputError::NoDigest)?;
+    let fd = fds::inherited(fdno::coordinator::INPUT).map_err(|source| InputError::NoInput {
+        fd: fdno::coordinator::INPUT,
+        source,
+    })?;
+    let bytes = memfd::read_checked("coordinator-input", &fd, 1 << 20, digest)?;
+    postcard::from_bytes(&bytes).map_err(InputError::Decode)
 }
 
-fn random_id() -> Result<String, String> {
+fn random_id() -> Result<String, StartError> {
     let mut b = [0u8; 16];
-    getrandom::getrandom(&mut b).map_err(|e| format!("getrandom: {e}"))?;
+    getrandom::getrandom(&mut b).map_err(StartError::Random)?;
     Ok(hex::encode(b))
 }
 
 /// Takes the Domain lock, waiting for a previous coordinator that is still
 /// tearing down.
-fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
+fn lock_domain(path: &Path) -> Result<std::fs::File, StartError> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| format!("cannot open the Domain lock {}: {e}", path.display()))?;
+        .map_err(|source| StartError::OpenLock {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
@@ -170,11 +177,11 @@ fn lock_domain(path: &Path) -> Result<std::fs::File, String> {
             Err(rustix::io::Errno::WOULDBLOCK) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(25))
             }
-            Err(e) => {
-                return Err(format!(
-                    "the Domain lock {} is held by another coordinator ({e}); wait for it to stop",
-                    path.display()
-                ))
+            Err(source) => {
+                return Err(StartError::Locked {
+                    path: path.to_path_buf(),
+                    source,
+                })
             }
         }
     }
@@ -184,7 +191,7 @@ fn run(
     input: &CoordinatorInput,
     ready: &mut Option<std::fs::File>,
     leader: Option<&OwnedFd>,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     // A network policy that cannot be taken stops the start before
     // anything is touched.
     lazaret_helpers::timeline::mark("coordinator", "start");
@@ -194,8 +201,8 @@ fn run(
         _lock: lock_domain(&layout.lock())?,
     };
     record(Event::Owner);
-    let store = Store::open(&layout.store()).map_err(|e| e.to_string())?;
-    let previous = store.generation().map_err(|e| e.to_string())?;
+    let store = Store::open(&layout.store())?;
+    let previous = store.generation()?;
     let anchor_dirs = recover_domain(input, &layout, &store, previous.as_ref())?;
     let stop = stop_on_signals()?;
     let mut gen = begin_generation(input, &layout, &store, previous, &anchor_dirs)?;
@@ -204,7 +211,7 @@ fn run(
         layout: &layout,
         store: &store,
     };
-    crate::lease::take(input, gen.number).map_err(|e| d.abort(&mut gen, None, e))?;
+    crate::lease::take(input, gen.number).map_err(|e| d.abort(&mut gen, None, e.into()))?;
 
     lazaret_helpers::timeline::mark("coordinator", "generation-leased");
     let anchor = new_trust_anchor(input, &gen).map_err(|e| d.abort(&mut gen, None, e))?;
@@ -225,7 +232,7 @@ fn run(
     // What the helpers say reaches `helpers.log` through a pipe this
     // process copies; the rest of it is copied however `run` ends.
     let (helpers, helpers_pipe) =
-        HelpersLog::open(&layout.root).map_err(|e| d.abort(&mut gen, None, e))?;
+        HelpersLog::open(&layout.root).map_err(|e| d.abort(&mut gen, None, e.into()))?;
     let _helpers_finish = crate::logs::FinishOnDrop(helpers.clone());
     let started = start_sandbox(
         input,
@@ -236,13 +243,15 @@ fn run(
         policy.as_ref(),
         (&helpers, helpers_pipe),
     );
+    // `network` takes the start's failure as its message.
+    let start_error = started.as_ref().err().map(ToString::to_string);
     crate::network::record_evidence(
         &store,
         &layout,
         input,
         gen.number,
         policy.as_ref(),
-        started.as_ref().err(),
+        start_error.as_ref(),
     );
     lazaret_helpers::timeline::mark("coordinator", "sandbox-started");
     let started = started.map_err(|e| d.abort(&mut gen, None, e))?;
@@ -273,8 +282,8 @@ impl Domain<'_> {
         &self,
         gen: &mut Generation,
         supervisor: Option<&mut Supervisor>,
-        e: String,
-    ) -> String {
+        e: StartError,
+    ) -> StartError {
         teardown(self.layout, self.store, gen, supervisor, self.input);
         e
     }
@@ -286,8 +295,8 @@ impl Domain<'_> {
         gen: &mut Generation,
         supervisor: &mut Supervisor,
         escalations: &Escalations,
-        e: String,
-    ) -> String {
+        e: StartError,
+    ) -> StartError {
         escalations.stop_reader();
         self.abort(gen, Some(supervisor), e)
     }
@@ -307,7 +316,7 @@ fn recover_domain(
     layout: &Layout,
     store: &Store,
     previous: Option<&Generation>,
-) -> Result<Vec<AnchorDirs>, String> {
+) -> Result<Vec<AnchorDirs>, StartError> {
     recover(layout, store, previous, &input.libexec)?;
     lazaret_helpers::timeline::mark("coordinator", "recovered");
     crate::lease::release_stale(input);
@@ -315,26 +324,22 @@ fn recover_domain(
 
     // State Anchors: finish or roll back an interrupted reset, then make
     // sure every persistent path has its current generation.
-    let anchors = Anchors::new(layout, store).map_err(|e| e.to_string())?;
-    anchors
-        .recover(&mut |p: &Path| remove_tree(&input.libexec, p))
-        .map_err(|e| e.to_string())?;
-    let anchor_dirs = anchors
-        .ensure(&input.persistent_paths)
-        .map_err(|e| e.to_string())?;
+    let anchors = Anchors::new(layout, store)?;
+    anchors.recover(&mut |p: &Path| remove_tree(&input.libexec, p))?;
+    let anchor_dirs = anchors.ensure(&input.persistent_paths)?;
     lazaret_helpers::timeline::mark("coordinator", "recovered-anchors-ready");
     Ok(anchor_dirs)
 }
 
 /// The flag SIGTERM, SIGINT and SIGHUP set to stop the Domain.
-fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+fn stop_on_signals() -> Result<Arc<AtomicBool>, StartError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
     ] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(StartError::Signals)?;
     }
     Ok(stop)
 }
@@ -347,7 +352,7 @@ fn begin_generation(
     store: &Store,
     previous: Option<Generation>,
     anchor_dirs: &[AnchorDirs],
-) -> Result<Generation, String> {
+) -> Result<Generation, StartError> {
     let gen = Generation {
         number: previous.map(|g| g.number + 1).unwrap_or(1),
         phase: Phase::Starting,
@@ -357,7 +362,7 @@ fn begin_generation(
         holder: None,
     };
     // The intent is durable before anything exists.
-    store.set_generation(&gen).map_err(|e| e.to_string())?;
+    store.set_generation(&gen)?;
     record(Event::Begin {
         generation: gen.number,
     });
@@ -376,8 +381,7 @@ fn begin_generation(
             })
             .collect(),
     };
-    lazaret_state::meta::write(&layout.meta(), &meta)
-        .map_err(|e| format!("cannot write {}: {e}", layout.meta().display()))?;
+    lazaret_state::meta::write(&layout.meta(), &meta).map_err(StartError::write(&layout.meta()))?;
     Ok(gen)
 }
 
@@ -386,11 +390,11 @@ fn begin_generation(
 fn new_trust_anchor(
     input: &CoordinatorInput,
     gen: &Generation,
-) -> Result<Arc<lazaret_trust::TrustAnchor>, String> {
+) -> Result<Arc<lazaret_trust::TrustAnchor>, StartError> {
     lazaret_trust::new_generation(&input.domain_id, gen.number)
         .and_then(|g| lazaret_trust::TrustAnchor::new(g, &input.profile_name, &gen.coordinator_id))
         .map(Arc::new)
-        .map_err(|e| format!("cannot make the Trust Anchor: {e}"))
+        .map_err(StartError::TrustAnchor)
 }
 
 /// Runs a started sandbox: records the supervisor and holder, listens,
@@ -403,7 +407,7 @@ fn serve_generation(
     secrets: Secrets<'_>,
     (helpers, stop): (&Arc<HelpersLog>, Arc<AtomicBool>),
     (ready, leader): (&mut Option<std::fs::File>, Option<&OwnedFd>),
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let (input, layout) = (d.input, d.layout);
     let Started {
         child,
@@ -433,14 +437,13 @@ fn serve_generation(
     // has one thread, so landlock and seccomp bind all it will do.
     let catalog = lazaret_catalog::storage_root_of_rootfs(&input.image_rootfs);
     helpers.drain();
-    let confined = crate::confine::confine(&layout.root, catalog)
-        .map_err(|e| format!("the coordinator cannot confine itself: {e}"));
+    let confined = crate::confine::confine(&layout.root, catalog).map_err(StartError::Confine);
     let confined = confined.map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
     log(confined.trim_end().replace('\n', "; "));
 
     helpers.clone().spawn();
     let link = Link::start(channel)
-        .map_err(|e| format!("cannot read the Runtime Supervisor's channel: {e}"))
+        .map_err(StartError::Link)
         .map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
     supervisor.link = Some(link.clone());
     if let Some(r) = from_reader {
@@ -456,7 +459,7 @@ fn serve_generation(
     escalations.clone().watch(mailbox_stop.clone());
     let status = domain_status(input, gen, holder_pid);
     let trust = crate::trust::ControlTrust::new(secrets.anchor, &layout.run())
-        .map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e))?;
+        .map_err(|e| d.abort_started(gen, &mut supervisor, &escalations, e.into()))?;
     let ctx = Arc::new(SessionCtx::new(
         trust,
         input.clone(),
@@ -548,18 +551,27 @@ fn domain_status(
     }
 }
 
-fn bind(path: &Path) -> Result<UnixListener, String> {
+fn bind(path: &Path) -> Result<UnixListener, StartError> {
     let _ = std::fs::remove_file(path);
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(format!("cannot listen on {}", path.display()));
+        return Err(StartError::SocketPath {
+            path: path.to_path_buf(),
+        });
     };
-    let short = lazaret_helpers::sockpath::short(dir, &name.to_string_lossy())
-        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-    let l = UnixListener::bind(&short.path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let short =
+        lazaret_helpers::sockpath::short(dir, &name.to_string_lossy()).map_err(|source| {
+            StartError::SocketDir {
+                dir: dir.to_path_buf(),
+                source,
+            }
+        })?;
+    let l = UnixListener::bind(&short.path).map_err(|source| StartError::Listen {
+        path: path.to_path_buf(),
+        source,
+    })?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| e.to_string())?;
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        .map_err(StartError::Socket)?;
+    l.set_nonblocking(true).map_err(StartError::Socket)?;
     Ok(l)
 }
 
@@ -665,18 +677,18 @@ fn accept_one(listener: &UnixListener, ctx: &Arc<SessionCtx>) {
 /// log says so.
 const LINGER_NOTE: Duration = Duration::from_secs(10);
 
-pub(crate) fn mkdir_private(p: &Path) -> Result<(), String> {
+pub(crate) fn mkdir_private(p: &Path) -> Result<(), StartError> {
     mkdir_all(p, 0o700)
 }
 
 /// Creates the directory `p` and its missing parents, with `mode` (less
 /// the umask).
-pub(crate) fn mkdir_all(p: &Path, mode: u32) -> Result<(), String> {
+pub(crate) fn mkdir_all(p: &Path, mode: u32) -> Result<(), StartError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(p)
-        .map_err(|e| format!("cannot create {}: {e}", p.display()))
+        .map_err(StartError::create(p))
 }
 
 /// Builds the sandbox plan (pure apart from reading the workspace's Git
@@ -693,7 +705,7 @@ fn prepare_control(
     gen: &Generation,
     keys: &ed25519_compact::KeyPair,
     trust: &lazaret_trust::TrustAnchor,
-) -> Result<Vec<PlannedMount>, String> {
+) -> Result<Vec<PlannedMount>, StartError> {
     let control = control_dir(layout);
     for d in ["bin", "mailbox/requests", "mailbox/results"] {
         mkdir_private(&control.join(d))?;
@@ -738,7 +750,7 @@ fn prepare_control(
             ),
             None,
         )
-        .map_err(|e| format!("cannot issue the Agent Sandbox certificate: {e}"))?;
+        .map_err(StartError::Certificate)?;
     write(esc_paths::SANDBOX_CERTIFICATE_NAME, &sandbox_cert, 0o644)?;
     write(
         "gitconfig",
@@ -756,7 +768,7 @@ fn prepare_control(
 
 /// Opens the control directories to the profile's user inside (see
 /// [`prepare_control`]).
-fn open_control_to_user(control: &Path) -> Result<(), String> {
+fn open_control_to_user(control: &Path) -> Result<(), StartError> {
     for (d, mode) in [
         ("", 0o755),
         ("bin", 0o755),
@@ -766,13 +778,13 @@ fn open_control_to_user(control: &Path) -> Result<(), String> {
     ] {
         let d = control.join(d);
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("cannot open {} to the sandbox's user: {e}", d.display()))?;
+            .map_err(|source| StartError::OpenToUser { path: d, source })?;
     }
     Ok(())
 }
 
 /// Writes a new file (never one that exists) with `mode`.
-fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), StartError> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
@@ -780,7 +792,7 @@ fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
         .mode(mode)
         .open(p)
         .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
-        .map_err(|e| format!("cannot write {}: {e}", p.display()))
+        .map_err(StartError::write(p))
 }
 
 /// The static builds embedded at compile time (see build.rs), in the
@@ -788,7 +800,7 @@ fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
 /// library. The port relay only where ports are published (the sandbox's
 /// init starts it: see bin/supervisor/src/ports.rs); `sudo` and its
 /// service only for a profile's user (see sudo.sh).
-fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), String> {
+fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), StartError> {
     let mut executables: Vec<(&str, &[u8])> = vec![("lazaret-escalate", ESCALATE_STATIC)];
     if !input.network.ports.is_empty() {
         executables.push(("lazaret-port-relay", PORT_RELAY_STATIC));
@@ -804,7 +816,7 @@ fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), Str
         write_new(&control.join(&rel), bytes, 0o755)?;
         let bin = control.join(rel);
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("cannot make {} executable: {e}", bin.display()))?;
+            .map_err(|source| StartError::Executable { path: bin, source })?;
     }
     Ok(())
 }
@@ -812,7 +824,7 @@ fn write_executables(input: &CoordinatorInput, control: &Path) -> Result<(), Str
 /// Puts the escalation client (and `sudo` for a profile's user) on every
 /// PATH, login shells included: a link in a layer of ours. Modes as in the
 /// image: the layer's directories show through.
-fn link_on_path(input: &CoordinatorInput, layout: &Layout) -> Result<(), String> {
+fn link_on_path(input: &CoordinatorInput, layout: &Layout) -> Result<(), StartError> {
     let link_dir = layout.run().join("control-lower/usr/local/bin");
     mkdir_all(&link_dir, 0o755)?;
     for d in [
@@ -829,9 +841,9 @@ fn link_on_path(input: &CoordinatorInput, layout: &Layout) -> Result<(), String>
         Some(_) => &["lazaret-escalate", "sudo"],
         None => &["lazaret-escalate"],
     };
-    for name in linked {
+    for &name in linked {
         std::os::unix::fs::symlink(format!("{}/{name}", esc_paths::BIN), link_dir.join(name))
-            .map_err(|e| format!("cannot create the {name} link: {e}"))?;
+            .map_err(|source| StartError::PathLink { name, source })?;
     }
     Ok(())
 }
@@ -865,7 +877,7 @@ pub const AGENTS_TEXT: &str = include_str!("../../escalate/AGENTS.md");
 
 /// Writes [`AGENTS_TEXT`] at [`esc_paths::AGENTS_TEXT`] in the layer of
 /// ours above the image (`lower`), so it is there whatever the image.
-fn write_agents_text(lower: &Path) -> Result<(), String> {
+fn write_agents_text(lower: &Path) -> Result<(), StartError> {
     let rel = esc_paths::AGENTS_TEXT.trim_start_matches('/');
     let file = lower.join(rel);
     let mut dir = lower.to_path_buf();
@@ -879,13 +891,13 @@ fn write_agents_text(lower: &Path) -> Result<(), String> {
                     std::io::ErrorKind::AlreadyExists => Ok(()),
                     _ => Err(e),
                 })
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                .map_err(StartError::create(&dir))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
         }
     }
     std::fs::write(&file, AGENTS_TEXT)
         .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)))
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))
+        .map_err(StartError::write(&file))
 }
 
 /// A started Runtime Supervisor: our child, its channel, and the sandbox
@@ -917,7 +929,7 @@ fn start_sandbox(
     (keys, trust): (&ed25519_compact::KeyPair, &lazaret_trust::TrustAnchor),
     policy: Option<&lazaret_protocol::netpolicy::Policy>,
     (helpers, helpers_pipe): (&HelpersLog, OwnedFd),
-) -> Result<Started, String> {
+) -> Result<Started, StartError> {
     let run = layout.run();
     mkdir_private(&run)?;
     // Nothing here reads the Git directory: the sandbox can write it, and
@@ -936,16 +948,14 @@ fn start_sandbox(
     plan.router = Some(route_workspace(input, layout, &mut plan)?);
     // Read before the sandbox exists; both pointer files are read-only to
     // every sandbox (Git Sentry).
-    if let Some(linked) =
-        lazaret_gitconfig::linked::linked(&input.workspace).map_err(|e| e.to_string())?
-    {
+    if let Some(linked) = lazaret_gitconfig::linked::linked(&input.workspace)? {
         plan.git_router = Some(present_linked_git(input, layout, &linked, &mut plan)?);
     }
     plan.volume_routers = crate::volumes::route(input, layout, &plan.mounts)?;
-    let bytes = postcard::to_stdvec(&plan).map_err(|e| e.to_string())?;
+    let bytes = postcard::to_stdvec(&plan).map_err(StartError::Encode)?;
     let (plan_fd, digest) =
-        memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(|e| e.to_string())?;
-    let (ours, theirs) = channel::pair().map_err(|e| e.to_string())?;
+        memfd::sealed_with_digest("sandbox-plan", &bytes).map_err(StartError::Memfd)?;
+    let (ours, theirs) = channel::pair().map_err(StartError::Channel)?;
     let child = spawn_supervisor(input, &digest, (plan_fd, theirs), helpers_pipe)?;
     await_ready(child, ours, helpers)
 }
@@ -957,7 +967,7 @@ fn spawn_supervisor(
     digest: &str,
     (plan_fd, theirs): (OwnedFd, Channel),
     helpers_pipe: OwnedFd,
-) -> Result<Child, String> {
+) -> Result<Child, StartError> {
     // What the supervisor and every helper under it (the holder, runsc,
     // the routers, slirp4netns) say goes to `helpers.log`, through the
     // pipe, so that `coordinator.log` holds the coordinator's timestamped
@@ -971,7 +981,7 @@ fn spawn_supervisor(
         digest,
         helpers_pipe,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(StartError::HelpersPipe)?;
     fds::pass_fds(
         &mut cmd,
         vec![
@@ -985,9 +995,7 @@ fn spawn_supervisor(
         &mut cmd,
         lazaret_helpers::child::ChildSignals::DIE_WITH_PARENT,
     );
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start lazaret-supervisor: {e}"))?;
+    let child = cmd.spawn().map_err(StartError::SpawnSupervisor)?;
     // Closes our copy of the supervisor's end: its exit reads as `Closed`.
     drop(cmd);
     Ok(child)
@@ -995,11 +1003,15 @@ fn spawn_supervisor(
 
 /// The supervisor's answer to its start: `Ready` with the holder's pidfd,
 /// or why not (a supervisor that did not fail by itself is killed).
-fn await_ready(mut child: Child, ours: Channel, helpers: &HelpersLog) -> Result<Started, String> {
+fn await_ready(
+    mut child: Child,
+    ours: Channel,
+    helpers: &HelpersLog,
+) -> Result<Started, StartError> {
     if !wait_answer(&ours, helpers, Instant::now() + Duration::from_secs(60))? {
         let _ = child.kill();
         let _ = child.wait();
-        return Err("the sandbox did not start within 60 s; see helpers.log in the Domain Root (`lazaret logs --helpers`)".into());
+        return Err(StartError::Timeout);
     }
     let answer = ours.recv_checked::<FromSupervisor>(
         lazaret_protocol::supervisor::MAX_RECORD,
@@ -1015,36 +1027,38 @@ fn await_ready(mut child: Child, ours: Channel, helpers: &HelpersLog) -> Result<
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                Err("the Runtime Supervisor's readiness came without the holder's pidfd".into())
+                Err(StartError::NoHolder)
             }
         },
         // The CLI says "the sandbox could not start: " before it.
         Ok((FromSupervisor::StartFailed { reason }, _)) => {
             let _ = child.wait();
-            Err(reason)
+            Err(StartError::Supervisor(reason))
         }
         Ok((other, _)) => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(format!(
-                "the Runtime Supervisor answered {other:?} to its start"
-            ))
+            Err(StartError::Answered(Box::new(other)))
         }
         Err(ChannelError::Closed) => {
             let _ = child.wait();
-            Err("the Runtime Supervisor exited".into())
+            Err(StartError::SupervisorExited)
         }
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(format!("the Runtime Supervisor's answer: {e}"))
+            Err(StartError::Answer(e))
         }
     }
 }
 
 /// Waits until the supervisor answers on `ours` (`false`: not by
 /// `deadline`), copying what the helpers say meanwhile.
-fn wait_answer(ours: &Channel, helpers: &HelpersLog, deadline: Instant) -> Result<bool, String> {
+fn wait_answer(
+    ours: &Channel,
+    helpers: &HelpersLog,
+    deadline: Instant,
+) -> Result<bool, StartError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     // Until every helper's end of the pipe is closed.
     let mut copying = true;
@@ -1060,7 +1074,7 @@ fn wait_answer(ours: &Channel, helpers: &HelpersLog, deadline: Instant) -> Resul
         let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
         match nix::poll::poll(&mut pfd, PollTimeout::from(ms)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(StartError::Poll(e)),
         }
         let ready = |p: &PollFd| p.revents().is_some_and(|r| !r.is_empty());
         if pfd.get(1).is_some_and(ready) {
@@ -1155,7 +1169,7 @@ fn route_workspace(
     input: &CoordinatorInput,
     layout: &Layout,
     plan: &mut SandboxPlan,
-) -> Result<lazaret_protocol::plan::RouterPlan, String> {
+) -> Result<lazaret_protocol::plan::RouterPlan, StartError> {
     // A reset interrupted after moving the state aside left it here.
     if let Ok(rd) = std::fs::read_dir(&layout.root) {
         for e in rd.flatten() {
@@ -1221,7 +1235,7 @@ fn present_linked_git(
     layout: &Layout,
     linked: &lazaret_gitconfig::linked::LinkedGit,
     plan: &mut SandboxPlan,
-) -> Result<lazaret_protocol::plan::RouterPlan, String> {
+) -> Result<lazaret_protocol::plan::RouterPlan, StartError> {
     let run = layout.run().join("linked-git");
     // The router's root: `.git` in it is where the router binds the Git
     // directory, in its own mount namespace only.
@@ -1243,11 +1257,10 @@ fn present_linked_git(
     if let Some(parent) = link.parent() {
         mkdir_private(parent)?;
     }
-    std::os::unix::fs::symlink("/workspace", &link)
-        .map_err(|e| format!("cannot create {}: {e}", link.display()))?;
+    std::os::unix::fs::symlink("/workspace", &link).map_err(StartError::create(&link))?;
     let dot_git = control.join("dot-git");
     std::fs::write(&dot_git, format!("gitdir: {}\n", inside(&linked.git_dir)))
-        .map_err(|e| format!("cannot write {}: {e}", dot_git.display()))?;
+        .map_err(StartError::write(&dot_git))?;
     plan.mounts.push(PlannedMount {
         destination: inside(&linked.present),
         kind: MountKind::Bind {
@@ -1335,10 +1348,10 @@ fn teardown(
 }
 
 /// Records `gen` in phase `to` in the Domain Store, then in the log.
-fn set_phase(store: &Store, gen: &mut Generation, to: Phase) -> Result<(), String> {
+fn set_phase(store: &Store, gen: &mut Generation, to: Phase) -> Result<(), StartError> {
     let from = gen.phase;
     gen.phase = to;
-    store.set_generation(gen).map_err(|e| e.to_string())?;
+    store.set_generation(gen)?;
     record(Event::Phase {
         generation: gen.number,
         from,
@@ -1368,7 +1381,7 @@ fn recover(
     store: &Store,
     previous: Option<&Generation>,
     libexec: &Path,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let Some(prev) = previous else {
         remove_run_dir(layout, libexec);
         return Ok(());
@@ -1399,7 +1412,7 @@ fn recover(
         // A clean stop recorded it so already: no write (and no fsync).
         return Ok(());
     }
-    store.set_generation(&g).map_err(|e| e.to_string())?;
+    store.set_generation(&g)?;
     if prev.phase != Phase::Stopped {
         record(Event::Recovered {
             generation: prev.number,

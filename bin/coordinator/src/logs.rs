@@ -149,20 +149,39 @@ struct Copy {
 /// How long the copy waits for more before it reports folded repeats.
 const PAUSE: Duration = Duration::from_secs(1);
 
+/// Why `helpers.log` could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HelpersLogError {
+    #[error("cannot make the helpers' log pipe: {0}")]
+    Pipe(rustix::io::Errno),
+    #[error("cannot set up the helpers' log pipe: {0}")]
+    SetUp(rustix::io::Errno),
+    #[error("cannot open {}: {source}", dir.display())]
+    Open {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
 impl HelpersLog {
     /// The log of `domain_root`, and the pipe's write end for the
     /// supervisor's stdout and stderr.
-    pub fn open(domain_root: &Path) -> Result<(Arc<HelpersLog>, OwnedFd), String> {
+    pub fn open(domain_root: &Path) -> Result<(Arc<HelpersLog>, OwnedFd), HelpersLogError> {
         use rustix::pipe::{pipe_with, PipeFlags};
-        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
-            .map_err(|e| format!("cannot make the helpers' log pipe: {e}"))?;
+        let (read, write) =
+            pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK).map_err(HelpersLogError::Pipe)?;
         // The writers' end blocks (runsc and slirp4netns expect that); a
         // larger buffer lets them run ahead of the copy at start-up.
         rustix::fs::fcntl_setfl(&write, rustix::fs::OFlags::empty())
-            .map_err(|e| format!("cannot set up the helpers' log pipe: {e}"))?;
+            .map_err(HelpersLogError::SetUp)?;
         let _ = rustix::pipe::fcntl_setpipe_size(&write, 1 << 20);
-        let file = LogFile::new(domain_root, HELPERS_LOG, MAX_BYTES, ROTATIONS)
-            .map_err(|e| format!("cannot open {}: {e}", domain_root.display()))?;
+        let file =
+            LogFile::new(domain_root, HELPERS_LOG, MAX_BYTES, ROTATIONS).map_err(|source| {
+                HelpersLogError::Open {
+                    dir: domain_root.to_path_buf(),
+                    source,
+                }
+            })?;
         let log = HelpersLog {
             read,
             copy: Mutex::new(Copy {

@@ -7,6 +7,7 @@
 //! Installing, attesting and probing the policy is the supervisor's and
 //! `lazaret-netpolicy`'s job; this module decides and records only.
 
+use crate::start_error::{PolicyRefusal, StartError};
 use lazaret_protocol::netpolicy::record::{self, Evidence, NetworkRecord};
 use lazaret_protocol::netpolicy::Policy;
 use lazaret_protocol::netreport::{NetReport, MAX_REPORT_BYTES};
@@ -28,7 +29,7 @@ const MAX_REPORT: u64 = MAX_REPORT_BYTES as u64;
 /// "none"`. The coordinator derives nothing: it checks the handed bytes
 /// against their digest and decodes them (which refuses bytes that are not
 /// canonical or not consistent), so it links no configuration parser.
-pub fn policy(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>, String> {
+pub fn policy(input: &CoordinatorInput, binding: &str) -> Result<Option<Policy>, StartError> {
     let slirp4netns = input.network.slirp4netns.is_some();
     bind(input.network.policy.as_ref(), slirp4netns, binding)
 }
@@ -37,34 +38,25 @@ fn bind(
     handed: Option<&DerivedPolicy>,
     slirp4netns: bool,
     binding: &str,
-) -> Result<Option<Policy>, String> {
+) -> Result<Option<Policy>, StartError> {
     let Some(handed) = handed else {
         return Ok(None);
     };
-    let refused = |e: String| {
-        format!("the network policy the CLI derived is refused: {e}; nothing was started")
-    };
+    let refused = |e: PolicyRefusal| StartError::PolicyRefused(e);
     let got = lazaret_protocol::netpolicy::policy::digest_bytes(&handed.bytes);
     if !got.eq_ignore_ascii_case(&handed.digest) {
-        return Err(refused(format!(
-            "its digest is {got}, not {}",
-            handed.digest
-        )));
+        return Err(refused(PolicyRefusal::Digest {
+            got,
+            handed: handed.digest.clone(),
+        }));
     }
-    let mut p = Policy::from_bytes(&handed.bytes).map_err(|e| refused(e.to_string()))?;
+    let mut p = Policy::from_bytes(&handed.bytes).map_err(|e| refused(e.into()))?;
     if !slirp4netns {
-        return Err(
-            "slirp4netns is not installed (apt-get install slirp4netns), or set `mode = \"none\"` in the profile's [network]"
-                .into(),
-        );
+        return Err(StartError::NoSlirp4netns);
     }
     p.binding = binding.to_string();
-    p.check_consistent().map_err(|e| refused(e.to_string()))?;
+    p.check_consistent().map_err(|e| refused(e.into()))?;
     Ok(Some(p))
-}
-
-fn digest(p: &Policy) -> Result<String, String> {
-    p.digest().map_err(|e| e.to_string())
 }
 
 pub fn record_path(layout: &Layout) -> PathBuf {
@@ -78,10 +70,10 @@ pub fn record_intent(
     input: &CoordinatorInput,
     generation: u64,
     policy: Option<&Policy>,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let (intent, rec) = match policy {
         Some(p) => {
-            let d = digest(p)?;
+            let d = p.digest()?;
             (
                 NetworkIntent {
                     generation,
@@ -100,11 +92,9 @@ pub fn record_intent(
             NetworkRecord::disabled(&input.domain_id, generation),
         ),
     };
-    store
-        .set_network_intent(&intent)
-        .map_err(|e| e.to_string())?;
+    store.set_network_intent(&intent)?;
     let path = record_path(layout);
-    record::write(&path, &rec).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    record::write(&path, &rec).map_err(StartError::write(&path))
 }
 
 fn net_dir(layout: &Layout) -> PathBuf {
@@ -118,7 +108,7 @@ pub fn prepare(
     input: &CoordinatorInput,
     layout: &Layout,
     policy: &Policy,
-) -> Result<(SandboxNetwork, PlannedMount), String> {
+) -> Result<(SandboxNetwork, PlannedMount), StartError> {
     let dir = net_dir(layout);
     crate::lifecycle::mkdir_private(&dir)?;
     let resolv = dir.join("resolv.conf");
@@ -133,7 +123,7 @@ pub fn prepare(
         .network
         .slirp4netns
         .clone()
-        .ok_or("slirp4netns is not installed (apt-get install slirp4netns)")?;
+        .ok_or(StartError::NoSlirp4netnsToPlan)?;
     let dns_filter = match &policy.hosts {
         None => None,
         Some(_) => {
@@ -153,7 +143,7 @@ pub fn prepare(
     // before it.
     let host_watch_log = layout.root.join(lazaret_protocol::netpolicy::hostlog::FILE);
     let _ = std::fs::rename(&host_watch_log, host_watch_log.with_extension("log.1"));
-    let bytes = policy.to_bytes().map_err(|e| e.to_string())?;
+    let bytes = policy.to_bytes()?;
     let net = SandboxNetwork {
         digest: lazaret_protocol::netpolicy::policy::digest_bytes(&bytes),
         policy: bytes,
@@ -180,10 +170,10 @@ pub fn prepare(
     Ok((net, mount))
 }
 
-fn write_file(p: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_file(p: &Path, bytes: &[u8]) -> Result<(), StartError> {
     std::fs::write(p, bytes)
         .and_then(|_| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)))
-        .map_err(|e| format!("cannot write {}: {e}", p.display()))
+        .map_err(StartError::write(p))
 }
 
 /// A report of the network helper as the holder left it: the JSON, kept
@@ -233,7 +223,7 @@ pub fn record_evidence(
     start_error: Option<&String>,
 ) {
     let Some(policy) = policy else { return };
-    let Ok(d) = digest(policy) else { return };
+    let Ok(d) = policy.digest() else { return };
     let dir = net_dir(layout);
     let install = read_report(&dir.join("install.json"));
     let probe = read_report(&dir.join("probe.json"));
@@ -339,14 +329,30 @@ mod tests {
         let mut h = handed();
         h.bytes.push(0);
         let e = bind(Some(&h), true, "g").unwrap_err();
-        assert!(e.contains("its digest is"), "{e}");
-        h.digest = lazaret_protocol::netpolicy::policy::digest_bytes(&h.bytes);
-        let e = bind(Some(&h), true, "g").unwrap_err();
         assert!(
-            e.contains("refused") && e.contains("nothing was started"),
+            matches!(e, StartError::PolicyRefused(PolicyRefusal::Digest { .. })),
             "{e}"
         );
+        let got = lazaret_protocol::netpolicy::policy::digest_bytes(&h.bytes);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the network policy the CLI derived is refused: its digest is {got}, not {}; nothing was started",
+                h.digest
+            )
+        );
+        h.digest = got;
+        let e = bind(Some(&h), true, "g").unwrap_err();
+        assert!(
+            matches!(e, StartError::PolicyRefused(PolicyRefusal::Policy(_))),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("; nothing was started"), "{e}");
         let e = bind(Some(&handed()), false, "g").unwrap_err();
-        assert!(e.contains("slirp4netns is not installed"), "{e}");
+        assert!(matches!(e, StartError::NoSlirp4netns), "{e}");
+        assert!(
+            e.to_string().starts_with("slirp4netns is not installed"),
+            "{e}"
+        );
     }
 }

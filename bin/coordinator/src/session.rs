@@ -30,6 +30,54 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Why a connection's session ended in error; the coordinator logs it as
+/// `session ID: MESSAGE`.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The client was sent `Refused` with this reason (the protocol's
+    /// text).
+    #[error("{0}")]
+    Refused(String),
+    /// The connection itself (its mode, a copy of it, its timeouts).
+    #[error("{0}")]
+    Io(std::io::Error),
+    /// The `Hello`, or the answer to a control request.
+    #[error("{0}")]
+    Frame(FrameError),
+    #[error("the Domain is stopping: a session was turned away")]
+    Stopping,
+    #[error("{0}")]
+    Random(getrandom::Error),
+    #[error("openpty: {0}")]
+    OpenPty(nix::errno::Errno),
+    #[error("cannot create the session's pipes: {0}")]
+    Pipes(rustix::io::Errno),
+    /// The supervisor did not start the session's exec bridge.
+    #[error("{0}")]
+    Bridge(crate::supervisor_link::LinkError),
+    #[error("the attaching terminal went away")]
+    TerminalGone,
+}
+
+/// Why a connection is not the developer's own.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("{0}")]
+    Credentials(rustix::io::Errno),
+    #[error("peer uid {uid} is not ours")]
+    NotOurs { uid: u32 },
+}
+
+/// Why a client's session variables are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvRefusal {
+    #[error("the session's variables are over the bound ({count} variables, {bytes} bytes)")]
+    OverBound { count: usize, bytes: usize },
+    /// `name` is shown escaped.
+    #[error("the session variable {name} cannot be given")]
+    Refused { name: String },
+}
+
 pub struct SessionCtx {
     /// Authenticates every control connection (SR-9).
     pub trust: crate::trust::ControlTrust,
@@ -199,10 +247,12 @@ impl SessionCtx {
 
 /// Only the developer's own processes may connect (SR-10); the socket's
 /// directory is private too, this is the second check.
-pub fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
-    let cred = rustix::net::sockopt::socket_peercred(stream).map_err(|e| e.to_string())?;
+pub fn peer_is_us(stream: &UnixStream) -> Result<(), PeerError> {
+    let cred = rustix::net::sockopt::socket_peercred(stream).map_err(PeerError::Credentials)?;
     if cred.uid != rustix::process::getuid() {
-        return Err(format!("peer uid {} is not ours", cred.uid.as_raw()));
+        return Err(PeerError::NotOurs {
+            uid: cred.uid.as_raw(),
+        });
     }
     Ok(())
 }
@@ -404,23 +454,22 @@ pub const COMMON_TERMS: &[&str] = &[
 /// A client's session variables, checked again here (the CLI checks them
 /// first): names the kernel accepts, none of Lazaret's own, no NUL, within
 /// [`SessionEnv`]'s bounds.
-pub fn check_session_env(e: &lazaret_protocol::session::SessionEnv) -> Result<(), String> {
+pub fn check_session_env(e: &lazaret_protocol::session::SessionEnv) -> Result<(), EnvRefusal> {
     use lazaret_protocol::session::SessionEnv;
     let bytes: usize = e.0.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     if e.0.len() > SessionEnv::MAX_VARS || bytes > SessionEnv::MAX_BYTES {
-        return Err(format!(
-            "the session's variables are over the bound ({} variables, {bytes} bytes)",
-            e.0.len()
-        ));
+        return Err(EnvRefusal::OverBound {
+            count: e.0.len(),
+            bytes,
+        });
     }
     for (k, v) in &e.0 {
         let bad_name =
             !lazaret_protocol::session::env_name_is_valid(k) || k.starts_with("LAZARET_");
         if bad_name || v.contains('\0') {
-            return Err(format!(
-                "the session variable {} cannot be given",
-                lazaret_protocol::display::escape(k.as_bytes())
-            ));
+            return Err(EnvRefusal::Refused {
+                name: lazaret_protocol::display::escape(k.as_bytes()),
+            });
         }
     }
     Ok(())
@@ -506,7 +555,7 @@ pub fn spawn(ctx: Arc<SessionCtx>, stream: UnixStream) {
     }
 }
 
-fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> {
+fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), SessionError> {
     let (hello, reader) = read_hello(&stream)?;
     // A session on a PTY outlives its terminal when it was started
     // detached, or when the profile says a hang-up detaches it.
@@ -527,7 +576,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     if let Some(c) = hello.control {
         ctx.stage(sid, "answering a control request");
         let answer = answer_control(ctx, c);
-        return write_frame(&mut *lock(&writer), &answer).map_err(|e| e.to_string());
+        return write_frame(&mut *lock(&writer), &answer).map_err(SessionError::Frame);
     }
     if let Some(a) = hello.attach {
         ctx.stage(sid, "attached terminal");
@@ -543,7 +592,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     {
         // Closed before `Accepted`: the CLI leads a new start-up once this
         // Domain is down, instead of joining a sandbox that is gone.
-        return Err("the Domain is stopping: a session was turned away".into());
+        return Err(SessionError::Stopping);
     }
     ctx.served.store(true, Ordering::SeqCst);
     ctx.sessions.fetch_add(1, Ordering::SeqCst);
@@ -554,7 +603,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), String> 
     // the profile's; Lazaret's own names stay Lazaret's. They reach runsc
     // in a sealed memfd only, and are never logged (names or values).
     if let Err(why) = check_session_env(&hello.env) {
-        return refuse(&writer, why);
+        return refuse(&writer, why.to_string());
     }
     let workdir = lazaret_protocol::session::sandbox_workdir(hello.workdir.as_deref());
     let (env, anchor) = session_env(ctx, sid, &hello, &workdir)?;
@@ -650,28 +699,28 @@ fn session_bridge<'a>(
 
 /// The connection's `Hello`, read within 10 s, and a blocking reader for
 /// what follows it.
-fn read_hello(stream: &UnixStream) -> Result<(Hello, UnixStream), String> {
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-    let mut reader = stream.try_clone().map_err(|e| e.to_string())?;
+fn read_hello(stream: &UnixStream) -> Result<(Hello, UnixStream), SessionError> {
+    stream.set_nonblocking(false).map_err(SessionError::Io)?;
+    let mut reader = stream.try_clone().map_err(SessionError::Io)?;
     reader
         .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let hello: Hello = read_frame(&mut reader).map_err(|e| e.to_string())?;
+        .map_err(SessionError::Io)?;
+    let hello: Hello = read_frame(&mut reader).map_err(SessionError::Frame)?;
     lazaret_helpers::timeline::mark("coordinator", "session-hello");
-    reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    reader.set_read_timeout(None).map_err(SessionError::Io)?;
     Ok((hello, reader))
 }
 
 /// Tells the client why its session is refused, and ends the connection
 /// with that reason.
-fn refuse(writer: &Writer, reason: String) -> Result<(), String> {
+fn refuse(writer: &Writer, reason: String) -> Result<(), SessionError> {
     let _ = write_frame(
         &mut *lock(writer),
         &ServerMsg::Refused {
             reason: reason.clone(),
         },
     );
-    Err(reason)
+    Err(SessionError::Refused(reason))
 }
 
 /// The answer to a control request (`lazaret ps`, `lazaret stop`).
@@ -713,7 +762,7 @@ fn session_env(
     sid: &str,
     hello: &Hello,
     workdir: &str,
-) -> Result<(Vec<String>, [u8; 32]), String> {
+) -> Result<(Vec<String>, [u8; 32]), SessionError> {
     let tty = hello.tty.as_ref();
     let mut env = base_env(&ctx.input, tty.map(|t| t.term.as_str()));
     for (k, v) in &hello.env.0 {
@@ -722,7 +771,7 @@ fn session_env(
         env.push(format!("{k}={v}"));
     }
     let mut anchor = [0u8; 32];
-    getrandom::getrandom(&mut anchor).map_err(|e| e.to_string())?;
+    getrandom::getrandom(&mut anchor).map_err(SessionError::Random)?;
     env.push(format!("{}={sid}", esc_paths::SESSION_ID_ENV));
     env.push(format!(
         "{}={}",
@@ -1187,11 +1236,11 @@ impl Bridge<'_> {
         ctx: &SessionCtx,
         tty: bool,
         stdio: &[OwnedFd],
-    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), String> {
+    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), SessionError> {
         let (pidfd, events) = ctx
             .link
             .start_bridge(self.sid, tty, &self.process, stdio)
-            .map_err(|e| e.to_string())?;
+            .map_err(SessionError::Bridge)?;
         let pidfd = Arc::new(pidfd);
         lock(&ctx.bridges).insert(self.sid.to_string(), pidfd.clone());
         Ok((pidfd, events))
@@ -1209,7 +1258,7 @@ impl Bridge<'_> {
         stdio: &[OwnedFd],
         writer: &Writer,
         accepted: &[ServerMsg],
-    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), String> {
+    ) -> Result<(Arc<OwnedFd>, Receiver<BridgeEvent>), SessionError> {
         for m in accepted {
             send(writer, m);
         }
@@ -1228,7 +1277,7 @@ impl Bridge<'_> {
 
 /// The developer's message when the supervisor could not start a
 /// session's exec bridge.
-fn bridge_failed(e: &str) -> String {
+fn bridge_failed(e: &dyn std::fmt::Display) -> String {
     format!("the command could not be started in the sandbox: {e}")
 }
 
@@ -1353,14 +1402,14 @@ fn run_pty(
     accepted: Vec<ServerMsg>,
     (gate, replies): (Arc<Gate>, Replies),
     latch: Arc<StartLatch>,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     let ws = nix::pty::Winsize {
         ws_row: rows,
         ws_col: cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    let pty = nix::pty::openpty(Some(&ws), None).map_err(|e| format!("openpty: {e}"))?;
+    let pty = nix::pty::openpty(Some(&ws), None).map_err(SessionError::OpenPty)?;
     // runsc chowns the slave it is given; it is ours alone, never the
     // developer's own terminal.
     let slave = [pty.slave];
@@ -1371,7 +1420,7 @@ fn run_pty(
     let sid = bridge.sid;
     let master = std::fs::File::from(pty.master);
     let end = PtyEnd {
-        master: Arc::new(master.try_clone().map_err(|e| e.to_string())?),
+        master: Arc::new(master.try_clone().map_err(SessionError::Io)?),
         replies,
         bridge: bridge_fd.clone(),
         hung_up: bridge.ending.hung_up.clone(),
@@ -1390,7 +1439,7 @@ fn run_pty(
     let watching = latch.watch(&writer);
 
     let out = pump_gated(
-        master.try_clone().map_err(|e| e.to_string())?,
+        master.try_clone().map_err(SessionError::Io)?,
         writer.clone(),
         gate,
         latch.clone(),
@@ -1533,20 +1582,20 @@ fn attach(
     a: lazaret_protocol::session::Attach,
     reader: UnixStream,
     writer: Writer,
-) -> Result<(), String> {
-    let refuse = |reason: String| {
-        lock(&writer).send(&ServerMsg::Refused {
-            reason: reason.clone(),
-        });
-        Err(reason)
-    };
+) -> Result<(), SessionError> {
     let (id, target) = match choose(ctx, a.session.as_deref()) {
         Ok(t) => t,
-        Err(why) => return refuse(why),
+        Err(why) => {
+            let reason = why.to_string();
+            lock(&writer).send(&ServerMsg::Refused {
+                reason: reason.clone(),
+            });
+            return Err(SessionError::Refused(reason));
+        }
     };
     let short = &id[..id.len().min(8)];
     let Some(mut stream) = lock(&writer).take_stream() else {
-        return Err("the attaching terminal went away".into());
+        return Err(SessionError::TerminalGone);
     };
     let mut w = lock(&target.writer);
     if w.is_attached() {
@@ -1560,7 +1609,7 @@ fn attach(
                 reason: reason.clone(),
             },
         );
-        return Err(reason);
+        return Err(SessionError::Refused(reason));
     }
     // Its size first, so that the program redraws for this terminal.
     if let Some(p) = &target.pty {
@@ -1569,9 +1618,7 @@ fn attach(
     let first = ServerMsg::Accepted {
         session_id: id.clone(),
     };
-    let epoch = w
-        .attach(stream, &first)
-        .ok_or("the attaching terminal went away")?;
+    let epoch = w.attach(stream, &first).ok_or(SessionError::TerminalGone)?;
     let ended = w.ended().is_some();
     drop(w);
     if ended {
@@ -1594,9 +1641,28 @@ fn attach(
     Ok(())
 }
 
+/// Why `lazaret attach` has no session to attach; `named` is the session
+/// it named, shown escaped, and `sessions` are shown as `ID (command)`.
+#[derive(Debug, thiserror::Error)]
+enum NoAttach {
+    #[error("session {named} cannot be attached: it ends with its own terminal (it was not started with `lazaret run -d`, and the profile does not set detach_on_hangup)")]
+    NotDetachable { named: String },
+    #[error("no session {named} in this workspace's Domain (`lazaret ps` lists its sessions)")]
+    NoSuchSession { named: String },
+    #[error("{named} names {} sessions: give more of the ID ({})", sessions.len(), sessions.join(", "))]
+    Ambiguous {
+        named: String,
+        sessions: Vec<String>,
+    },
+    #[error("no detached session in this workspace's Domain (`lazaret run -d` starts one; `lazaret ps` lists its sessions)")]
+    NoneDetached,
+    #[error("{} detached sessions: name one (`lazaret attach ID`): {}", sessions.len(), sessions.join(", "))]
+    SeveralDetached { sessions: Vec<String> },
+}
+
 /// The session `lazaret attach` named (a Session ID or a unique prefix),
 /// or the Domain's only detached one; else why not.
-fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String> {
+fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), NoAttach> {
     let live = lock(&ctx.live);
     let ended = lock(&ctx.ended);
     let attachable = |l: &Live| l.pty.is_some() && lock(&l.writer).is_detachable();
@@ -1622,17 +1688,14 @@ fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String
             let named = lazaret_protocol::display::escape(w.as_bytes());
             match hits.as_slice() {
                 [one] => Ok((*one).clone()),
-                [] if live.keys().any(|i| !w.is_empty() && i.starts_with(w)) => Err(format!(
-                    "session {named} cannot be attached: it ends with its own terminal (it was not started with `lazaret run -d`, and the profile does not set detach_on_hangup)"
-                )),
-                [] => Err(format!(
-                    "no session {named} in this workspace's Domain (`lazaret ps` lists its sessions)"
-                )),
-                more => Err(format!(
-                    "{named} names {} sessions: give more of the ID ({})",
-                    more.len(),
-                    more.iter().map(|s| show(s)).collect::<Vec<_>>().join(", ")
-                )),
+                [] if live.keys().any(|i| !w.is_empty() && i.starts_with(w)) => {
+                    Err(NoAttach::NotDetachable { named })
+                }
+                [] => Err(NoAttach::NoSuchSession { named }),
+                more => Err(NoAttach::Ambiguous {
+                    named,
+                    sessions: more.iter().map(|s| show(s)).collect(),
+                }),
             }
         }
         None => {
@@ -1642,14 +1705,10 @@ fn choose(ctx: &SessionCtx, want: Option<&str>) -> Result<(String, Live), String
                 .collect();
             match detached.as_slice() {
                 [one] => Ok((*one).clone()),
-                [] => Err(
-                    "no detached session in this workspace's Domain (`lazaret run -d` starts one; `lazaret ps` lists its sessions)".into(),
-                ),
-                more => Err(format!(
-                    "{} detached sessions: name one (`lazaret attach ID`): {}",
-                    more.len(),
-                    more.iter().map(|s| show(s)).collect::<Vec<_>>().join(", ")
-                )),
+                [] => Err(NoAttach::NoneDetached),
+                more => Err(NoAttach::SeveralDetached {
+                    sessions: more.iter().map(|s| show(s)).collect(),
+                }),
             }
         }
     }
@@ -1664,12 +1723,12 @@ fn run_pipes(
     accepted: Vec<ServerMsg>,
     latch: Arc<StartLatch>,
     replies: Replies,
-) -> Result<(), String> {
-    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
-    let err = |e: rustix::io::Errno| format!("cannot create the session's pipes: {e}");
-    let (in_r, in_w) = pipe().map_err(err)?;
-    let (out_r, out_w) = pipe().map_err(err)?;
-    let (err_r, err_w) = pipe().map_err(err)?;
+) -> Result<(), SessionError> {
+    let pipe =
+        || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(SessionError::Pipes);
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
     let far_ends = [in_r, out_w, err_w];
     let (bridge_fd, events) = bridge.start_session(ctx, false, &far_ends, &writer, &accepted)?;
     // Only the bridge holds them now: the readers see EOF when it ends.
@@ -1760,6 +1819,29 @@ fn join_with_timeout(h: std::thread::JoinHandle<()>, timeout: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `lazaret attach`'s refusals read as they did when they were built
+    /// as text.
+    #[test]
+    fn attach_refusals_list_the_sessions() {
+        let sessions = vec![
+            "0123abcd (make)".to_string(),
+            "4567ef01 (login shell)".into(),
+        ];
+        let e = NoAttach::Ambiguous {
+            named: "0".into(),
+            sessions: sessions.clone(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "0 names 2 sessions: give more of the ID (0123abcd (make), 4567ef01 (login shell))"
+        );
+        let e = NoAttach::SeveralDetached { sessions };
+        assert_eq!(
+            e.to_string(),
+            "2 detached sessions: name one (`lazaret attach ID`): 0123abcd (make), 4567ef01 (login shell)"
+        );
+    }
 
     #[test]
     fn a_command_that_took_the_memory_to_its_bound_is_told_which_limit() {

@@ -4,7 +4,7 @@
 
 use lazaret_protocol::trust::manifest::FILE_NAME;
 use lazaret_trust::register;
-use lazaret_trust::TrustAnchor;
+use lazaret_trust::{TrustAnchor, TrustError};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +18,24 @@ pub struct ControlTrust {
     pin: PathBuf,
 }
 
+/// Why the Trust Anchor does not serve, or refused a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlTrustError {
+    #[error("the Trust Anchor: {0}")]
+    ServerConfig(TrustError),
+    #[error("the Trust Anchor of this generation was invalidated (the Domain is stopping)")]
+    Invalidated,
+    /// The connection did not register or authenticate.
+    #[error(transparent)]
+    Refused(TrustError),
+}
+
 impl ControlTrust {
-    pub fn new(anchor: Arc<TrustAnchor>, run_dir: &Path) -> Result<Self, String> {
+    pub fn new(anchor: Arc<TrustAnchor>, run_dir: &Path) -> Result<Self, ControlTrustError> {
         Ok(Self {
             config: anchor
                 .server_config()
-                .map_err(|e| format!("the Trust Anchor: {e}"))?,
+                .map_err(ControlTrustError::ServerConfig)?,
             anchor,
             valid: AtomicBool::new(true),
             pin: pin_path(run_dir),
@@ -32,16 +44,13 @@ impl ControlTrust {
 
     /// Registers and authenticates a new connection as Client Session
     /// `sid`; the plain end of its TLS stream. Refused once invalidated.
-    pub fn accept(&self, stream: UnixStream, sid: &str) -> Result<UnixStream, String> {
+    pub fn accept(&self, stream: UnixStream, sid: &str) -> Result<UnixStream, ControlTrustError> {
         if !self.valid.load(Ordering::SeqCst) {
-            return Err(
-                "the Trust Anchor of this generation was invalidated (the Domain is stopping)"
-                    .into(),
-            );
+            return Err(ControlTrustError::Invalidated);
         }
         register::accept(&self.anchor, &self.config, stream, sid)
             .map(|a| a.stream)
-            .map_err(|e| e.to_string())
+            .map_err(ControlTrustError::Refused)
     }
 
     /// No connection is authenticated from here on, and the published

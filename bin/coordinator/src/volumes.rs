@@ -13,6 +13,7 @@
 //! directly: the sandbox writes nothing there.
 
 use crate::lifecycle::mkdir_private;
+use crate::start_error::StartError;
 use lazaret_protocol::plan::{
     CoordinatorInput, MountKind, MountPurpose, PlannedMount, RouterPlan, VolumeRouter,
 };
@@ -40,7 +41,7 @@ pub fn route(
     input: &CoordinatorInput,
     layout: &Layout,
     mounts: &[PlannedMount],
-) -> Result<Vec<VolumeRouter>, String> {
+) -> Result<Vec<VolumeRouter>, StartError> {
     let mut out = Vec::new();
     for v in input
         .volumes
@@ -91,7 +92,7 @@ fn add_router(
     mount: usize,
     host: &Path,
     key: &str,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let state = layout.volume_git().join(state_name(host, key));
     mkdir_private(&state)?;
     let mountpoint = layout

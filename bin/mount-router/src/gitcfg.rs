@@ -134,9 +134,13 @@ fn hook_paths(workspace: &Path, hooks_dir: &Path) -> Vec<(Vec<u8>, &'static str)
 #[derive(Debug, thiserror::Error)]
 pub enum GitCfgError {
     #[error("{0}; fix or remove the named file, or pass --excludes-file")]
-    Config(String),
-    #[error("{0}")]
-    GitFile(String),
+    Config(lazaret_gitconfig::Error),
+    /// `core.excludesFile` cannot be interpolated (gix's error, as text:
+    /// its type lives in a crate this one does not use).
+    #[error("core.excludesFile: {0}; fix or remove the named file, or pass --excludes-file")]
+    ExcludesFile(String),
+    #[error(transparent)]
+    GitFile(lazaret_gitconfig::linked::LinkedError),
 }
 
 /// How `core.excludesFile` is chosen.
@@ -168,7 +172,7 @@ pub fn discover(
     let xdg = lookup.xdg_config_home();
     let config = lookup
         .load(common_dir.as_deref())
-        .map_err(|e| GitCfgError::Config(e.to_string()))?;
+        .map_err(GitCfgError::Config)?;
 
     setup.ignore_case = config
         .boolean("core.ignoreCase")
@@ -183,7 +187,7 @@ pub fn discover(
             Some(p) => {
                 let p = p
                     .interpolate(interpolation(home.as_deref()))
-                    .map_err(|e| GitCfgError::Config(format!("core.excludesFile: {e}")))?;
+                    .map_err(|e| GitCfgError::ExcludesFile(e.to_string()))?;
                 Some(if p.is_relative() {
                     workspace.join(p)
                 } else {
@@ -219,8 +223,8 @@ fn common_dir_of(dot_git: &Path) -> Result<Option<PathBuf>, GitCfgError> {
     Ok(match std::fs::symlink_metadata(dot_git) {
         Ok(m) if m.is_dir() => Some(common_of(dot_git)),
         Ok(m) if m.is_file() => {
-            let gd = lazaret_gitconfig::linked::read_gitfile(dot_git)
-                .map_err(|e| GitCfgError::GitFile(e.to_string()))?;
+            let gd =
+                lazaret_gitconfig::linked::read_gitfile(dot_git).map_err(GitCfgError::GitFile)?;
             Some(common_of(&gd))
         }
         _ => None,

@@ -16,9 +16,32 @@ pub fn run(argv: &[OsString]) -> i32 {
     }
 }
 
+/// Why the caller's request did not reach the service, or no status came
+/// back.
+#[derive(Debug, thiserror::Error)]
+enum ClientError {
+    #[error(transparent)]
+    Wire(#[from] wire::WireError),
+    #[error("cannot make a socket: {0}")]
+    Socket(rustix::io::Errno),
+    #[error("cannot name the socket: {0}")]
+    Address(rustix::io::Errno),
+    #[error("Lazaret's sudo service does not answer ({0}); it starts with the sandbox when the profile has a `user`")]
+    NoService(rustix::io::Errno),
+    #[error("cannot open /dev/null: {0}")]
+    DevNull(std::io::Error),
+    #[error("cannot ask Lazaret's sudo service: {0}")]
+    Ask(rustix::io::Errno),
+    #[error("Lazaret's sudo service ended without a status")]
+    NoStatus,
+    /// The status could not be received.
+    #[error("Lazaret's sudo service: {0}")]
+    Status(rustix::io::Errno),
+}
+
 /// The caller's descriptor `n`, or `/dev/null` where it has none open
 /// (a closed standard input).
-fn stdio(n: i32) -> Result<Stdio, String> {
+fn stdio(n: i32) -> Result<Stdio, ClientError> {
     // SAFETY: only borrowed for the fcntl probe; `n` is 0, 1 or 2.
     let fd = unsafe { BorrowedFd::borrow_raw(n) };
     if rustix::io::fcntl_getfd(fd).is_ok() {
@@ -29,7 +52,7 @@ fn stdio(n: i32) -> Result<Stdio, String> {
         .write(n != 0)
         .open("/dev/null")
         .map(|f| Stdio::Null(OwnedFd::from(f)))
-        .map_err(|e| format!("cannot open /dev/null: {e}"))
+        .map_err(ClientError::DevNull)
 }
 
 enum Stdio {
@@ -48,7 +71,7 @@ impl Stdio {
     }
 }
 
-fn run_inner(argv: &[OsString]) -> Result<i32, String> {
+fn run_inner(argv: &[OsString]) -> Result<i32, ClientError> {
     let request = wire::Request {
         argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env: std::env::vars_os()
@@ -64,22 +87,19 @@ fn run_inner(argv: &[OsString]) -> Result<i32, String> {
             .unwrap_or_else(|_| b"/".to_vec()),
     };
     let bytes = wire::encode(&request)?;
-    let sock = wire::socket().map_err(|e| format!("cannot make a socket: {e}"))?;
-    let addr = wire::address().map_err(|e| format!("cannot name the socket: {e}"))?;
-    rustix::net::connect(&sock, &addr).map_err(|e| {
-        format!("Lazaret's sudo service does not answer ({e}); it starts with the sandbox when the profile has a `user`")
-    })?;
+    let sock = wire::socket().map_err(ClientError::Socket)?;
+    let addr = wire::address().map_err(ClientError::Address)?;
+    rustix::net::connect(&sock, &addr).map_err(ClientError::NoService)?;
     let fds = [stdio(0)?, stdio(1)?, stdio(2)?];
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(Stdio::fd).collect();
-    wire::send(sock.as_fd(), &bytes, &borrowed)
-        .map_err(|e| format!("cannot ask Lazaret's sudo service: {e}"))?;
+    wire::send(sock.as_fd(), &bytes, &borrowed).map_err(ClientError::Ask)?;
     drop(fds);
     forward_signals(&sock);
     match wire::recv(sock.as_fd(), 4) {
         Ok((b, _)) => wire::status_of(&b)
             .map(|c| c & 0xff)
-            .ok_or_else(|| "Lazaret's sudo service ended without a status".into()),
-        Err(e) => Err(format!("Lazaret's sudo service: {e}")),
+            .ok_or(ClientError::NoStatus),
+        Err(e) => Err(ClientError::Status(e)),
     }
 }
 

@@ -13,12 +13,24 @@ use std::sync::{Arc, Mutex};
 /// end or interrupt a command.
 const FORWARDED: &[Signal] = &[Signal::INT, Signal::QUIT, Signal::TERM, Signal::HUP];
 
-pub fn serve() -> Result<(), String> {
-    let listener = wire::socket().map_err(|e| format!("cannot make a socket: {e}"))?;
-    let addr = wire::address().map_err(|e| format!("cannot name the socket: {e}"))?;
-    rustix::net::bind(&listener, &addr)
-        .map_err(|e| format!("cannot listen on @lazaret-sudo: {e}"))?;
-    rustix::net::listen(&listener, 64).map_err(|e| format!("cannot listen: {e}"))?;
+/// Why the service cannot listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot make a socket: {0}")]
+    Socket(rustix::io::Errno),
+    #[error("cannot name the socket: {0}")]
+    Address(rustix::io::Errno),
+    #[error("cannot listen on @lazaret-sudo: {0}")]
+    Bind(rustix::io::Errno),
+    #[error("cannot listen: {0}")]
+    Listen(rustix::io::Errno),
+}
+
+pub fn serve() -> Result<(), ServeError> {
+    let listener = wire::socket().map_err(ServeError::Socket)?;
+    let addr = wire::address().map_err(ServeError::Address)?;
+    rustix::net::bind(&listener, &addr).map_err(ServeError::Bind)?;
+    rustix::net::listen(&listener, 64).map_err(ServeError::Listen)?;
     loop {
         let conn = match rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC) {
             Ok(c) => c,
@@ -51,7 +63,7 @@ fn serve_one(conn: OwnedFd) {
     let req = match wire::decode(&bytes) {
         Ok(r) => r,
         Err(e) => {
-            tell(&stderr, &e);
+            tell(&stderr, &e.to_string());
             let _ = wire::send(conn.as_fd(), &wire::status_bytes(1), &[]);
             return;
         }

@@ -28,41 +28,53 @@ pub struct Request {
     pub cwd: Vec<u8>,
 }
 
+/// Why a request cannot be encoded or was not decoded.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("an argument, variable or directory holds a NUL byte")]
+    Nul,
+    #[error("the command and its environment are {len} bytes, more than {MAX_REQUEST}")]
+    TooLarge { len: usize },
+    #[error("a request shorter than its header")]
+    Short,
+    #[error("a request whose last field is not ended")]
+    Unended,
+    #[error("a request whose fields do not match its counts")]
+    Counts,
+}
+
 /// `argc` and `envc` (u32 little-endian), then every field NUL-ended.
-pub fn encode(r: &Request) -> Result<Vec<u8>, String> {
+pub fn encode(r: &Request) -> Result<Vec<u8>, WireError> {
     let mut out = Vec::new();
     out.extend_from_slice(&(r.argv.len() as u32).to_le_bytes());
     out.extend_from_slice(&(r.env.len() as u32).to_le_bytes());
     for f in r.argv.iter().chain(&r.env).chain(std::iter::once(&r.cwd)) {
         if f.contains(&0) {
-            return Err("an argument, variable or directory holds a NUL byte".into());
+            return Err(WireError::Nul);
         }
         out.extend_from_slice(f);
         out.push(0);
     }
     if out.len() > MAX_REQUEST {
-        return Err(format!(
-            "the command and its environment are {} bytes, more than {MAX_REQUEST}",
-            out.len()
-        ));
+        return Err(WireError::TooLarge { len: out.len() });
     }
     Ok(out)
 }
 
-pub fn decode(b: &[u8]) -> Result<Request, String> {
-    let count = |at: usize| -> Result<usize, String> {
+pub fn decode(b: &[u8]) -> Result<Request, WireError> {
+    let count = |at: usize| {
         b.get(at..at + 4)
             .and_then(|c| <[u8; 4]>::try_from(c).ok())
             .map(|c| u32::from_le_bytes(c) as usize)
-            .ok_or_else(|| "a request shorter than its header".to_string())
+            .ok_or(WireError::Short)
     };
     let (argc, envc) = (count(0)?, count(4)?);
     let fields: Vec<&[u8]> = match b[8..].strip_suffix(&[0]) {
         Some(body) => body.split(|&c| c == 0).collect(),
-        None => return Err("a request whose last field is not ended".into()),
+        None => return Err(WireError::Unended),
     };
     if argc == 0 || fields.len() != argc.saturating_add(envc).saturating_add(1) {
-        return Err("a request whose fields do not match its counts".into());
+        return Err(WireError::Counts);
     }
     let owned = |s: &[&[u8]]| s.iter().map(|f| f.to_vec()).collect::<Vec<_>>();
     Ok(Request {

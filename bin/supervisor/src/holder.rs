@@ -9,11 +9,86 @@ use lazaret_supervisor::{bundle, exit};
 use nix::sys::signal::{self, SigHandler, SigSet, Signal};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 extern "C" fn noop(_: libc::c_int) {}
+
+/// Why the holder did not start the sandbox. The supervisor gets the
+/// message on the readiness pipe (`error MESSAGE`) and hands it on as
+/// the start's failure.
+#[derive(Debug, thiserror::Error)]
+enum HolderError {
+    #[error(transparent)]
+    Network(#[from] network::NetworkError),
+    #[error(transparent)]
+    Router(#[from] lazaret_supervisor::router::RouterError),
+    #[error(transparent)]
+    Volume(#[from] lazaret_supervisor::volumes::VolumeError),
+    #[error("pdeathsig: {0}")]
+    DeathSignal(nix::errno::Errno),
+    /// The handlers or the mask of the signals PID 1 waits for.
+    #[error("{0}")]
+    Signals(nix::errno::Errno),
+    #[error("cannot make the mount namespace private: {0}")]
+    PrivateMounts(nix::errno::Errno),
+    #[error("cannot mount /proc for the Domain's PID namespace: {0}")]
+    Proc(nix::errno::Errno),
+    #[error("network: no host netlink socket")]
+    NoHostNetlink,
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot set the owner and mode of {}: {source}", path.display())]
+    RootAttrs {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot mount the sandbox root overlay ({opts}): {source}")]
+    RootOverlay {
+        opts: String,
+        source: nix::errno::Errno,
+    },
+    /// The empty lower of a State Anchor absent from the image.
+    #[error("{0}")]
+    EmptyLower(std::io::Error),
+    #[error("cannot mount the State Anchor for {path} ({opts}): {source}")]
+    Anchor {
+        path: String,
+        opts: String,
+        source: nix::errno::Errno,
+    },
+    #[error("cannot write the OCI bundle: {0}")]
+    BundleEncode(serde_json::Error),
+    #[error("cannot write the OCI bundle: {0}")]
+    BundleWrite(std::io::Error),
+    /// runsc's state directory.
+    #[error("{0}")]
+    StateDir(std::io::Error),
+    #[error("network: host addresses: lazaret-netpolicy watch exited ({0}); see helpers.log in the Domain Root (`lazaret logs --helpers`)")]
+    WatchExited(std::process::ExitStatus),
+    #[error("cannot start {program}: {source}")]
+    SpawnRunsc {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("runsc failed to start it ({0}); runsc's own messages are in helpers.log in the Domain Root (`lazaret logs --helpers`), and `lazaret doctor` checks what runsc needs")]
+    RunscFailed(std::process::ExitStatus),
+    #[error("runsc did not start the sandbox within 60 s")]
+    RunscTimeout,
+    #[error("cannot bound the sandbox's memory: {0}")]
+    Memory(lazaret_supervisor::limits::LimitsError),
+}
+
+impl HolderError {
+    fn create(path: &Path) -> impl FnOnce(std::io::Error) -> HolderError {
+        let path = path.to_path_buf();
+        move |source| HolderError::Create { path, source }
+    }
+}
 
 /// PID 1 of the Domain's PID namespace, ID 0 of its user namespace.
 pub(crate) fn holder_main(
@@ -73,7 +148,7 @@ fn holder_start(
     uplink_r: i32,
     host_netlink: Option<std::os::fd::OwnedFd>,
     host_ports: Vec<std::net::TcpListener>,
-) -> Result<(std::process::Child, Vec<Essential>, i32), String> {
+) -> Result<(std::process::Child, Vec<Essential>, i32), HolderError> {
     enter_namespaces()?;
     lazaret_helpers::timeline::mark("holder", "namespaces-ready");
 
@@ -109,9 +184,7 @@ fn holder_start(
     let state_changes = StateChanges::watch(&plan.state_dir);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "runsc failed to start it ({status}); runsc's own messages are in helpers.log in the Domain Root (`lazaret logs --helpers`), and `lazaret doctor` checks what runsc needs"
-            ));
+            return Err(HolderError::RunscFailed(status));
         }
         if let Some((status, pid)) = runsc_state(plan) {
             if status == "running" {
@@ -132,7 +205,7 @@ fn holder_start(
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return Err("runsc did not start the sandbox within 60 s".into());
+            return Err(HolderError::RunscTimeout);
         }
         state_changes.wait();
     }
@@ -141,19 +214,19 @@ fn holder_start(
 /// The holder's own set-up as PID 1 of its namespaces: it dies with the
 /// supervisor, takes its signals by sigwait, and has a private mount
 /// namespace with its own `/proc`.
-fn enter_namespaces() -> Result<(), String> {
+fn enter_namespaces() -> Result<(), HolderError> {
     use nix::mount::{mount, MsFlags};
     // Die with the supervisor.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(HolderError::DeathSignal)?;
     // PID 1 of a namespace receives only signals it handles: install real
     // handlers, then block them and take them with sigwait.
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
         // SAFETY: noop is an async-signal-safe handler that does nothing.
-        unsafe { signal::signal(s, SigHandler::Handler(noop)) }.map_err(|e| e.to_string())?;
+        unsafe { signal::signal(s, SigHandler::Handler(noop)) }.map_err(HolderError::Signals)?;
     }
     SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD])
         .thread_block()
-        .map_err(|e| e.to_string())?;
+        .map_err(HolderError::Signals)?;
 
     mount(
         None::<&str>,
@@ -162,7 +235,7 @@ fn enter_namespaces() -> Result<(), String> {
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot make the mount namespace private: {e}"))?;
+    .map_err(HolderError::PrivateMounts)?;
     mount(
         Some("proc"),
         "/proc",
@@ -170,7 +243,7 @@ fn enter_namespaces() -> Result<(), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None::<&str>,
     )
-    .map_err(|e| format!("cannot mount /proc for the Domain's PID namespace: {e}"))
+    .map_err(HolderError::Proc)
 }
 
 /// The Network Sidecar's processes, up to a passed probe, where the plan
@@ -180,10 +253,10 @@ fn start_network(
     uplink_r: i32,
     host_netlink: Option<std::os::fd::OwnedFd>,
     host_ports: Vec<std::net::TcpListener>,
-) -> Result<Option<network::HolderNet>, String> {
+) -> Result<Option<network::HolderNet>, HolderError> {
     match (&plan.network, host_netlink) {
         (Some(n), Some(h)) => Ok(Some(network::setup_in_holder(n, uplink_r, h, host_ports)?)),
-        (Some(_), None) => Err("network: no host netlink socket".into()),
+        (Some(_), None) => Err(HolderError::NoHostNetlink),
         (None, _) => {
             // SAFETY: uplink_r is our inherited copy of the pipe's read
             // end, unused without a network.
@@ -195,11 +268,11 @@ fn start_network(
 
 /// Mounts the sandbox's root overlay: the image below our control layer,
 /// with the generation's upper directory.
-fn mount_root(plan: &SandboxPlan) -> Result<(), String> {
+fn mount_root(plan: &SandboxPlan) -> Result<(), HolderError> {
     use nix::mount::{mount, MsFlags};
     let root = &plan.root;
     for d in [&root.upper, &root.work, &root.merged] {
-        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(HolderError::create(d))?;
     }
     match_root_attrs(&root.upper, &root.lower)?;
     let opts = format!(
@@ -215,21 +288,20 @@ fn mount_root(plan: &SandboxPlan) -> Result<(), String> {
         MsFlags::empty(),
         Some(opts.as_str()),
     )
-    .map_err(|e| format!("cannot mount the sandbox root overlay ({opts}): {e}"))
+    .map_err(|source| HolderError::RootOverlay { opts, source })
 }
 
 /// Writes the OCI bundle's `config.json`, hides `/proc/sys/net` where the
 /// plan asks, and says which network processes run.
-fn write_bundle(plan: &SandboxPlan, net: Option<&network::HolderNet>) -> Result<(), String> {
+fn write_bundle(plan: &SandboxPlan, net: Option<&network::HolderNet>) -> Result<(), HolderError> {
     let config = bundle::config_json(plan, net.map(|n| n.netns_path.as_str()));
     // Whole or absent (written aside, then renamed): whoever reads the
     // bundle (runsc, `lazaret` tools, tests) never sees half of it.
     let part = plan.bundle_dir.join(".config.json.part");
-    let config = serde_json::to_vec_pretty(&config)
-        .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
+    let config = serde_json::to_vec_pretty(&config).map_err(HolderError::BundleEncode)?;
     std::fs::write(&part, config)
         .and_then(|()| std::fs::rename(&part, plan.bundle_dir.join("config.json")))
-        .map_err(|e| format!("cannot write the OCI bundle: {e}"))?;
+        .map_err(HolderError::BundleWrite)?;
     if plan.network.as_ref().is_some_and(|n| n.hide_proc_sys_net) {
         network::hide_proc_sys_net()?;
     }
@@ -252,8 +324,8 @@ fn write_bundle(plan: &SandboxPlan, net: Option<&network::HolderNet>) -> Result<
 fn spawn_runsc(
     plan: &SandboxPlan,
     net: Option<&mut network::HolderNet>,
-) -> Result<std::process::Child, String> {
-    std::fs::create_dir_all(&plan.state_dir).map_err(|e| e.to_string())?;
+) -> Result<std::process::Child, HolderError> {
+    std::fs::create_dir_all(&plan.state_dir).map_err(HolderError::StateDir)?;
     let network_flag = if net.is_some() {
         "--network=sandbox"
     } else {
@@ -273,9 +345,7 @@ fn spawn_runsc(
     // exit stops the Domain (`holder_wait`).
     if let Some(n) = net {
         if let Ok(Some(status)) = n.watch.try_wait() {
-            return Err(format!(
-                "network: host addresses: lazaret-netpolicy watch exited ({status}); see helpers.log in the Domain Root (`lazaret logs --helpers`)"
-            ));
+            return Err(HolderError::WatchExited(status));
         }
     }
     lazaret_helpers::timeline::mark("holder", "runsc-run-spawn");
@@ -291,9 +361,10 @@ fn spawn_runsc(
         &mut cmd,
         lazaret_helpers::child::ChildSignals::UNBLOCK_ALL,
     );
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let mut child = cmd.spawn().map_err(|source| HolderError::SpawnRunsc {
+        program: argv[0].clone(),
+        source,
+    })?;
     lazaret_helpers::fault::point("holder:runsc-run-spawned");
     for stream in [
         child
@@ -323,7 +394,7 @@ fn bound_sentry(
     plan: &SandboxPlan,
     child: &mut std::process::Child,
     pid: Option<i32>,
-) -> Result<i32, String> {
+) -> Result<i32, HolderError> {
     let sentry = pid.ok_or(lazaret_supervisor::limits::LimitsError::NoSentry);
     match sentry.and_then(|pid| {
         lazaret_supervisor::limits::apply_to_sentry(pid, &plan.sandbox_id, &plan.limits)
@@ -332,7 +403,7 @@ fn bound_sentry(
         Ok(pid) => Ok(pid),
         Err(e) => {
             let _ = child.kill();
-            Err(format!("cannot bound the sandbox's memory: {e}"))
+            Err(HolderError::Memory(e))
         }
     }
 }
@@ -387,7 +458,7 @@ impl StateChanges {
 /// The merged directory of an overlay takes its mode and owner from the
 /// upper's root: make them the image's, not those of a fresh private
 /// directory (`/etc` must stay 0755 and root's).
-fn match_root_attrs(upper: &Path, lower: &Path) -> Result<(), String> {
+fn match_root_attrs(upper: &Path, lower: &Path) -> Result<(), HolderError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let Ok(md) = std::fs::metadata(lower) else {
         return Ok(());
@@ -396,7 +467,10 @@ fn match_root_attrs(upper: &Path, lower: &Path) -> Result<(), String> {
         .and_then(|_| {
             std::fs::set_permissions(upper, std::fs::Permissions::from_mode(md.mode() & 0o7777))
         })
-        .map_err(|e| format!("cannot set the owner and mode of {}: {e}", upper.display()))
+        .map_err(|source| HolderError::RootAttrs {
+            path: upper.to_path_buf(),
+            source,
+        })
 }
 
 /// The `lowerdir` list for sandbox path `path`: the control layer's part
@@ -409,19 +483,18 @@ fn lowers(control: Option<&Path>, path: &str, image: &Path) -> String {
 }
 
 /// Overlays each State Anchor's upper on the image's copy of its path.
-fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
+fn mount_anchors(plan: &SandboxPlan) -> Result<(), HolderError> {
     use nix::mount::{mount, MsFlags};
     let empty = plan.bundle_dir.join("empty-lower");
     for a in &plan.anchors {
         let lower = match &a.lower {
             Some(l) => l.clone(),
             None => {
-                std::fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(&empty).map_err(HolderError::EmptyLower)?;
                 empty.clone()
             }
         };
-        std::fs::create_dir_all(&a.merged)
-            .map_err(|e| format!("cannot create {}: {e}", a.merged.display()))?;
+        std::fs::create_dir_all(&a.merged).map_err(HolderError::create(&a.merged))?;
         match_root_attrs(&a.upper, &lower)?;
         let opts = format!(
             "userxattr,lowerdir={},upperdir={},workdir={}",
@@ -436,7 +509,11 @@ fn mount_anchors(plan: &SandboxPlan) -> Result<(), String> {
             MsFlags::empty(),
             Some(opts.as_str()),
         )
-        .map_err(|e| format!("cannot mount the State Anchor for {} ({opts}): {e}", a.path))?;
+        .map_err(|source| HolderError::Anchor {
+            path: a.path.clone(),
+            opts,
+            source,
+        })?;
     }
     Ok(())
 }

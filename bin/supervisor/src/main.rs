@@ -31,6 +31,7 @@
 //! (`--scan-anchor`), [`remove_tree`] (`--remove-tree`, and the run
 //! directory at stop).
 
+use failure::Failure;
 use lazaret_helpers::channel::Channel;
 use lazaret_helpers::{fds, memfd};
 use lazaret_protocol::fdno::supervisor as fdno;
@@ -39,6 +40,7 @@ use lazaret_protocol::supervisor::{FromSupervisor, MAX_RECORD};
 use lazaret_supervisor::exit;
 use std::path::Path;
 
+mod failure;
 mod holder;
 mod remove_tree;
 mod scan;
@@ -80,16 +82,15 @@ fn main() {
             sup.finish();
             code
         }
-        Err((code, reason)) => {
+        Err(e) => {
+            let reason = e.to_string();
             lazaret_protocol::log_line!("lazaret-supervisor: error: {reason}");
             let _ = channel.send(&FromSupervisor::StartFailed { reason }, &[], MAX_RECORD);
-            code
+            e.exit_code()
         }
     };
     std::process::exit(code);
 }
-
-pub(crate) type Failure = (i32, String);
 
 /// `r`'s value, or `None` once its error is logged
 /// (`lazaret-supervisor: ERROR`): for the one-shot modes, which then exit
@@ -114,36 +115,31 @@ fn plan_digest(args: &[String]) -> Result<&str, Failure> {
                 it.next();
             }
             "--plan-digest" => digest = it.next(),
-            other => return Err((exit::BAD_PLAN, format!("unknown argument {other:?}"))),
+            other => return Err(Failure::UnknownArgument(other.to_string())),
         }
     }
-    digest.map(String::as_str).ok_or((
-        exit::BAD_PLAN,
-        "no --plan-digest: the plan's SHA-256 digest is required".into(),
-    ))
+    digest.map(String::as_str).ok_or(Failure::NoDigest)
 }
 
 /// Reads and checks the plan: seals, size, digest, then postcard; the
 /// network policy's digest too, before anything is created.
 pub(crate) fn read_plan(args: &[String]) -> Result<SandboxPlan, Failure> {
     let digest = plan_digest(args)?;
-    let plan_fd = fds::inherited(fdno::PLAN)
-        .map_err(|e| (exit::BAD_PLAN, format!("no plan on fd {}: {e}", fdno::PLAN)))?;
-    let bytes = memfd::read_checked("sandbox-plan", &plan_fd, 1 << 20, digest)
-        .map_err(|e| (exit::BAD_PLAN, e.to_string()))?;
+    let plan_fd = fds::inherited(fdno::PLAN).map_err(|source| Failure::NoPlan {
+        fd: fdno::PLAN,
+        source,
+    })?;
+    let bytes =
+        memfd::read_checked("sandbox-plan", &plan_fd, 1 << 20, digest).map_err(Failure::Memfd)?;
     drop(plan_fd);
-    let plan: SandboxPlan =
-        postcard::from_bytes(&bytes).map_err(|e| (exit::BAD_PLAN, format!("plan: {e}")))?;
+    let plan: SandboxPlan = postcard::from_bytes(&bytes).map_err(Failure::Decode)?;
     if let Some(net) = &plan.network {
         let got = memfd::digest(&net.policy);
         if !got.eq_ignore_ascii_case(&net.digest) {
-            return Err((
-                exit::BAD_PLAN,
-                format!(
-                    "network: the policy's SHA-256 digest {got} differs from the plan's {}; refusing it",
-                    net.digest
-                ),
-            ));
+            return Err(Failure::PolicyDigest {
+                got,
+                expected: net.digest.clone(),
+            });
         }
     }
     Ok(plan)

@@ -23,7 +23,7 @@
 //! [`MemoryBound::of_session`]: lazaret_protocol::supervisor::MemoryBound::of_session
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What the Sentry's memory file is called in its descriptor table (the
 /// link text of `/proc/PID/fd/N`), on every runsc release Lazaret supports.
@@ -34,16 +34,42 @@ const MAX_FDS: usize = 4096;
 
 /// Finds and opens the memory file of the Sentry `sentry`, a PID of the
 /// PID namespace whose `/proc` is `proc` (run in the holder).
-pub fn find(proc: &Path, sentry: i32) -> Result<File, String> {
-    let fd_dir = proc.join(sentry.to_string()).join("fd");
-    let entries =
-        std::fs::read_dir(&fd_dir).map_err(|e| format!("cannot list {}: {e}", fd_dir.display()))?;
+/// Why the Sentry's memory file is not held.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("cannot list {}: {source}", dir.display())]
+    List {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no {MEMORY_FILE_LINK} among {}", dir.display())]
+    NotFound { dir: PathBuf },
+    #[error("{} is not {MEMORY_FILE_LINK}", link.display())]
+    NotMemoryFile { link: PathBuf },
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The opened file's `fstat`.
+    #[error("{0}")]
+    Metadata(std::io::Error),
+    #[error("{} is not a regular file", path.display())]
+    NotRegular { path: PathBuf },
+}
+
+pub fn find(proc: &Path, sentry: i32) -> Result<File, MemoryError> {
+    let dir = proc.join(sentry.to_string()).join("fd");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(source) => return Err(MemoryError::List { dir, source }),
+    };
     let found = entries
         .take(MAX_FDS)
         .flatten()
         .map(|e| e.path())
         .find(|p| is_memory_file(p))
-        .ok_or_else(|| format!("no {MEMORY_FILE_LINK} among {}", fd_dir.display()))?;
+        .ok_or(MemoryError::NotFound { dir })?;
     open_regular(&found)
 }
 
@@ -54,9 +80,11 @@ pub struct MemoryFile(File);
 impl MemoryFile {
     /// Opens the memory file through `link`, a `/proc/PID/fd/N` of the
     /// holder, checked to carry the memory file's name.
-    pub fn open(link: &Path) -> Result<MemoryFile, String> {
+    pub fn open(link: &Path) -> Result<MemoryFile, MemoryError> {
         if !is_memory_file(link) {
-            return Err(format!("{} is not {MEMORY_FILE_LINK}", link.display()));
+            return Err(MemoryError::NotMemoryFile {
+                link: link.to_path_buf(),
+            });
         }
         open_regular(link).map(MemoryFile)
     }
@@ -68,11 +96,16 @@ impl MemoryFile {
 }
 
 /// `path` opened read-only, when it is a regular file (a memfd is one).
-fn open_regular(path: &Path) -> Result<File, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+fn open_regular(path: &Path) -> Result<File, MemoryError> {
+    let file = File::open(path).map_err(|source| MemoryError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let meta = file.metadata().map_err(MemoryError::Metadata)?;
     if !meta.file_type().is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+        return Err(MemoryError::NotRegular {
+            path: path.to_path_buf(),
+        });
     }
     Ok(file)
 }
@@ -99,7 +132,7 @@ mod tests {
         // point at a memfd, so it is not found.
         std::os::unix::fs::symlink(&real, fd.join("12")).unwrap();
         let err = find(dir.path(), 7).unwrap_err();
-        assert!(err.contains("no /memfd:runsc-memory"), "{err}");
+        assert!(err.to_string().contains("no /memfd:runsc-memory"), "{err}");
         assert!(find(dir.path(), 8).is_err());
         assert!(MemoryFile::open(&fd.join("12")).is_err());
     }

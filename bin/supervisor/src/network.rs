@@ -36,6 +36,93 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// Why a step of the Network Sidecar failed. The start fails closed on
+/// any of them; [`NetworkError::Step`] names the step.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// `stage` of the holder's set-up failed.
+    #[error("network: {stage}: {source}")]
+    Step {
+        stage: &'static str,
+        source: Box<NetworkError>,
+    },
+    /// A pipe (for readiness, or slirp's exit) could not be made.
+    #[error("{0}")]
+    Pipe(rustix::io::Errno),
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("{program} has no stdout pipe")]
+    NoStdout { program: String },
+    /// Waiting for `what` to say it is ready failed.
+    #[error("{what}: {source}")]
+    Poll {
+        what: &'static str,
+        source: nix::errno::Errno,
+    },
+    /// `status` is how it ended once killed, empty when unknown.
+    #[error("{what} did not become ready within {} s ({status}); see its messages in helpers.log in the Domain Root (`lazaret logs --helpers`)", SLIRP_READY.as_secs())]
+    NotReady { what: &'static str, status: String },
+    /// slirp A's process could not be tracked by a pidfd.
+    #[error("{0}")]
+    Pidfd(lazaret_helpers::pidfd::PidfdError),
+    #[error("network: host addresses: cannot open a netlink socket: {0}")]
+    NetlinkSocket(rustix::io::Errno),
+    #[error("network: host addresses: cannot subscribe to the host's address changes: {0}")]
+    NetlinkSubscribe(rustix::io::Errno),
+    #[error("fork: {0}")]
+    Fork(nix::errno::Errno),
+    #[error("the keeper could not create a network namespace (unshare CLONE_NEWNET)")]
+    Keeper,
+    #[error("cannot open {path}: {source}")]
+    OpenNetns {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("slirp4netns A did not configure the enforcement namespace")]
+    NoUplink,
+    #[error("the helper's report has no attestation")]
+    NoAttestation,
+    #[error(
+        "the Network Sidecar attested another network attachment ({attested:?}), not {expected:?}"
+    )]
+    OtherAttachment { attested: String, expected: String },
+    #[error("cannot bind {} over /etc/resolv.conf in the holder's mount namespace: {source}", path.display())]
+    BindResolvConf {
+        path: std::path::PathBuf,
+        source: nix::errno::Errno,
+    },
+    #[error("cannot open {}: {source}", path.display())]
+    OpenLog {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// The sealed policy's memfd.
+    #[error("{0}")]
+    Memfd(memfd::MemfdError),
+    /// The sandbox network namespace could not be handed to the helper.
+    #[error("{0}")]
+    Netns(std::io::Error),
+    #[error("cannot run {}: {source}", helper.display())]
+    RunHelper {
+        helper: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// `lazaret-netpolicy` failed: its failing stage (`None` when it is
+    /// the mode it ran) and message.
+    #[error("{}{message}", stage.as_ref().map(|s| format!("{s}: ")).unwrap_or_default())]
+    Helper {
+        stage: Option<String>,
+        message: String,
+    },
+    #[error(transparent)]
+    Ports(#[from] crate::ports::PortsError),
+    #[error("network: runsc workaround: cannot mount a tmpfs over /proc/sys/net: {0}")]
+    HideProcSysNet(nix::errno::Errno),
+}
+
 /// The slirp link's MTU, as the policy's `Link` says.
 const MTU: &str = "--mtu=65520";
 /// How long a slirp4netns (or the DNS filter) may take to report ready.
@@ -77,7 +164,7 @@ fn slirp_command(net: &SandboxNetwork, role: &str) -> Command {
 /// Waits until `r` delivers one byte (slirp4netns' `--ready-fd`, the first
 /// of the DNS filter's and the watch's
 /// [`lazaret_protocol::readiness::READY_LINE`]).
-fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
+fn wait_ready(r: OwnedFd, what: &'static str, child: &mut Child) -> Result<(), NetworkError> {
     let f = std::fs::File::from(r);
     let mut pfd = [nix::poll::PollFd::new(
         f.as_fd(),
@@ -85,17 +172,14 @@ fn wait_ready(r: OwnedFd, what: &str, child: &mut Child) -> Result<(), String> {
     )];
     let ms = SLIRP_READY.as_millis() as u16;
     let n = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(ms))
-        .map_err(|e| format!("{what}: {e}"))?;
+        .map_err(|source| NetworkError::Poll { what, source })?;
     let mut b = [0u8; 1];
     if n == 1 && (&f).read(&mut b).map(|k| k == 1).unwrap_or(false) {
         return Ok(());
     }
     let _ = child.kill();
     let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-    Err(format!(
-        "{what} did not become ready within {} s ({status}); see its messages in helpers.log in the Domain Root (`lazaret logs --helpers`)",
-        SLIRP_READY.as_secs()
-    ))
+    Err(NetworkError::NotReady { what, status })
 }
 
 /// slirp4netns A, started by the supervisor from the host's network
@@ -107,11 +191,9 @@ pub struct Uplink {
 }
 
 impl Uplink {
-    pub fn start(net: &SandboxNetwork, holder_pid: i32) -> Result<Uplink, String> {
-        let (ready_r, ready_w) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-        let (exit_r, exit_w) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    pub fn start(net: &SandboxNetwork, holder_pid: i32) -> Result<Uplink, NetworkError> {
+        let (ready_r, ready_w) = pipe()?;
+        let (exit_r, exit_w) = pipe()?;
         let mut cmd = slirp_command(net, "uplink");
         cmd.arg(format!("--exit-fd={}", fdno::slirp4netns::EXIT))
             .arg(holder_pid.to_string())
@@ -125,13 +207,11 @@ impl Uplink {
                 (exit_r, fdno::slirp4netns::EXIT),
             ],
         );
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+        let mut child = spawn_slirp(&mut cmd, net)?;
         drop(cmd);
         wait_ready(ready_r, "slirp4netns A (the uplink)", &mut child)?;
         Ok(Uplink {
-            child: Tracked::new(child).map_err(|e| e.to_string())?,
+            child: Tracked::new(child).map_err(NetworkError::Pidfd)?,
             exit_w: Some(exit_w),
         })
     }
@@ -167,7 +247,7 @@ const RTMGRP_IPV4_IFADDR: u32 = 0x10;
 /// kernel checks changes against this namespace, where the watch holds no
 /// capability). Subscribed before the watch dumps the addresses, so no
 /// address added in between is missed.
-pub fn host_address_socket() -> Result<OwnedFd, String> {
+pub fn host_address_socket() -> Result<OwnedFd, NetworkError> {
     use rustix::net::{netlink::SocketAddrNetlink, AddressFamily, SocketFlags, SocketType};
     let fd = rustix::net::socket_with(
         AddressFamily::NETLINK,
@@ -175,10 +255,9 @@ pub fn host_address_socket() -> Result<OwnedFd, String> {
         SocketFlags::CLOEXEC,
         None,
     )
-    .map_err(|e| format!("network: host addresses: cannot open a netlink socket: {e}"))?;
-    rustix::net::bind(&fd, &SocketAddrNetlink::new(0, RTMGRP_IPV4_IFADDR)).map_err(|e| {
-        format!("network: host addresses: cannot subscribe to the host's address changes: {e}")
-    })?;
+    .map_err(NetworkError::NetlinkSocket)?;
+    rustix::net::bind(&fd, &SocketAddrNetlink::new(0, RTMGRP_IPV4_IFADDR))
+        .map_err(NetworkError::NetlinkSubscribe)?;
     Ok(fd)
 }
 
@@ -194,9 +273,25 @@ pub struct HolderNet {
     pub dns_filter: Option<Child>,
 }
 
-/// Fails closed: the message names the step.
-fn step(stage: &str) -> impl Fn(String) -> String + '_ {
-    move |e| format!("network: {stage}: {e}")
+/// Fails closed: the error names the step.
+fn step<E: Into<NetworkError>>(stage: &'static str) -> impl Fn(E) -> NetworkError {
+    move |e| NetworkError::Step {
+        stage,
+        source: Box::new(e.into()),
+    }
+}
+
+/// A close-on-exec pipe.
+fn pipe() -> Result<(OwnedFd, OwnedFd), NetworkError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(NetworkError::Pipe)
+}
+
+/// Spawns one of the slirp4netns.
+fn spawn_slirp(cmd: &mut Command, net: &SandboxNetwork) -> Result<Child, NetworkError> {
+    cmd.spawn().map_err(|source| NetworkError::Spawn {
+        program: net.slirp4netns.display().to_string(),
+        source,
+    })
 }
 
 /// In the holder (PID 1 of the Domain's PID namespace, root of U, in N1),
@@ -209,11 +304,14 @@ pub fn setup_in_holder(
     uplink_r: RawFd,
     host_netlink: OwnedFd,
     host_ports: Vec<std::net::TcpListener>,
-) -> Result<HolderNet, String> {
+) -> Result<HolderNet, NetworkError> {
     let keeper = fork_keeper().map_err(step("sandbox namespace"))?;
     let netns_path = format!("/proc/{keeper}/ns/net");
     let netns = std::fs::File::open(&netns_path)
-        .map_err(|e| format!("cannot open {netns_path}: {e}"))
+        .map_err(|source| NetworkError::OpenNetns {
+            path: netns_path.clone(),
+            source,
+        })
         .map_err(step("sandbox namespace"))?;
 
     wait_uplink(uplink_r)?;
@@ -252,15 +350,13 @@ pub fn setup_in_holder(
 
 /// Waits for slirp4netns A to have configured N1's tap0: one byte on
 /// `uplink_r`, which this function takes over and closes.
-fn wait_uplink(uplink_r: RawFd) -> Result<(), String> {
+fn wait_uplink(uplink_r: RawFd) -> Result<(), NetworkError> {
     // SAFETY: uplink_r is the read end of the supervisor's pipe, inherited
     // by the clone; this function takes it over.
     let mut uplink = unsafe { std::fs::File::from_raw_fd(uplink_r) };
     let mut b = [0u8; 1];
     if !matches!(uplink.read(&mut b), Ok(1)) {
-        return Err(step("uplink")(
-            "slirp4netns A did not configure the enforcement namespace".into(),
-        ));
+        return Err(step("uplink")(NetworkError::NoUplink));
     }
     drop(uplink);
     Ok(())
@@ -269,11 +365,11 @@ fn wait_uplink(uplink_r: RawFd) -> Result<(), String> {
 /// Installs the policy in the enforcement namespace (`lazaret-netpolicy
 /// install`), checks that its attestation names this generation's network
 /// attachment, and returns the installed policy's fingerprint.
-fn install_policy(net: &SandboxNetwork, netns: &std::fs::File) -> Result<String, String> {
+fn install_policy(net: &SandboxNetwork, netns: &std::fs::File) -> Result<String, NetworkError> {
     let install = run_helper(net, netns, "install", &[]).map_err(step("install"))?;
     let attestation = install
         .attestation
-        .ok_or_else(|| step("install")("the helper's report has no attestation".into()))?;
+        .ok_or_else(|| step("install")(NetworkError::NoAttestation))?;
     check_attachment(&attestation.binding, &net.attachment).map_err(step("install"))?;
     Ok(attestation.fingerprint)
 }
@@ -281,7 +377,7 @@ fn install_policy(net: &SandboxNetwork, netns: &std::fs::File) -> Result<String,
 /// Starts the filtering resolver where the profile has `allow_hosts`, then
 /// binds the resolver configuration slirp B's DNS forwarder must read over
 /// this mount namespace's `/etc/resolv.conf`.
-fn start_resolver(net: &SandboxNetwork) -> Result<Option<Child>, String> {
+fn start_resolver(net: &SandboxNetwork) -> Result<Option<Child>, NetworkError> {
     let sidecar_resolv = net
         .dns_filter
         .as_ref()
@@ -301,11 +397,9 @@ fn start_resolver(net: &SandboxNetwork) -> Result<Option<Child>, String> {
         nix::mount::MsFlags::MS_BIND,
         None::<&str>,
     )
-    .map_err(|e| {
-        format!(
-            "cannot bind {} over /etc/resolv.conf in the holder's mount namespace: {e}",
-            sidecar_resolv.display()
-        )
+    .map_err(|source| NetworkError::BindResolvConf {
+        path: sidecar_resolv.clone(),
+        source,
     })
     .map_err(step("resolver"))?;
     Ok(dns_filter)
@@ -313,7 +407,7 @@ fn start_resolver(net: &SandboxNetwork) -> Result<Option<Child>, String> {
 
 /// Opens a helper's log in the Domain Root for appending (the helpers
 /// hold no file access of their own).
-fn open_log(path: &Path) -> Result<OwnedFd, String> {
+fn open_log(path: &Path) -> Result<OwnedFd, NetworkError> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .append(true)
@@ -322,7 +416,10 @@ fn open_log(path: &Path) -> Result<OwnedFd, String> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map(OwnedFd::from)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+        .map_err(|source| NetworkError::OpenLog {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// A helper of N1 that holds the sealed policy (`lazaret-netpolicy
@@ -336,8 +433,8 @@ fn policy_helper(
     name: &str,
     args: &[&str],
     log: &Path,
-) -> Result<(Command, OwnedFd, OwnedFd), String> {
-    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
+) -> Result<(Command, OwnedFd, OwnedFd), NetworkError> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(NetworkError::Memfd)?;
     let log = open_log(log)?;
     let mut cmd = Command::new(binary);
     cmd.arg0(format!("{name}:lazaret-domain={}", net.domain_id))
@@ -352,7 +449,7 @@ fn policy_helper(
 /// netlink socket and its log ([`fdno::netpolicy_watch`]); it prints
 /// [`lazaret_protocol::readiness::READY_LINE`] once the host's addresses
 /// are denied and it is confined.
-fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, String> {
+fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command, NetworkError> {
     let (mut cmd, policy, log) = policy_helper(
         net,
         &net.helper,
@@ -374,19 +471,20 @@ fn watch_command(net: &SandboxNetwork, host_netlink: OwnedFd) -> Result<Command,
 
 /// Spawns a helper that prints a line on stdout once it is ready (and
 /// confined); returns it and that stdout, for [`wait_ready`].
-fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
+fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), NetworkError> {
     cmd.stdout(Stdio::piped());
-    let what = cmd.get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(source) => return Err(NetworkError::Spawn { program, source }),
+    };
     drop(cmd);
     match child.stdout.take() {
         Some(stdout) => Ok((child, OwnedFd::from(stdout))),
         None => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(format!("{what} has no stdout pipe"))
+            Err(NetworkError::NoStdout { program })
         }
     }
 }
@@ -395,7 +493,7 @@ fn spawn_with_ready_line(mut cmd: Command) -> Result<(Child, OwnedFd), String> {
 /// ([`fdno::dns_filter`]); returns once it printed
 /// [`lazaret_protocol::readiness::READY_LINE`] (it listens and is
 /// confined).
-fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, String> {
+fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child, NetworkError> {
     let (mut cmd, policy, log) =
         policy_helper(net, &plan.binary, "lazaret-dns-filter", &[], &plan.log)?;
     hand_over(
@@ -415,7 +513,7 @@ fn start_dns_filter(net: &SandboxNetwork, plan: &DnsFilterPlan) -> Result<Child,
 /// network namespace: `RunscInfo::needs_proc_sys_net_hack`): hides
 /// `/proc/sys/net` in the holder's mount namespace, after the helper no
 /// longer needs it.
-pub fn hide_proc_sys_net() -> Result<(), String> {
+pub fn hide_proc_sys_net() -> Result<(), NetworkError> {
     use nix::mount::MsFlags;
     nix::mount::mount(
         Some("lazaret-hide"),
@@ -424,18 +522,17 @@ pub fn hide_proc_sys_net() -> Result<(), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some("size=4k,mode=555"),
     )
-    .map_err(|e| format!("network: runsc workaround: cannot mount a tmpfs over /proc/sys/net: {e}"))
+    .map_err(NetworkError::HideProcSysNet)
 }
 
 /// Forks the keeper K: it leaves for a new network namespace (N2, owned
 /// by U because K is in U) and waits to be killed with the holder.
-fn fork_keeper() -> Result<i32, String> {
-    let (r, w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+fn fork_keeper() -> Result<i32, NetworkError> {
+    let (r, w) = pipe()?;
     let w_raw = w.as_raw_fd();
     // SAFETY: the holder is single-threaded here (no thread was started
     // yet); the child makes only async-signal-safe calls and never returns.
-    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+    match unsafe { nix::unistd::fork() }.map_err(NetworkError::Fork)? {
         nix::unistd::ForkResult::Child => {
             // SAFETY: raw libc calls only; the child exits with _exit.
             unsafe {
@@ -457,7 +554,7 @@ fn fork_keeper() -> Result<i32, String> {
                 Ok(child.as_raw())
             } else {
                 let _ = nix::sys::wait::waitpid(child, None);
-                Err("the keeper could not create a network namespace (unshare CLONE_NEWNET)".into())
+                Err(NetworkError::Keeper)
             }
         }
     }
@@ -465,9 +562,8 @@ fn fork_keeper() -> Result<i32, String> {
 
 /// slirp4netns B: in U, N1 and the holder's mount namespace (so its
 /// sockets obey N1's routes), serving N2's tap0.
-fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String> {
-    let (ready_r, ready_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, NetworkError> {
+    let (ready_r, ready_w) = pipe()?;
     let mut cmd = slirp_command(net, "sandbox");
     cmd.args(["--netns-type=path", netns_path]);
     if !net.ports.is_empty() {
@@ -479,9 +575,7 @@ fn start_slirp_b(net: &SandboxNetwork, netns_path: &str) -> Result<Child, String
     }
     cmd.arg("tap0").stdin(Stdio::null()).stdout(Stdio::null());
     hand_over(&mut cmd, vec![(ready_w, fdno::slirp4netns::READY)]);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", net.slirp4netns.display()))?;
+    let mut child = spawn_slirp(&mut cmd, net)?;
     drop(cmd);
     wait_ready(ready_r, "slirp4netns B", &mut child)?;
     lazaret_helpers::fault::point("holder:slirp4netns-b-ready");
@@ -496,9 +590,9 @@ fn run_helper(
     netns: &std::fs::File,
     mode: &str,
     extra: &[&str],
-) -> Result<NetReport, String> {
-    let policy = memfd::sealed("network-policy", &net.policy).map_err(|e| e.to_string())?;
-    let netns = OwnedFd::from(netns.try_clone().map_err(|e| e.to_string())?);
+) -> Result<NetReport, NetworkError> {
+    let policy = memfd::sealed("network-policy", &net.policy).map_err(NetworkError::Memfd)?;
+    let netns = OwnedFd::from(netns.try_clone().map_err(NetworkError::Netns)?);
     let mut cmd = Command::new(&net.helper);
     cmd.arg(mode)
         .args(["--digest", &net.digest])
@@ -513,9 +607,10 @@ fn run_helper(
             (netns, fdno::netpolicy::SANDBOX_NETNS),
         ],
     );
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", net.helper.display()))?;
+    let out = cmd.output().map_err(|source| NetworkError::RunHelper {
+        helper: net.helper.clone(),
+        source,
+    })?;
     drop(cmd);
     let report = evidence_file(&net.evidence_dir, mode);
     let _ = std::fs::File::create(&report).and_then(|mut f| f.write_all(&out.stdout));
@@ -530,21 +625,22 @@ fn run_helper(
         None => (None, None),
     };
     let stage = stage.unwrap_or_else(|| "helper".into());
-    let msg = msg.unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
-    if stage == mode {
-        Err(msg)
-    } else {
-        Err(format!("{stage}: {msg}"))
-    }
+    let message =
+        msg.unwrap_or_else(|| format!("lazaret-netpolicy {mode} exited with {}", out.status));
+    Err(NetworkError::Helper {
+        stage: (stage != mode).then_some(stage),
+        message,
+    })
 }
 
 /// The Network Sidecar must attest the attachment of this generation:
 /// (Domain ID, Network Sidecar ID, Agent Sandbox ID), exactly.
-fn check_attachment(attested: &str, expected: &str) -> Result<(), String> {
+fn check_attachment(attested: &str, expected: &str) -> Result<(), NetworkError> {
     if attested != expected {
-        return Err(format!(
-            "the Network Sidecar attested another network attachment ({attested:?}), not {expected:?}"
-        ));
+        return Err(NetworkError::OtherAttachment {
+            attested: attested.to_string(),
+            expected: expected.to_string(),
+        });
     }
     Ok(())
 }
@@ -556,7 +652,29 @@ pub fn evidence_file(dir: &Path, mode: &str) -> std::path::PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::check_attachment;
+    use super::{check_attachment, step, NetworkError};
+
+    /// The messages are the text the start reported before its errors
+    /// were types: the step first, a helper's stage when it is not the
+    /// mode it ran.
+    #[test]
+    fn messages_name_the_step_and_the_helpers_stage() {
+        let e = step("install")(NetworkError::Helper {
+            stage: Some("routes".into()),
+            message: "no route".into(),
+        });
+        assert_eq!(e.to_string(), "network: install: routes: no route");
+        let e = step("probe")(NetworkError::Helper {
+            stage: None,
+            message: "denied is not refused".into(),
+        });
+        assert_eq!(e.to_string(), "network: probe: denied is not refused");
+        let e = step("uplink")(NetworkError::NoUplink);
+        assert_eq!(
+            e.to_string(),
+            "network: uplink: slirp4netns A did not configure the enforcement namespace"
+        );
+    }
     use lazaret_protocol::trust::{network_attachment, GenerationId};
 
     #[test]
@@ -585,7 +703,7 @@ mod tests {
                 "sandbox-1",
             ),
         ] {
-            let e = check_attachment(&other, &ours).unwrap_err();
+            let e = check_attachment(&other, &ours).unwrap_err().to_string();
             assert!(e.contains("another network attachment"), "{e}");
         }
     }

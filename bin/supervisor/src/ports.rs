@@ -60,21 +60,55 @@ pub const API_SOCKET: &str = "slirp-b.sock";
 /// The most connections relayed at once, over all ports.
 const MAX_CONNECTIONS: usize = 256;
 
+/// Why a port was not published.
+#[derive(Debug, thiserror::Error)]
+pub enum PortsError {
+    #[error("cannot publish port {port}: host port {}:{} cannot be bound ({}); choose another host port with -p HOST_PORT:{}", port.host_addr, port.host_port, why_unbound(source), port.sandbox_port)]
+    Bind {
+        port: PublishedPort,
+        source: std::io::Error,
+    },
+    #[error("cannot open {}: {source}", dir.display())]
+    ApiDir {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("slirp4netns B's API socket does not answer")]
+    ApiSilent,
+    #[error("slirp4netns B's API socket: {0}")]
+    Api(std::io::Error),
+    /// slirp4netns' own description, shown safely.
+    #[error(
+        "slirp4netns B refused the forward of sandbox port {sandbox_port}: {}",
+        lazaret_protocol::display::message(desc)
+    )]
+    Refused { sandbox_port: u16, desc: String },
+    #[error("slirp4netns B's API socket gave an answer that is not one")]
+    BadAnswer,
+    #[error("no forward for a published port")]
+    NoForward,
+    #[error("cannot start the relay of port {port}: {source}")]
+    Relay {
+        port: PublishedPort,
+        source: std::io::Error,
+    },
+}
+
+/// Why a host port cannot be bound, in the words [`PortsError::Bind`] uses.
+fn why_unbound(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => "it is in use on the host".to_string(),
+        _ => e.to_string(),
+    }
+}
+
 /// The host sides, bound in the host's network namespace (the caller's).
-pub fn bind_host(ports: &[PublishedPort]) -> Result<Vec<TcpListener>, String> {
+pub fn bind_host(ports: &[PublishedPort]) -> Result<Vec<TcpListener>, PortsError> {
     ports
         .iter()
-        .map(|p| {
-            TcpListener::bind(SocketAddrV4::new(p.host_addr, p.host_port)).map_err(|e| {
-                let why = match e.kind() {
-                    std::io::ErrorKind::AddrInUse => "it is in use on the host".to_string(),
-                    _ => e.to_string(),
-                };
-                format!(
-                    "cannot publish port {p}: host port {}:{} cannot be bound ({why}); choose another host port with -p HOST_PORT:{}",
-                    p.host_addr, p.host_port, p.sandbox_port
-                )
-            })
+        .map(|&port| {
+            TcpListener::bind(SocketAddrV4::new(port.host_addr, port.host_port))
+                .map_err(|source| PortsError::Bind { port, source })
         })
         .collect()
 }
@@ -127,9 +161,12 @@ struct ApiAnswer {
 /// per connection, ended by `shutdown(SHUT_WR)`, as slirp4netns wants.
 /// `n1_port` in N1 goes to the same port inside, `lazaret-port-relay`'s
 /// for `sandbox_port`.
-fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), String> {
-    let short = lazaret_helpers::sockpath::short(dir, API_SOCKET)
-        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), PortsError> {
+    let short =
+        lazaret_helpers::sockpath::short(dir, API_SOCKET).map_err(|source| PortsError::ApiDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     // slirp4netns binds its API socket as it starts; it is there by the
     // time it reports ready, but give it a moment rather than fail.
     let mut stream = None;
@@ -142,7 +179,7 @@ fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), String
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    let mut s = stream.ok_or("slirp4netns B's API socket does not answer")?;
+    let mut s = stream.ok_or(PortsError::ApiSilent)?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let request = serde_json::json!({
         "execute": "add_hostfwd",
@@ -155,28 +192,29 @@ fn add_hostfwd(dir: &Path, n1_port: u16, sandbox_port: u16) -> Result<(), String
     });
     s.write_all(request.to_string().as_bytes())
         .and_then(|()| s.shutdown(std::net::Shutdown::Write))
-        .map_err(|e| format!("slirp4netns B's API socket: {e}"))?;
+        .map_err(PortsError::Api)?;
     let mut answer = Vec::new();
     (&mut s)
         .take(4096)
         .read_to_end(&mut answer)
-        .map_err(|e| format!("slirp4netns B's API socket: {e}"))?;
+        .map_err(PortsError::Api)?;
     match serde_json::from_slice::<ApiAnswer>(&answer) {
         Ok(ApiAnswer { ok: Some(_), .. }) => Ok(()),
         Ok(ApiAnswer {
             error: Some(ApiError { desc }),
             ..
-        }) => Err(format!(
-            "slirp4netns B refused the forward of sandbox port {sandbox_port}: {}",
-            lazaret_protocol::display::message(&desc)
-        )),
-        _ => Err("slirp4netns B's API socket gave an answer that is not one".into()),
+        }) => Err(PortsError::Refused { sandbox_port, desc }),
+        _ => Err(PortsError::BadAnswer),
     }
 }
 
 /// In the holder, once slirp4netns B is ready: its forwards, then the API
 /// socket is removed, then the relay starts on the host sockets.
-pub fn publish(dir: &Path, ports: &[PublishedPort], host: Vec<TcpListener>) -> Result<(), String> {
+pub fn publish(
+    dir: &Path,
+    ports: &[PublishedPort],
+    host: Vec<TcpListener>,
+) -> Result<(), PortsError> {
     let forwards = forwards(ports);
     let added = forwards
         .iter()
@@ -184,17 +222,17 @@ pub fn publish(dir: &Path, ports: &[PublishedPort], host: Vec<TcpListener>) -> R
     let _ = std::fs::remove_file(dir.join(API_SOCKET));
     added?;
     let active = Arc::new(AtomicUsize::new(0));
-    for (p, listener) in ports.iter().zip(host) {
+    for (&port, listener) in ports.iter().zip(host) {
         let n1 = forwards
             .iter()
-            .find(|(s, _)| *s == p.sandbox_port)
+            .find(|(s, _)| *s == port.sandbox_port)
             .map(|&(_, n1)| n1)
-            .ok_or("no forward for a published port")?;
+            .ok_or(PortsError::NoForward)?;
         let active = active.clone();
         std::thread::Builder::new()
-            .name(format!("relay-{}", p.host_port))
+            .name(format!("relay-{}", port.host_port))
             .spawn(move || accept_loop(listener, SocketAddrV4::new(N1_ADDR, n1), active))
-            .map_err(|e| format!("cannot start the relay of port {p}: {e}"))?;
+            .map_err(|source| PortsError::Relay { port, source })?;
     }
     Ok(())
 }
@@ -271,7 +309,7 @@ mod tests {
     fn a_taken_host_port_is_refused_by_name() {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = taken.local_addr().unwrap().port();
-        let e = bind_host(&[p(port, 80)]).unwrap_err();
+        let e = bind_host(&[p(port, 80)]).unwrap_err().to_string();
         assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
         assert!(e.contains("in use"), "{e}");
     }

@@ -11,9 +11,26 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 
-pub fn start(r: &RouterPlan) -> Result<Child, String> {
+/// Why a mount router did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// Its readiness pipe could not be made.
+    #[error("{0}")]
+    Pipe(rustix::io::Errno),
+    #[error("cannot start {}: {source}", binary.display())]
+    Spawn {
+        binary: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// It did not say it is ready; `answered`: it said something else or
+    /// closed its pipe, rather than nothing within 15 s.
+    #[error("the mount router did not start (see its message in helpers.log in the Domain Root: `lazaret logs --helpers`){}", if *answered { "" } else { ": no answer within 15 s" })]
+    NotReady { answered: bool },
+}
+
+pub fn start(r: &RouterPlan) -> Result<Child, RouterError> {
     let (ready_r, ready_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(RouterError::Pipe)?;
     let ready_fd = fdno::READY.to_string();
     let mut cmd = Command::new(&r.binary);
     cmd.arg("--workspace")
@@ -61,9 +78,10 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
         &mut cmd,
         lazaret_helpers::child::ChildSignals::UNBLOCK_ALL,
     );
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", r.binary.display()))?;
+    let mut child = cmd.spawn().map_err(|source| RouterError::Spawn {
+        binary: r.binary.clone(),
+        source,
+    })?;
     drop(cmd);
     let mut ready = std::fs::File::from(ready_r);
     let mut pfd = [nix::poll::PollFd::new(
@@ -80,8 +98,5 @@ pub fn start(r: &RouterPlan) -> Result<Child, String> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    Err(format!(
-        "the mount router did not start (see its message in helpers.log in the Domain Root: `lazaret logs --helpers`){}",
-        if n == 0 { ": no answer within 15 s" } else { "" }
-    ))
+    Err(RouterError::NotReady { answered: n != 0 })
 }

@@ -17,12 +17,28 @@ const SCAN_CONFINEMENT: &str = "lazaret-supervisor-scan";
 /// The most bytes of a scan summary read back from the clone.
 const MAX_SCAN_SUMMARY: u64 = 16 << 20;
 
+/// Why the clone did not scan; its message goes back to the scan in the
+/// summary's JSON.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: std::path::PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("cannot confine the scan: {0}")]
+    Confine(lazaret_seccomp::ConfineError),
+    /// Reading the upper or the lower.
+    #[error("{0}")]
+    Read(std::io::Error),
+}
+
 /// Confines the scanning clone: read beneath `upper` and `lower` only.
 fn confine_scan(
     upper: &Path,
     lower: &Path,
     filters: &[(&'static str, lazaret_seccomp::BpfProgram)],
-) -> Result<(), String> {
+) -> Result<(), ScanError> {
     use lazaret_seccomp::ruleset::Place;
     use lazaret_supervisor::confinement::{PLACE_SCAN_LOWER, PLACE_SCAN_UPPER};
     use rustix::fs::{Mode, OFlags};
@@ -34,7 +50,10 @@ fn confine_scan(
             Mode::empty(),
         )
     };
-    let up = open(upper).map_err(|e| format!("cannot open {}: {e}", upper.display()))?;
+    let up = open(upper).map_err(|source| ScanError::Open {
+        path: upper.to_path_buf(),
+        source,
+    })?;
     let low = open(lower).ok();
     let mut places = vec![Place {
         place: PLACE_SCAN_UPPER,
@@ -48,7 +67,7 @@ fn confine_scan(
     }
     lazaret_supervisor::confinement::supervisor_scan()
         .apply(&places, filters)
-        .map_err(|e| format!("cannot confine the scan: {e}"))
+        .map_err(ScanError::Confine)
 }
 
 /// `lazaret-supervisor --scan-anchor PATH UPPER LOWER`: prints the JSON
@@ -90,10 +109,13 @@ pub(crate) fn scan_anchor(args: &[String]) -> i32 {
         // SAFETY: w_raw is the pipe's write end, inherited by the clone.
         let mut out = unsafe { std::fs::File::from_raw_fd(w_raw) };
         // The names it lists are the sandbox's: confined before the first.
-        let result = confine_scan(Path::new(upper), Path::new(lower), &filters).and_then(|()| {
-            lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
-                .map_err(|e| e.to_string())
-        });
+        let result = confine_scan(Path::new(upper), Path::new(lower), &filters)
+            .and_then(|()| {
+                lazaret_state::scan::scan(path, Path::new(upper), Path::new(lower), 1000)
+                    .map_err(ScanError::Read)
+            })
+            // The summary's JSON carries the message.
+            .map_err(|e| e.to_string());
         let _ = serde_json::to_writer(&mut out, &result);
         0
     });

@@ -3,9 +3,10 @@
 //! requests on the control channel until it is asked to stop or the
 //! sandbox ends.
 
+use crate::failure::Failure;
 use crate::holder::holder_main;
+use crate::read_plan;
 use crate::remove_tree::remove_run_dir;
-use crate::{read_plan, Failure};
 use lazaret_helpers::channel::{Channel, ChannelError};
 use lazaret_helpers::{pidfd, userns};
 use lazaret_protocol::plan::SandboxPlan;
@@ -37,20 +38,18 @@ pub(crate) struct Supervisor {
 /// the holder's pidfd.
 pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Failure> {
     let plan = read_plan(args)?;
-    std::fs::create_dir_all(&plan.bundle_dir).map_err(|e| {
-        (
-            exit::START_FAILED,
-            format!("cannot create {}: {e}", plan.bundle_dir.display()),
-        )
+    std::fs::create_dir_all(&plan.bundle_dir).map_err(|source| Failure::Create {
+        path: plan.bundle_dir.clone(),
+        source,
     })?;
     let signals = block_signals()?;
 
     // The holder tells us over this pipe when runsc's sandbox is running.
-    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let (ready_r, ready_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Failure::Pipe)?;
     // We tell the holder over this one when slirp4netns A is up.
-    let (uplink_r, uplink_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    let (uplink_r, uplink_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Failure::Pipe)?;
     let (host_netlink, host_ports) = host_sides(&plan)?;
     let ready_w_raw = ready_w.as_raw_fd();
     let uplink_r_raw = uplink_r.as_raw_fd();
@@ -72,7 +71,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
             &host_ports,
         )
     })
-    .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    .map_err(Failure::Clone)?;
     drop(lazaret_supervisor::ports::from_raw(&host_ports));
     drop(ready_w);
     drop(uplink_r);
@@ -86,10 +85,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
         if let Some(u) = uplink {
             u.stop();
         }
-        let detail = line
-            .strip_prefix("error ")
-            .unwrap_or("the sandbox holder exited");
-        return Err((exit::START_FAILED, detail.to_string()));
+        return Err(Failure::of_holder(&line).unwrap_or(Failure::HolderExited));
     };
     let memory = open_memory(holder, memory_fd);
     if let Err(e) = channel.send(&FromSupervisor::Ready, &[holder_fd.as_fd()], MAX_RECORD) {
@@ -97,10 +93,7 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
         if let Some(u) = uplink {
             u.stop();
         }
-        return Err((
-            exit::START_FAILED,
-            format!("cannot tell the coordinator the sandbox is ready: {e}"),
-        ));
+        return Err(Failure::Ready(e));
     }
     Ok(Supervisor {
         plan,
@@ -118,13 +111,12 @@ pub(crate) fn start(args: &[String], channel: &Channel) -> Result<Supervisor, Fa
 /// exists, and unblocked again in every child before it execs.
 fn block_signals() -> Result<nix::sys::signalfd::SignalFd, Failure> {
     let term = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
-    term.thread_block()
-        .map_err(|e| (exit::START_FAILED, e.to_string()))?;
+    term.thread_block().map_err(Failure::Signals)?;
     nix::sys::signalfd::SignalFd::with_flags(
         &term,
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
     )
-    .map_err(|e| (exit::START_FAILED, format!("signalfd: {e}")))
+    .map_err(Failure::Signalfd)
 }
 
 /// What the holder takes of the host's network namespace, made here before
@@ -134,16 +126,16 @@ fn host_sides(plan: &SandboxPlan) -> Result<(Option<OwnedFd>, Vec<i32>), Failure
     // The host's address changes, subscribed here in the host's network
     // namespace before the holder exists (see `network::host_address_socket`).
     let host_netlink = match &plan.network {
-        Some(_) => Some(network::host_address_socket().map_err(|e| (exit::START_FAILED, e))?),
+        Some(_) => Some(network::host_address_socket()?),
         None => None,
     };
     // The published ports' host sides, bound here in the host's network
     // namespace, only at the addresses asked for: a taken one fails the
     // start before the holder exists. Only the holder keeps them.
     let host_ports = match &plan.network {
-        Some(n) => lazaret_supervisor::ports::into_raw(
-            lazaret_supervisor::ports::bind_host(&n.ports).map_err(|e| (exit::START_FAILED, e))?,
-        ),
+        Some(n) => {
+            lazaret_supervisor::ports::into_raw(lazaret_supervisor::ports::bind_host(&n.ports)?)
+        }
         None => Vec::new(),
     };
     Ok((host_netlink, host_ports))
@@ -187,11 +179,7 @@ fn start_uplink(
             drop(uplink_w);
             kill_holder(holder, holder_fd);
             let line = holder_line(ready);
-            let detail = line
-                .strip_prefix("error ")
-                .map(str::to_string)
-                .unwrap_or(format!("network: uplink: {e}"));
-            Err((exit::START_FAILED, detail))
+            Err(Failure::of_holder(&line).unwrap_or(Failure::Uplink(e)))
         }
     }
 }
@@ -215,6 +203,15 @@ fn open_memory(
             })
             .ok()
     })
+}
+
+/// Why the control loop cannot go on: the sandbox is stopped.
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error("poll: {0}")]
+    Poll(rustix::io::Errno),
+    #[error("cannot answer the coordinator: {0}")]
+    Answer(ChannelError),
 }
 
 /// Why the control loop ended.
@@ -267,7 +264,7 @@ impl Supervisor {
     }
 
     /// One wait for whatever happens next.
-    fn step(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+    fn step(&mut self, channel: &Channel) -> Result<Option<End>, ServeError> {
         use rustix::event::{PollFd, PollFlags};
         let watch_uplink = !self.uplink_lost && self.uplink.is_some();
         let mut pfds = vec![
@@ -285,7 +282,7 @@ impl Supervisor {
         match rustix::event::poll(&mut pfds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => return Ok(None),
-            Err(e) => return Err(format!("poll: {e}")),
+            Err(e) => return Err(ServeError::Poll(e)),
         }
         let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
         drop(pfds);
@@ -316,7 +313,7 @@ impl Supervisor {
     }
 
     /// One record from the coordinator.
-    fn handle(&mut self, channel: &Channel) -> Result<Option<End>, String> {
+    fn handle(&mut self, channel: &Channel) -> Result<Option<End>, ServeError> {
         let (msg, fds) =
             match channel.recv_checked::<ToSupervisor>(MAX_RECORD, ToSupervisor::fd_count) {
                 Ok(m) => m,
@@ -349,7 +346,7 @@ impl Supervisor {
                             MAX_RECORD,
                         );
                         self.bridges.push(b);
-                        sent.map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                        sent.map_err(ServeError::Answer)?;
                     }
                     Err(e) => {
                         lazaret_protocol::log_line!(
@@ -365,7 +362,7 @@ impl Supervisor {
                                 &[],
                                 MAX_RECORD,
                             )
-                            .map_err(|e| format!("cannot answer the coordinator: {e}"))?;
+                            .map_err(ServeError::Answer)?;
                     }
                 }
                 Ok(None)

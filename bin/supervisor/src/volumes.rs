@@ -11,31 +11,56 @@
 
 use lazaret_protocol::plan::SandboxPlan;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 
 /// Starts the router of each routed volume over what [`pin`] bound for it,
 /// and makes the router's mount point the volume's source; returns the
 /// routers (the holder's children, watched like the workspace's). A
 /// volume that turned out to be a single file is left bound directly: a
 /// file holds no repository.
-pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, String> {
+/// Why the volumes could not be pinned or routed.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("the plan routes mount {mount} as a volume, which it is not")]
+    NotAVolume { mount: usize },
+    #[error("the routed volume {} was not pinned", path.display())]
+    NotPinned { path: PathBuf },
+    #[error(transparent)]
+    Router(#[from] crate::router::RouterError),
+    #[error(transparent)]
+    HostPath(#[from] lazaret_helpers::hostpath::HostPathError),
+    #[error("volume host path {}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot bind the volume {}: {source}", path.display())]
+    Bind {
+        path: PathBuf,
+        source: nix::errno::Errno,
+    },
+}
+
+pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, VolumeError> {
     use lazaret_protocol::plan::MountKind;
     let mut routers = Vec::new();
     for v in plan.volume_routers.clone() {
         let Some(MountKind::Bind { source, .. }) =
             plan.mounts.get_mut(v.mount).map(|m| &mut m.kind)
         else {
-            return Err(format!(
-                "the plan routes mount {} as a volume, which it is not",
-                v.mount
-            ));
+            return Err(VolumeError::NotAVolume { mount: v.mount });
         };
         // Only what `pin` bound: the router must never resolve the host
         // path itself.
         if !source.starts_with(plan.bundle_dir.join("volumes")) {
-            return Err(format!(
-                "the routed volume {} was not pinned",
-                source.display()
-            ));
+            return Err(VolumeError::NotPinned {
+                path: source.clone(),
+            });
         }
         if !source.is_dir() {
             continue;
@@ -55,7 +80,7 @@ pub fn route(plan: &mut SandboxPlan) -> Result<Vec<std::process::Child>, String>
 /// path (by this sandbox's earlier generation or another Domain's through
 /// a writable volume) fails the start; one planted after the check changes
 /// nothing, because the path is never resolved again.
-pub fn pin(plan: &SandboxPlan) -> Result<SandboxPlan, String> {
+pub fn pin(plan: &SandboxPlan) -> Result<SandboxPlan, VolumeError> {
     use lazaret_protocol::plan::{MountKind, MountPurpose};
     use nix::mount::{mount, MsFlags};
     let mut plan = plan.clone();
@@ -69,18 +94,25 @@ pub fn pin(plan: &SandboxPlan) -> Result<SandboxPlan, String> {
         if !matches!(m.purpose, MountPurpose::Volume | MountPurpose::SharedPath) {
             continue;
         }
-        let fd = lazaret_helpers::hostpath::open_volume(source).map_err(|e| e.to_string())?;
-        let st = rustix::fs::fstat(&fd)
-            .map_err(|e| format!("volume host path {}: {e}", source.display()))?;
+        let fd = lazaret_helpers::hostpath::open_volume(source)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| VolumeError::Stat {
+            path: source.clone(),
+            source: e,
+        })?;
         let target = staging.join(i.to_string());
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
+        std::fs::create_dir_all(&staging).map_err(|e| VolumeError::Create {
+            path: staging.clone(),
+            source: e,
+        })?;
         let made = if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
             std::fs::create_dir(&target)
         } else {
             std::fs::File::create(&target).map(drop)
         };
-        made.map_err(|e| format!("cannot create {}: {e}", target.display()))?;
+        made.map_err(|e| VolumeError::Create {
+            path: target.clone(),
+            source: e,
+        })?;
         // The magic link names the descriptor's object itself: the path is
         // not looked up again.
         let by_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
@@ -91,7 +123,10 @@ pub fn pin(plan: &SandboxPlan) -> Result<SandboxPlan, String> {
             MsFlags::MS_BIND | MsFlags::MS_REC,
             None::<&str>,
         )
-        .map_err(|e| format!("cannot bind the volume {}: {e}", source.display()))?;
+        .map_err(|e| VolumeError::Bind {
+            path: source.clone(),
+            source: e,
+        })?;
         *source = target;
     }
     Ok(plan)
@@ -230,7 +265,7 @@ mod tests {
             router: router(Path::new("/srv/data")),
         }];
         let e = route(&mut p).unwrap_err();
-        assert!(e.contains("was not pinned"), "{e}");
+        assert!(e.to_string().contains("was not pinned"), "{e}");
     }
 
     #[test]
@@ -244,7 +279,7 @@ mod tests {
             std::fs::create_dir_all(base.join("secret")).unwrap();
             std::fs::write(base.join("secret/f"), "secret").unwrap();
             std::fs::create_dir_all(base.join("bundle")).unwrap();
-            let pinned = pin(&plan(&base.join("bundle"), &real))?;
+            let pinned = pin(&plan(&base.join("bundle"), &real)).map_err(|e| e.to_string())?;
             let MountKind::Bind { source, .. } = &pinned.mounts[0].kind else {
                 return Err("not a bind".into());
             };
@@ -257,7 +292,7 @@ mod tests {
             }
             // The next start refuses the link, naming it.
             match pin(&plan(&base.join("bundle2"), &real)) {
-                Err(e) if e.contains("is a symbolic link") => Ok(()),
+                Err(e) if e.to_string().contains("is a symbolic link") => Ok(()),
                 other => Err(format!("a linked volume was not refused: {other:?}")),
             }
         });

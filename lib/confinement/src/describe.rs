@@ -217,38 +217,25 @@ impl Confinement {
 
     /// What seccomp does about `f`, which landlock lacks below its ABI:
     /// `Ok(why it is covered)`, or `Err(what is left uncovered)`.
-    pub fn below(&self, f: Feature) -> Result<String, String> {
+    pub fn below(&self, f: Feature) -> Result<String, Uncovered> {
         let allow = Allowed::of(self.binary, self.seccomp);
         match f {
             Feature::Refer => Ok("the kernel then refuses every rename and link across directories (EXDEV), even beneath the places whose rules allow them: stricter than the rules".into()),
             Feature::Truncate if !allow.any("truncate") && !allow.any("ftruncate") => Ok("covered by seccomp: neither truncate(2) nor ftruncate(2) is allowed (O_TRUNC needs write_file, which landlock grants beneath the places only)".into()),
             Feature::Truncate if !allow.any("truncate") => Ok("covered by seccomp: no truncate(2); ftruncate(2) and O_TRUNC need a descriptor open for writing, which landlock grants beneath the places only".into()),
-            Feature::Truncate => Err("seccomp allows truncate(2)".into()),
+            Feature::Truncate => Err(Uncovered::Truncate),
             Feature::Tcp if !allow.socket(libc::AF_INET) && !allow.socket(libc::AF_INET6) => Ok(format!("covered by seccomp: {}", allow.sockets())),
-            Feature::Tcp => Err("seccomp allows TCP sockets".into()),
+            Feature::Tcp => Err(Uncovered::Tcp),
             Feature::IoctlDev => match allow.ioctls() {
                 Some(cmds) => Ok(format!("covered by seccomp: {cmds}")),
-                None => Err("seccomp allows ioctl(2) with any command".into()),
+                None => Err(Uncovered::AnyIoctl),
             },
             Feature::Scopes => {
-                let unix = if allow.socket(libc::AF_UNIX) {
-                    Err("abstract unix sockets are not (seccomp allows AF_UNIX sockets)".to_string())
-                } else {
-                    Ok(format!("abstract unix sockets are ({})", allow.sockets()))
-                };
-                let signals: Vec<&str> = SIGNAL_CALLS.iter().copied().filter(|c| allow.any(c)).collect();
-                let sig = if signals.is_empty() {
-                    Ok("signals are (no system call that signals another process)".to_string())
-                } else {
-                    Err(format!("signals are not (seccomp allows {})", signals.join(", ")))
-                };
-                match (unix, sig) {
-                    (Ok(u), Ok(g)) => Ok(format!("covered by seccomp: {u}; {g}")),
-                    (u, g) => Err(format!(
-                        "{}; {}",
-                        u.map_or_else(|e| e, |o| format!("covered by seccomp: {o}")),
-                        g.unwrap_or_else(|e| e)
-                    )),
+                let sockets = (!allow.socket(libc::AF_UNIX)).then(|| allow.sockets());
+                let signals: Vec<&'static str> = SIGNAL_CALLS.iter().copied().filter(|c| allow.any(c)).collect();
+                match (&sockets, signals.is_empty()) {
+                    (Some(s), true) => Ok(format!("covered by seccomp: abstract unix sockets are ({s}); signals are (no system call that signals another process)")),
+                    _ => Err(Uncovered::Scopes { sockets, signals }),
                 }
             }
         }
@@ -351,6 +338,42 @@ impl Confinement {
             );
         }
         Some(s)
+    }
+}
+
+/// What seccomp leaves open of a landlock feature an older kernel lacks
+/// ([`Confinement::below`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Uncovered {
+    #[error("seccomp allows truncate(2)")]
+    Truncate,
+    #[error("seccomp allows TCP sockets")]
+    Tcp,
+    #[error("seccomp allows ioctl(2) with any command")]
+    AnyIoctl,
+    /// Landlock's scopes, of which at least one half is open: `sockets`
+    /// are the socket families seccomp allows, `None` when they include
+    /// `AF_UNIX`; `signals` the calls that signal another process it
+    /// allows.
+    #[error("{}; {}", scope_sockets(sockets), scope_signals(signals))]
+    Scopes {
+        sockets: Option<String>,
+        signals: Vec<&'static str>,
+    },
+}
+
+fn scope_sockets(sockets: &Option<String>) -> String {
+    match sockets {
+        Some(s) => format!("covered by seccomp: abstract unix sockets are ({s})"),
+        None => "abstract unix sockets are not (seccomp allows AF_UNIX sockets)".into(),
+    }
+}
+
+fn scope_signals(signals: &[&str]) -> String {
+    if signals.is_empty() {
+        "signals are (no system call that signals another process)".into()
+    } else {
+        format!("signals are not (seccomp allows {})", signals.join(", "))
     }
 }
 
@@ -578,5 +601,24 @@ fn print_seccomp(s: &mut String, binary: &str, p: PolicySource) {
                 let _ = writeln!(s, "    {} if {}", r.syscall, conds.join(" and "));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Uncovered;
+
+    #[test]
+    fn open_scopes_name_each_half() {
+        let e = Uncovered::Scopes {
+            sockets: None,
+            signals: vec![],
+        };
+        assert_eq!(e.to_string(), "abstract unix sockets are not (seccomp allows AF_UNIX sockets); signals are (no system call that signals another process)");
+        let e = Uncovered::Scopes {
+            sockets: Some("AF_INET".into()),
+            signals: vec!["kill", "tgkill"],
+        };
+        assert_eq!(e.to_string(), "covered by seccomp: abstract unix sockets are (AF_INET); signals are not (seccomp allows kill, tgkill)");
     }
 }

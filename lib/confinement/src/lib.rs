@@ -28,7 +28,7 @@ pub mod ruleset;
 pub mod suite;
 pub mod table;
 
-pub use describe::{Capabilities, Confinement, PolicySource, Status};
+pub use describe::{Capabilities, Confinement, PolicySource, Status, Uncovered};
 /// The landlock types the binaries' `confinement.rs` name.
 pub use landlock;
 pub use seccompiler::BpfProgram;

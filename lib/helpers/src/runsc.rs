@@ -75,8 +75,11 @@ const MAX_OUTPUT: u64 = 1 << 20;
 pub enum RunscError {
     #[error("runsc not found on PATH: install it with `sudo apt-get install runsc`, or set runtime.runsc in the config")]
     NotFound,
-    #[error("runsc {path} (runtime.runsc in the config) is not an executable file: {detail}; point runtime.runsc at the runsc binary, or remove it to search PATH")]
-    NotExecutable { path: PathBuf, detail: String },
+    #[error("runsc {path} (runtime.runsc in the config) is not an executable file: {reason}; point runtime.runsc at the runsc binary, or remove it to search PATH")]
+    NotExecutable {
+        path: PathBuf,
+        reason: NotExecutable,
+    },
     #[error("cannot run `{path} {args}`: {source}; check that {path} is a working runsc binary")]
     Spawn {
         path: PathBuf,
@@ -391,15 +394,30 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| is_executable(p).is_ok())
 }
 
-fn is_executable(p: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(p).map_err(|e| e.to_string())?;
+/// Why a path is no runsc to run.
+#[derive(Debug, thiserror::Error)]
+pub enum NotExecutable {
+    #[error("not found on PATH")]
+    NotOnPath,
+    #[error("{0}")]
+    Metadata(std::io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("no execute permission")]
+    NoExecutePermission,
+    #[error("{0}")]
+    Access(rustix::io::Errno),
+}
+
+fn is_executable(p: &Path) -> Result<(), NotExecutable> {
+    let meta = std::fs::metadata(p).map_err(NotExecutable::Metadata)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(NotExecutable::NotAFile);
     }
     if meta.permissions().mode() & 0o111 == 0 {
-        return Err("no execute permission".into());
+        return Err(NotExecutable::NoExecutePermission);
     }
-    rustix::fs::access(p, rustix::fs::Access::EXEC_OK).map_err(|e| e.to_string())
+    rustix::fs::access(p, rustix::fs::Access::EXEC_OK).map_err(NotExecutable::Access)
 }
 
 /// What the probes found: the outputs of `runsc --version`, `runsc flags`
@@ -528,13 +546,13 @@ fn resolve(path: Option<&Path>) -> Result<PathBuf, RunscError> {
         if let Some(name) = p.to_str() {
             return find_on_path(name).ok_or_else(|| RunscError::NotExecutable {
                 path: p.to_path_buf(),
-                detail: "not found on PATH".into(),
+                reason: NotExecutable::NotOnPath,
             });
         }
     }
-    is_executable(p).map_err(|detail| RunscError::NotExecutable {
+    is_executable(p).map_err(|reason| RunscError::NotExecutable {
         path: p.to_path_buf(),
-        detail,
+        reason,
     })?;
     Ok(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
 }

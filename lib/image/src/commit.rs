@@ -76,6 +76,73 @@ pub struct CommitReport {
     pub skipped: Vec<String>,
 }
 
+/// Why the new tree could not be built. The build runs in a child in the
+/// user namespace, which hands the message back to be reported as
+/// [`ImageError::BadImage`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BuildError {
+    /// A call on `path` (as the messages show it) failed.
+    #[error("cannot {what} {path}: {source}")]
+    Fs {
+        what: &'static str,
+        path: String,
+        source: Errno,
+    },
+    #[error("{path}: {source}")]
+    LookAt { path: String, source: Errno },
+    #[error("cannot remove {name:?}: {source}")]
+    Remove {
+        name: OsString,
+        source: std::io::Error,
+    },
+    #[error("cannot set the {what} of {name:?}: {source}")]
+    Meta {
+        what: &'static str,
+        name: OsString,
+        source: Errno,
+    },
+    #[error("cannot copy {path}: {source}")]
+    Copy {
+        path: String,
+        source: crate::sparse::CopyError<OverBudget>,
+    },
+    #[error("{path} vanished")]
+    Vanished { path: String },
+    #[error(transparent)]
+    OverBudget(#[from] OverBudget),
+    /// `what` (the staging directory, the base) is `/` or ends in `..`.
+    #[error("{what} has no parent")]
+    NoParent { what: &'static str },
+    #[error("{what} has no name")]
+    NoName { what: &'static str },
+    #[error("the base and the new tree must both be named rootfs")]
+    NotRootfs,
+    #[error("{path:?} is not a normal absolute path")]
+    NotNormal { path: String },
+    /// Linking the image's own tree under the State Anchor `anchor` failed.
+    #[error("{anchor}: {source}")]
+    Nested {
+        anchor: String,
+        source: Box<BuildError>,
+    },
+}
+
+impl BuildError {
+    fn fs(what: &'static str, path: impl std::fmt::Display) -> impl FnOnce(Errno) -> Self {
+        let path = path.to_string();
+        move |source| BuildError::Fs { what, path, source }
+    }
+}
+
+/// More written than [`Limits`] allow.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OverBudget {
+    #[error("more than {max} entries: refused, nothing was published")]
+    Entries { max: u64 },
+    #[error("more than {max} bytes: refused, nothing was published")]
+    Bytes { max: u64 },
+}
+
 /// Checks a committed image's name: 1 to 64 of `a-z 0-9 . _ -`, starting
 /// with a letter or digit.
 pub fn check_name(name: &str) -> Result<(), ImageError> {
@@ -253,6 +320,7 @@ fn run_mapped_commit(
                     0
                 }
                 Err(e) => {
+                    let e = e.to_string();
                     let _ = out.write_all(format!("E {}\n", e.replace('\n', " ")).as_bytes());
                     1
                 }
@@ -296,7 +364,7 @@ fn run_mapped_commit(
 }
 
 /// Directory `rel` beneath `root`, never through a symlink.
-fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
+fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, BuildError> {
     rustix::fs::openat2(
         root,
         dot(rel),
@@ -304,7 +372,7 @@ fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
         Mode::empty(),
         NO_SYMLINKS,
     )
-    .map_err(|e| format!("cannot open {}: {e}", rel.display()))
+    .map_err(BuildError::fs("open", rel.display()))
 }
 
 fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Stat>, Errno> {
@@ -335,24 +403,31 @@ pub(crate) fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
 }
 
 /// Removes `name` in `dir`, whatever it is, never following a symlink.
-fn remove(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| format!("cannot remove {name:?}: {e}");
-    match stat_at(dir, name).map_err(|e| err(&e))? {
+fn remove(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), BuildError> {
+    let err = |e: std::io::Error| BuildError::Remove {
+        name: name.to_os_string(),
+        source: e,
+    };
+    match stat_at(dir, name).map_err(|e| err(e.into()))? {
         None => Ok(()),
         Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
             // Through the descriptor's magic link: the directory itself;
             // remove_dir_all follows no symlink inside.
             let mut p = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
             p.push(name);
-            std::fs::remove_dir_all(&p).map_err(|e| err(&e))
+            std::fs::remove_dir_all(&p).map_err(err)
         }
-        Some(_) => rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|e| err(&e)),
+        Some(_) => rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|e| err(e.into())),
     }
 }
 
 /// Owner, mode and times of `name` in `dir` from `st`.
-fn set_meta(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat, mode: u32) -> Result<(), String> {
-    let err = |what: &str, e: Errno| format!("cannot set the {what} of {name:?}: {e}");
+fn set_meta(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat, mode: u32) -> Result<(), BuildError> {
+    let err = |what: &'static str, source: Errno| BuildError::Meta {
+        what,
+        name: name.to_os_string(),
+        source,
+    };
     rustix::fs::chownat(
         dir,
         name,
@@ -388,24 +463,22 @@ struct Budget {
 }
 
 impl Budget {
-    fn entry(&mut self) -> Result<(), String> {
+    fn entry(&mut self) -> Result<(), OverBudget> {
         self.entries += 1;
         if self.entries > self.limits.max_entries {
-            return Err(format!(
-                "more than {} entries: refused, nothing was published",
-                self.limits.max_entries
-            ));
+            return Err(OverBudget::Entries {
+                max: self.limits.max_entries,
+            });
         }
         Ok(())
     }
 
-    fn bytes(&mut self, n: u64) -> Result<(), String> {
+    fn bytes(&mut self, n: u64) -> Result<(), OverBudget> {
         self.bytes += n;
         if self.bytes > self.limits.max_unpacked {
-            return Err(format!(
-                "more than {} bytes: refused, nothing was published",
-                self.limits.max_unpacked
-            ));
+            return Err(OverBudget::Bytes {
+                max: self.limits.max_unpacked,
+            });
         }
         Ok(())
     }
@@ -419,35 +492,37 @@ fn link_tree(
     dst: BorrowedFd<'_>,
     rel: &Path,
     b: &mut Budget,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     {
         let (parent, name) = split(rel);
         let sp = open_dir(src, parent)?;
         let dp = open_dir(dst, parent)?;
         let st = stat_at(sp.as_fd(), name)
-            .map_err(|e| format!("cannot look at {}: {e}", rel.display()))?
-            .ok_or_else(|| format!("{} vanished", rel.display()))?;
+            .map_err(BuildError::fs("look at", rel.display()))?
+            .ok_or_else(|| BuildError::Vanished {
+                path: rel.display().to_string(),
+            })?;
         rustix::fs::mkdirat(&dp, name, Mode::from_raw_mode(0o700))
-            .map_err(|e| format!("cannot create {}: {e}", rel.display()))?;
+            .map_err(BuildError::fs("create", rel.display()))?;
         set_meta(dp.as_fd(), name, &st, st.st_mode & 0o7777)?;
     }
     let mut stack = vec![rel.to_path_buf()];
     while let Some(d) = stack.pop() {
         let sfd = open_dir(src, &d)?;
         let dfd = open_dir(dst, &d)?;
-        for n in names(sfd.as_fd()).map_err(|e| format!("cannot list {}: {e}", d.display()))? {
+        for n in names(sfd.as_fd()).map_err(BuildError::fs("list", d.display()))? {
             b.entry()?;
             let st = stat_at(sfd.as_fd(), &n)
-                .map_err(|e| format!("cannot look at {}: {e}", d.join(&n).display()))?;
+                .map_err(BuildError::fs("look at", d.join(&n).display()))?;
             let Some(st) = st else { continue };
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
                 rustix::fs::mkdirat(&dfd, &n, Mode::from_raw_mode(0o700))
-                    .map_err(|e| format!("cannot create {}: {e}", d.join(&n).display()))?;
+                    .map_err(BuildError::fs("create", d.join(&n).display()))?;
                 set_meta(dfd.as_fd(), &n, &st, st.st_mode & 0o7777)?;
                 stack.push(d.join(&n));
             } else {
                 rustix::fs::linkat(&sfd, &n, &dfd, &n, AtFlags::empty())
-                    .map_err(|e| format!("cannot link {}: {e}", d.join(&n).display()))?;
+                    .map_err(BuildError::fs("link", d.join(&n).display()))?;
             }
         }
     }
@@ -485,7 +560,7 @@ fn apply_upper(
     anchor: &str,
     b: &mut Budget,
     report: &mut CommitReport,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     let mut stack = vec![PathBuf::new()];
     while let Some(d) = stack.pop() {
         let ufd = open_dir(upper, &d)?;
@@ -496,12 +571,10 @@ fn apply_upper(
             dst: dfd.as_fd(),
             shown: &shown,
         };
-        for n in
-            names(ufd.as_fd()).map_err(|e| format!("cannot list {}: {e}", shown(OsStr::new(""))))?
-        {
+        for n in names(ufd.as_fd()).map_err(BuildError::fs("list", shown(OsStr::new(""))))? {
             b.entry()?;
-            let Some(st) = stat_at(ufd.as_fd(), &n)
-                .map_err(|e| format!("cannot look at {}: {e}", shown(&n)))?
+            let Some(st) =
+                stat_at(ufd.as_fd(), &n).map_err(BuildError::fs("look at", shown(&n)))?
             else {
                 continue;
             };
@@ -515,15 +588,15 @@ fn apply_upper(
                 FileType::Symlink => {
                     remove(dfd.as_fd(), &n)?;
                     let target = rustix::fs::readlinkat(&ufd, &n, Vec::new())
-                        .map_err(|e| format!("cannot read the link {}: {e}", shown(&n)))?;
+                        .map_err(BuildError::fs("read the link", shown(&n)))?;
                     rustix::fs::symlinkat(target.as_c_str(), &dfd, &n)
-                        .map_err(|e| format!("cannot create the link {}: {e}", shown(&n)))?;
+                        .map_err(BuildError::fs("create the link", shown(&n)))?;
                     set_meta(dfd.as_fd(), &n, &st, 0)?;
                 }
                 FileType::Fifo => {
                     remove(dfd.as_fd(), &n)?;
                     rustix::fs::mknodat(&dfd, &n, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
-                        .map_err(|e| format!("cannot create {}: {e}", shown(&n)))?;
+                        .map_err(BuildError::fs("create", shown(&n)))?;
                     set_meta(dfd.as_fd(), &n, &st, st.st_mode & 0o777)?;
                 }
                 _ => listed(
@@ -547,7 +620,7 @@ struct UpperDir<'a> {
 impl UpperDir<'_> {
     /// An upper directory `n`: replaces what is there unless it is a
     /// directory the upper one is not opaque over.
-    fn directory(&self, n: &OsStr, st: &Stat) -> Result<(), String> {
+    fn directory(&self, n: &OsStr, st: &Stat) -> Result<(), BuildError> {
         let shown = self.shown;
         let sub = rustix::fs::openat(
             self.upper,
@@ -555,9 +628,12 @@ impl UpperDir<'_> {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("cannot open {}: {e}", shown(n)))?;
+        .map_err(BuildError::fs("open", shown(n)))?;
         let opaque = xattr(sub.as_fd(), "user.overlay.opaque").as_deref() == Some(b"y");
-        let here = stat_at(self.dst, n).map_err(|e| format!("{}: {e}", shown(n)))?;
+        let here = stat_at(self.dst, n).map_err(|source| BuildError::LookAt {
+            path: shown(n),
+            source,
+        })?;
         let is_dir =
             here.is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
         if here.is_some() && (opaque || !is_dir) {
@@ -565,7 +641,7 @@ impl UpperDir<'_> {
         }
         if !is_dir || opaque {
             rustix::fs::mkdirat(self.dst, n, Mode::from_raw_mode(0o700))
-                .map_err(|e| format!("cannot create {}: {e}", shown(n)))?;
+                .map_err(BuildError::fs("create", shown(n)))?;
         }
         set_meta(self.dst, n, st, st.st_mode & 0o7777)
     }
@@ -578,7 +654,7 @@ impl UpperDir<'_> {
         st: &Stat,
         b: &mut Budget,
         report: &mut CommitReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), BuildError> {
         let shown = self.shown;
         let from = File::from(
             rustix::fs::openat(
@@ -587,7 +663,7 @@ impl UpperDir<'_> {
                 OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )
-            .map_err(|e| format!("cannot open {}: {e}", shown(n)))?,
+            .map_err(BuildError::fs("open", shown(n)))?,
         );
         if xattr(from.as_fd(), "user.overlay.whiteout").is_some() {
             return remove(self.dst, n);
@@ -600,11 +676,15 @@ impl UpperDir<'_> {
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o600),
             )
-            .map_err(|e| format!("cannot create {}: {e}", shown(n)))?,
+            .map_err(BuildError::fs("create", shown(n)))?,
         );
         // Holes stay holes; the bound is on what is written.
-        crate::sparse::copy(&from, &to, st.st_size as u64, &mut |k| b.bytes(k))
-            .map_err(|e| format!("cannot copy {}: {e}", shown(n)))?;
+        crate::sparse::copy(&from, &to, st.st_size as u64, &mut |k| b.bytes(k)).map_err(
+            |source| BuildError::Copy {
+                path: shown(n),
+                source,
+            },
+        )?;
         let mut mode = st.st_mode & 0o7777;
         if mode & 0o6000 != 0 {
             mode &= !0o6000;
@@ -623,48 +703,58 @@ pub(crate) fn build(
     layers: &[AnchorLayer],
     limits: Limits,
     report: &mut CommitReport,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     let open = |p: &Path| {
         rustix::fs::open(
             p,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("cannot open {}: {e}", p.display()))
+        .map_err(BuildError::fs("open", p.display()))
     };
+    let staging = "the staging directory";
     let (parent, name) = (
         rootfs
             .parent()
-            .ok_or("the staging directory has no parent")?,
+            .ok_or(BuildError::NoParent { what: staging })?,
         rootfs
             .file_name()
-            .ok_or("the staging directory has no name")?,
+            .ok_or(BuildError::NoName { what: staging })?,
     );
     // `dst` is the staging directory; the tree is `rootfs` in it, the
     // base's root `.` linked as that name.
-    let src_parent = open(base.parent().ok_or("the base has no parent")?)?;
+    let src_parent = open(
+        base.parent()
+            .ok_or(BuildError::NoParent { what: "the base" })?,
+    )?;
     let dst = open(parent)?;
     let mut b = Budget {
         limits,
         entries: 0,
         bytes: 0,
     };
-    let base_name = base.file_name().ok_or("the base has no name")?;
+    let base_name = base
+        .file_name()
+        .ok_or(BuildError::NoName { what: "the base" })?;
     if base_name != name {
-        return Err("the base and the new tree must both be named rootfs".into());
+        return Err(BuildError::NotRootfs);
     }
     link_tree(src_parent.as_fd(), dst.as_fd(), Path::new(name), &mut b)?;
     let base_fd = open(base)?;
     let root = Path::new(name);
     let mut applied: Vec<PathBuf> = Vec::new();
     for l in layers {
-        let rel = relative(&l.path)
-            .ok_or_else(|| format!("{:?} is not a normal absolute path", l.path))?;
+        let rel = relative(&l.path).ok_or_else(|| BuildError::NotNormal {
+            path: l.path.clone(),
+        })?;
         let at = root.join(&rel);
         if !rel.as_os_str().is_empty() {
             let (p, n) = split(&at);
             let pfd = ensure_dirs(dst.as_fd(), p)?;
-            let here = stat_at(pfd.as_fd(), n).map_err(|e| format!("{}: {e}", l.path))?;
+            let here = stat_at(pfd.as_fd(), n).map_err(|source| BuildError::LookAt {
+                path: l.path.clone(),
+                source,
+            })?;
             let is_dir =
                 here.is_some_and(|h| FileType::from_raw_mode(h.st_mode) == FileType::Directory);
             if applied.iter().any(|a| rel.starts_with(a)) {
@@ -678,15 +768,18 @@ pub(crate) fn build(
                         &Path::new(base_name).join(&rel),
                         &mut b,
                     )
-                    .map_err(|e| format!("{}: {e}", l.path))?;
+                    .map_err(|e| BuildError::Nested {
+                        anchor: l.path.clone(),
+                        source: Box::new(e),
+                    })?;
                 } else {
                     rustix::fs::mkdirat(&pfd, n, Mode::from_raw_mode(0o755))
-                        .map_err(|e| format!("cannot create {}: {e}", l.path))?;
+                        .map_err(BuildError::fs("create", &l.path))?;
                 }
             } else if !is_dir {
                 remove(pfd.as_fd(), n)?;
                 rustix::fs::mkdirat(&pfd, n, Mode::from_raw_mode(0o755))
-                    .map_err(|e| format!("cannot create {}: {e}", l.path))?;
+                    .map_err(BuildError::fs("create", &l.path))?;
             }
         }
         let upper = open(&l.upper)?;
@@ -700,7 +793,7 @@ pub(crate) fn build(
 
 /// Directory `rel` beneath `root`, created (0755) where missing; never
 /// through a symlink.
-fn ensure_dirs(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
+fn ensure_dirs(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, BuildError> {
     let mut cur = PathBuf::new();
     for c in rel.components() {
         cur.push(c);
@@ -708,7 +801,7 @@ fn ensure_dirs(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, String> {
         let pfd = open_dir(root, p)?;
         match rustix::fs::mkdirat(&pfd, n, Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", cur.display())),
+            Err(e) => return Err(BuildError::fs("create", cur.display())(e)),
         }
     }
     open_dir(root, rel)
@@ -924,7 +1017,7 @@ mod tests {
             &mut CommitReport::default(),
         )
         .unwrap_err();
-        assert!(e.contains("more than 4096 bytes"), "{e}");
+        assert!(e.to_string().contains("more than 4096 bytes"), "{e}");
     }
 
     #[test]
@@ -950,6 +1043,6 @@ mod tests {
             &mut CommitReport::default(),
         )
         .unwrap_err();
-        assert!(e.contains("more than 100 bytes"), "{e}");
+        assert!(e.to_string().contains("more than 100 bytes"), "{e}");
     }
 }

@@ -18,16 +18,30 @@ const BLOCK: usize = 4096;
 /// How much is read at a time.
 const CHUNK: usize = 1 << 20;
 
+/// Why a copy stopped; `E` is the charge's refusal.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError<E> {
+    /// A read, seek, write or truncation failed.
+    #[error("{0}")]
+    Io(#[from] Errno),
+    /// A write wrote nothing.
+    #[error("the copy could not be written (no space?)")]
+    NoProgress,
+    /// The charge refused more bytes.
+    #[error("{0}")]
+    Refused(E),
+}
+
 /// Copies `size` bytes of `from` into `to` (empty, just created): the data
 /// regions, all-zero blocks left as holes, then `to` extended to `size`.
 /// `charge(n)` is called before `n` more bytes are written and may refuse
 /// them. Returns the bytes written.
-pub fn copy(
+pub fn copy<E>(
     from: impl AsFd,
     to: impl AsFd,
     size: u64,
-    charge: &mut dyn FnMut(u64) -> Result<(), String>,
-) -> Result<u64, String> {
+    charge: &mut dyn FnMut(u64) -> Result<(), E>,
+) -> Result<u64, CopyError<E>> {
     let (from, to) = (from.as_fd(), to.as_fd());
     let mut written = 0;
     let mut buf = vec![0u8; CHUNK];
@@ -35,7 +49,7 @@ pub fn copy(
         let mut off = start;
         while off < end {
             let want = ((end - off) as usize).min(CHUNK);
-            let n = rustix::io::pread(from, &mut buf[..want], off).map_err(|e| e.to_string())?;
+            let n = rustix::io::pread(from, &mut buf[..want], off)?;
             if n == 0 {
                 // It shrank since its size was taken: what is left is a hole.
                 break;
@@ -44,12 +58,12 @@ pub fn copy(
             off += n as u64;
         }
     }
-    rustix::fs::ftruncate(to, size).map_err(|e| e.to_string())?;
+    rustix::fs::ftruncate(to, size)?;
     Ok(written)
 }
 
 /// The `[start, end)` ranges of `fd` that hold data, below `size`.
-fn data_regions(fd: std::os::fd::BorrowedFd<'_>, size: u64) -> Result<Vec<(u64, u64)>, String> {
+fn data_regions(fd: std::os::fd::BorrowedFd<'_>, size: u64) -> Result<Vec<(u64, u64)>, Errno> {
     let mut regions = Vec::new();
     let mut off = 0;
     while off < size {
@@ -59,12 +73,9 @@ fn data_regions(fd: std::os::fd::BorrowedFd<'_>, size: u64) -> Result<Vec<(u64, 
             Err(Errno::NXIO) => break,
             // No SEEK_DATA here: all of it may be data.
             Err(Errno::INVAL | Errno::OPNOTSUPP) if off == 0 => return Ok(vec![(0, size)]),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         };
-        let end = match rustix::fs::seek(fd, SeekFrom::Hole(start)) {
-            Ok(p) => p.min(size),
-            Err(e) => return Err(e.to_string()),
-        };
+        let end = rustix::fs::seek(fd, SeekFrom::Hole(start))?.min(size);
         if end <= start {
             break;
         }
@@ -76,12 +87,12 @@ fn data_regions(fd: std::os::fd::BorrowedFd<'_>, size: u64) -> Result<Vec<(u64, 
 
 /// Writes the blocks of `buf` (at `off` in the file) that are not all
 /// zero, each run of them in one write; the bytes written.
-fn write_nonzero(
+fn write_nonzero<E>(
     to: std::os::fd::BorrowedFd<'_>,
     buf: &[u8],
     off: u64,
-    charge: &mut dyn FnMut(u64) -> Result<(), String>,
-) -> Result<u64, String> {
+    charge: &mut dyn FnMut(u64) -> Result<(), E>,
+) -> Result<u64, CopyError<E>> {
     let mut written = 0;
     let mut i = 0;
     while i < buf.len() {
@@ -100,7 +111,7 @@ fn write_nonzero(
         while j < buf.len() && !zero(j, block_end(j)) {
             j = block_end(j);
         }
-        charge((j - i) as u64)?;
+        charge((j - i) as u64).map_err(CopyError::Refused)?;
         write_all_at(to, &buf[i..j], off + i as u64)?;
         written += (j - i) as u64;
         i = j;
@@ -108,15 +119,15 @@ fn write_nonzero(
     Ok(written)
 }
 
-fn write_all_at(
+fn write_all_at<E>(
     to: std::os::fd::BorrowedFd<'_>,
     mut buf: &[u8],
     mut off: u64,
-) -> Result<(), String> {
+) -> Result<(), CopyError<E>> {
     while !buf.is_empty() {
-        let n = rustix::io::pwrite(to, buf, off).map_err(|e| e.to_string())?;
+        let n = rustix::io::pwrite(to, buf, off)?;
         if n == 0 {
-            return Err("the copy could not be written (no space?)".into());
+            return Err(CopyError::NoProgress);
         }
         buf = &buf[n..];
         off += n as u64;
@@ -130,7 +141,10 @@ mod tests {
     use std::io::{Seek, Write};
     use std::os::unix::fs::{FileExt, MetadataExt};
 
-    fn copy_of(src: &std::fs::File, limit: u64) -> (tempfile::NamedTempFile, Result<u64, String>) {
+    fn copy_of(
+        src: &std::fs::File,
+        limit: u64,
+    ) -> (tempfile::NamedTempFile, Result<u64, CopyError<String>>) {
         let dst = tempfile::NamedTempFile::new().unwrap();
         let size = src.metadata().unwrap().len();
         let mut charged = 0;
@@ -200,6 +214,6 @@ mod tests {
         assert_eq!(r.unwrap(), 3 * BLOCK as u64);
         // ... and its data does not fit two.
         let (_, r) = copy_of(&src, 2 * BLOCK as u64);
-        assert!(r.unwrap_err().contains("more than"));
+        assert!(r.unwrap_err().to_string().contains("more than"));
     }
 }

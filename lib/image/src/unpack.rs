@@ -130,15 +130,24 @@ impl<R: Read> Read for Hashing<'_, R> {
     }
 }
 
+/// Why a tar path is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadPath {
+    #[error("its path contains `..`")]
+    ParentDir,
+    #[error("its path is absolute")]
+    Absolute,
+}
+
 /// Splits a tar path into normal components. `Err` says why it is refused.
-pub(crate) fn normalize(raw: &Path) -> Result<Vec<OsString>, String> {
+pub(crate) fn normalize(raw: &Path) -> Result<Vec<OsString>, BadPath> {
     let mut out = Vec::new();
     for c in raw.components() {
         match c {
             Component::Normal(n) => out.push(n.to_os_string()),
             Component::CurDir => {}
-            Component::ParentDir => return Err("its path contains `..`".into()),
-            Component::RootDir | Component::Prefix(_) => return Err("its path is absolute".into()),
+            Component::ParentDir => return Err(BadPath::ParentDir),
+            Component::RootDir | Component::Prefix(_) => return Err(BadPath::Absolute),
         }
     }
     Ok(out)
@@ -550,7 +559,8 @@ impl Unpacker {
             )));
         }
         let raw = entry.path_bytes().into_owned();
-        let comps = normalize(Path::new(OsStr::from_bytes(&raw))).map_err(|r| cx.hostile(r))?;
+        let comps =
+            normalize(Path::new(OsStr::from_bytes(&raw))).map_err(|r| cx.hostile(r.to_string()))?;
         let meta = self.entry_meta(&cx, entry.header())?;
 
         let Some((name, parents)) = comps.split_last() else {

@@ -20,6 +20,7 @@ use crate::beneath::{Kind, Root};
 use crate::layout::{anchor_dir_name, generation_dir_name, DomainLayout};
 use crate::store::{AnchorRecord, ResetIntent, Store, StoreError};
 use lazaret_helpers::fault;
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +76,9 @@ fn rel_gen(path: &str, g: u64) -> PathBuf {
 }
 
 /// Removes a tree whose files may belong to the sandbox's subordinate IDs;
-/// the caller supplies how (inside the user namespace).
-pub type Remover<'r> = &'r mut dyn FnMut(&Path) -> Result<(), String>;
+/// the caller supplies how (inside the user namespace), and its error
+/// becomes the detail of [`AnchorError::Remove`].
+pub type Remover<'r, E> = &'r mut dyn FnMut(&Path) -> Result<(), E>;
 
 impl<'a> Anchors<'a> {
     pub fn new(layout: &DomainLayout, store: &'a Store) -> Result<Self, AnchorError> {
@@ -171,7 +173,7 @@ impl<'a> Anchors<'a> {
 
     /// Finishes or rolls back an interrupted reset, then removes every
     /// generation directory that is not an anchor's current one.
-    pub fn recover(&self, remove: Remover) -> Result<(), AnchorError> {
+    pub fn recover<E: Display>(&self, remove: Remover<E>) -> Result<(), AnchorError> {
         if let Some(intent) = self.store.reset_intent()? {
             let mut all_published = true;
             for (path, _, new) in &intent.switches {
@@ -212,16 +214,16 @@ impl<'a> Anchors<'a> {
         Ok(out)
     }
 
-    fn remove(&self, rel: &Path, remove: Remover) -> Result<(), AnchorError> {
+    fn remove<E: Display>(&self, rel: &Path, remove: Remover<E>) -> Result<(), AnchorError> {
         match self
             .root
             .kind(rel)
             .map_err(self.io("cannot inspect", rel))?
         {
             None => Ok(()),
-            Some(Kind::Dir) => remove(&self.root.abs(rel)).map_err(|detail| AnchorError::Remove {
+            Some(Kind::Dir) => remove(&self.root.abs(rel)).map_err(|e| AnchorError::Remove {
                 path: self.root.abs(rel),
-                detail,
+                detail: e.to_string(),
             }),
             Some(_) => Err(AnchorError::NotADirectory {
                 path: self.root.abs(rel),
@@ -252,10 +254,10 @@ impl<'a> Anchors<'a> {
     /// Resets `targets` to new empty generations. The caller holds the
     /// exclusive lifecycle lock and has established that nothing uses the
     /// Domain's state.
-    pub fn reset(
+    pub fn reset<E: Display>(
         &self,
         targets: &[String],
-        remove: Remover,
+        remove: Remover<E>,
     ) -> Result<Vec<(String, u64, u64)>, AnchorError> {
         let recorded = self.store.anchors()?;
         let mut switches = Vec::new();
@@ -303,7 +305,11 @@ impl<'a> Anchors<'a> {
     /// this order, a failure half way leaves an intent whose new
     /// generations are not all in place, which [`Anchors::recover`] rolls
     /// back too.
-    fn undo_reset(&self, intent: &ResetIntent, remove: Remover) -> Result<(), AnchorError> {
+    fn undo_reset<E: Display>(
+        &self,
+        intent: &ResetIntent,
+        remove: Remover<E>,
+    ) -> Result<(), AnchorError> {
         for (path, _, new) in &intent.switches {
             let tmp = rel_anchor(path).join(format!("{}.tmp", generation_dir_name(*new)));
             self.remove(&rel_gen(path, *new), remove)?;
@@ -401,8 +407,8 @@ mod tests {
         (d, layout, store)
     }
 
-    fn rm(p: &Path) -> Result<(), String> {
-        std::fs::remove_dir_all(p).map_err(|e| e.to_string())
+    fn rm(p: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir_all(p)
     }
 
     #[test]
