@@ -1,5 +1,6 @@
-//! Issue 30's bound on function length in shipping code: none over 120
-//! lines, at most ten over 80 (`docs/layout.md`, "House rules").
+//! Two of the house rules on shipping code (`docs/layout.md`, "House
+//! rules"): no function over 120 lines, at most ten over 80; no `pub fn`
+//! returns `Result<_, String>`.
 //!
 //! Shipping code is every `.rs` file under `bin/` and `lib/` except
 //! `tests/` folders, `*_tests.rs`, `tests.rs`, `build.rs` and
@@ -218,4 +219,60 @@ fn the_counter_counts_what_it_should() {
     );
     let f = functions(&src);
     assert_eq!(f, [(1, 132), (133, 4), (273, 3)], "{f:?}");
+}
+
+/// The return type of a `pub fn` declared at `line` (0-based) of the
+/// blanked text: what stands between `->` and the body's `{`.
+fn return_type(lines: &[&str], line: usize) -> Option<String> {
+    let sig: String = lines[line..]
+        .iter()
+        .take(20)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let sig = &sig[..sig.find('{').unwrap_or(sig.len())];
+    let ret = sig.split_once("->")?.1;
+    Some(ret.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The lines (1-based) of the `pub fn`s in `src` whose error is text.
+fn text_errors(src: &str) -> Vec<usize> {
+    let text = blank(src);
+    let lines: Vec<&str> = text.lines().collect();
+    functions(src)
+        .into_iter()
+        .filter(|(line, _)| lines[line - 1].trim_start().starts_with("pub fn "))
+        .filter(|(line, _)| {
+            return_type(&lines, line - 1).is_some_and(|r| {
+                r.starts_with("Result<") && r.replace(' ', "").ends_with(",String>")
+            })
+        })
+        .map(|(line, _)| line)
+        .collect()
+}
+
+/// Errors are types at the seams (`docs/layout.md`, "House rules"): no
+/// `pub fn` of shipping code returns `Result<_, String>`.
+#[test]
+fn no_public_function_returns_a_text_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    for floor in ["bin", "lib"] {
+        shipping_files(&root.join(floor), &mut files);
+    }
+    let mut found = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        for line in text_errors(&src) {
+            let rel = f.strip_prefix(&root).unwrap_or(f).display().to_string();
+            found.push(format!("{rel}:{line}"));
+        }
+    }
+    assert!(found.is_empty(), "pub fn with a String error: {found:?}");
+    // The check sees one, across lines, and not a private one or a
+    // `String` value.
+    let src = "pub fn a(x: u8)\n    -> Result<Vec<u8>, String> {\n    todo!()\n}\n\
+               fn b() -> Result<(), String> {\n    todo!()\n}\n\
+               pub fn c() -> Result<String, E> {\n    todo!()\n}\n";
+    assert_eq!(text_errors(src), [1]);
 }
