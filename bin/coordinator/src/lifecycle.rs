@@ -583,7 +583,7 @@ fn serve(
     leader: Option<&OwnedFd>,
 ) {
     let since = Instant::now();
-    // Since when no connection was served, for `keep_alive`.
+    // Since when no Client Session runs, for `keep_alive`.
     let mut idle: Option<Instant> = None;
     // Since when no session runs while connections are still served, for
     // one log line if that lasts (what keeps the Domain up).
@@ -604,24 +604,18 @@ fn serve(
             idle = None;
         }
         note_lingering(ctx, &mut lingering);
-        if ctx.active() == 0 && (ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
-            let kept = ctx.served().then(|| ctx.keep_alive()).flatten();
-            match kept {
-                // The profile keeps the Domain up a while (`keep_alive`);
-                // a new session ends the wait.
-                Some(k) if idle.get_or_insert_with(Instant::now).elapsed() < k => {}
-                Some(k) => {
-                    log(format!(
-                        "no Client Session left for {}s (keep_alive)",
-                        k.as_secs()
-                    ));
-                    return;
-                }
-                None => {
-                    log("no Client Session left");
-                    return;
-                }
+        if let Some(why) = done_serving(ctx, since, &mut idle) {
+            // Stopping: no new connection is taken while those in flight
+            // end. A control request (`lazaret ps`, which asks every
+            // running Domain) ends in milliseconds, so polling it cannot
+            // keep the Domain up; one that becomes a Client Session makes
+            // `done_serving` false again, and taking connections resumes.
+            if ctx.active() == 0 {
+                log(why);
+                return;
             }
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
         }
         if ctx.active() == 0 && !ctx.served() && leader.is_some_and(lazaret_helpers::pidfd::exited)
         {
@@ -629,6 +623,27 @@ fn serve(
             return;
         }
         accept_one(listener, ctx);
+    }
+}
+
+/// Why the Domain is done serving, once no Client Session runs: after
+/// one was served (or none came within [`FIRST_SESSION_GRACE`]), and its
+/// `keep_alive` (counted in `idle` from when the last one ended) is over.
+/// Connections that are not Client Sessions (control requests, attached
+/// terminals of an ended session) do not count here.
+fn done_serving(ctx: &SessionCtx, since: Instant, idle: &mut Option<Instant>) -> Option<String> {
+    if ctx.sessions_now() != 0 || !(ctx.served() || since.elapsed() > FIRST_SESSION_GRACE) {
+        return None;
+    }
+    match ctx.served().then(|| ctx.keep_alive()).flatten() {
+        // The profile keeps the Domain up a while (`keep_alive`); a new
+        // session ends the wait.
+        Some(k) if idle.get_or_insert_with(Instant::now).elapsed() < k => None,
+        Some(k) => Some(format!(
+            "no Client Session left for {}s (keep_alive)",
+            k.as_secs()
+        )),
+        None => Some("no Client Session left".into()),
     }
 }
 

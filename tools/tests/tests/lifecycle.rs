@@ -301,3 +301,60 @@ fn the_workspaces_only_domain_is_the_one_meant() {
     assert_domain_gone(&agent);
     assert_domain_gone(&default);
 }
+
+/// `lazaret ps` asks every running Domain's coordinator. Polling it (a
+/// status bar, `watch -n 0.1 lazaret ps`, another test waiting for its own
+/// Domain) must not keep up a Domain whose last session ended: a control
+/// request is no Client Session, and the coordinator stops taking new
+/// connections once it is done serving, so the ones in flight end.
+#[test]
+fn polling_ps_does_not_keep_an_idle_domain_up() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let env = require_env!();
+    let ws = env.workspace("ps-poll");
+    let id = ws.domain_id("default");
+    let session = ws
+        .lazaret(&["run", "--", "sleep", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let polling = AtomicBool::new(true);
+    let polls = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        // Two pollers back to back: a control connection is nearly always
+        // in flight, as with several status bars.
+        for _ in 0..2 {
+            s.spawn(|| {
+                while polling.load(Ordering::SeqCst) {
+                    let _ = ws
+                        .lazaret(&["ps", "--json"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                    polls.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        let out = session.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let before = polls.load(Ordering::SeqCst);
+        let gone = eventually(Duration::from_secs(20), || {
+            lazaret_tests::processes_mentioning(&id).is_empty()
+        });
+        let during = polls.load(Ordering::SeqCst) - before;
+        polling.store(false, Ordering::SeqCst);
+        assert!(
+            before > 2,
+            "the pollers ran while the session did ({before} polls)"
+        );
+        assert!(
+            gone,
+            "the Domain stayed up while `lazaret ps` was polled ({during} polls): {:#?}",
+            lazaret_tests::processes_mentioning(&id)
+        );
+    });
+    assert_domain_gone(&id);
+    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log")).unwrap();
+    assert!(log.contains("no Client Session left"), "{log}");
+}

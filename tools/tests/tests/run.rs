@@ -91,8 +91,10 @@ fn workspace_edits_propagate_both_ways() {
             "--",
             "sh",
             "-c",
+            // `-s`: the host's `>` creates the file before `echo` writes
+            // it; an empty one is not yet the edit.
             "echo inside > /workspace/from-inside; \
-             for i in $(seq 200); do [ -f /workspace/from-host ] && break; sleep 0.05; done; \
+             for i in $(seq 200); do [ -s /workspace/from-host ] && break; sleep 0.05; done; \
              cat /workspace/from-host",
         ])
         .stdout(std::process::Stdio::piped())
