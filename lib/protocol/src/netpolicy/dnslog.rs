@@ -104,16 +104,7 @@ impl DnsEvent {
 
 /// Parses a log, skipping lines that are too long or do not decode.
 pub fn parse(text: &str) -> Vec<DnsEvent> {
-    parse_lines(text, MAX_LINE)
-}
-
-/// The events of a JSON-lines log, skipping lines longer than `max_line`
-/// or that do not decode (the helpers' logs share this form).
-pub fn parse_lines<T: serde::de::DeserializeOwned>(text: &str, max_line: usize) -> Vec<T> {
-    text.lines()
-        .filter(|l| l.len() <= max_line)
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    super::log::parse_lines(text, MAX_LINE)
 }
 
 /// One row of the live table.

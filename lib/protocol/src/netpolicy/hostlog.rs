@@ -49,7 +49,7 @@ pub enum HostEvent {
 
 /// Parses a log, skipping lines that are too long or do not decode.
 pub fn parse(text: &str) -> Vec<HostEvent> {
-    super::dnslog::parse_lines(text, MAX_LINE)
+    super::log::parse_lines(text, MAX_LINE)
 }
 
 /// One address the watcher denied in the last generation.

@@ -1,7 +1,7 @@
 //! The append-only, size-bounded JSON-lines logs the Network Sidecar's
 //! long-lived helpers write (`dns-filter.log`, `host-addresses.log`), on a
 //! descriptor the holder opened for appending: they hold no file access
-//! of their own.
+//! of their own; and how the CLI reads them back.
 
 use serde::Serialize;
 use std::fs::File;
@@ -52,4 +52,13 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// The events of a JSON-lines log, skipping lines longer than `max_line`
+/// or that do not decode (a line the helper did not write whole).
+pub fn parse_lines<T: serde::de::DeserializeOwned>(text: &str, max_line: usize) -> Vec<T> {
+    text.lines()
+        .filter(|l| l.len() <= max_line)
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
