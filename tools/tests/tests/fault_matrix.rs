@@ -667,9 +667,16 @@ fn run_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
     // The session whose action the step is (its CLI is the victim `cli`).
     let actor = match s.scene {
         Scene::Start | Scene::Teardown => {
+            // At the bridge step the bridge is the victim: its command
+            // outlives the pause, or `echo` may be done before the kill.
+            let command = if s.point == "coordinator:session-bridge-started" {
+                "sleep 3; echo ran"
+            } else {
+                "echo ran"
+            };
             sessions.push((
                 "session".into(),
-                Session::spawn(ws, &["run", "--", "sh", "-c", "echo ran"], Some(s.point)),
+                Session::spawn(ws, &["run", "--", "sh", "-c", command], Some(s.point)),
                 "ran",
             ));
             0
@@ -770,6 +777,18 @@ fn run_cell(m: &Matrix<'_>, s: &Step, victim: Option<Victim>) -> Cell {
         }
     }
     if cell.absent {
+        // Nothing was killed: the sessions end and the Domain goes down
+        // before the next cell, or that cell joins this Domain (whose
+        // coordinator never pauses at the next cell's point).
+        let _ = ws.host_sh("touch .fault-stop");
+        for (_, sess, _) in &mut sessions {
+            if sess.wait(PATIENCE).is_none() {
+                let _ = sess.child.kill();
+                let _ = sess.child.wait();
+            }
+        }
+        let _ = ws.host_sh("rm -f .fault-stop");
+        let _ = m.wait_down();
         return cell;
     }
     // The sessions: each keeps working or ends clearly.
