@@ -89,8 +89,12 @@ pub struct SessionCtx {
     /// teardown.
     bridges: Mutex<HashMap<String, Arc<OwnedFd>>>,
     pub escalations: Arc<Escalations>,
-    /// Client Sessions past their `Hello` (control requests are not).
+    /// Client Sessions admitted whose command has not ended (control
+    /// requests and attached terminals are not; see [`Counted`]).
     sessions: AtomicUsize,
+    /// Held while one Client Session is admitted, so that none is admitted
+    /// into a Domain another connection stops for its new configuration.
+    admit: Mutex<()>,
     /// Whether any Client Session was ever served.
     served: std::sync::atomic::AtomicBool,
     /// Set by `lazaret stop` (as by SIGTERM): the serve loop ends.
@@ -152,6 +156,7 @@ impl SessionCtx {
             bridges: Mutex::new(HashMap::new()),
             escalations,
             sessions: AtomicUsize::new(0),
+            admit: Mutex::new(()),
             served: std::sync::atomic::AtomicBool::new(false),
             stop,
             status,
@@ -499,12 +504,36 @@ impl Drop for Guard {
     }
 }
 
-/// Decrements its counter when dropped.
-struct Counted<'a>(&'a AtomicUsize);
+/// A Client Session's place in [`SessionCtx`]'s `sessions`, given back
+/// once: when its command has ended, before its client is told how (see
+/// [`finish_session`]), or when the connection ends. Given back before the
+/// client learns the status, a `lazaret run` started right after it finds
+/// the Domain done serving (it starts a new one, with the configuration
+/// as it is now), not a session still counted.
+struct Counted<'a> {
+    count: &'a AtomicUsize,
+    given_back: std::sync::atomic::AtomicBool,
+}
+
+impl<'a> Counted<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted {
+            count,
+            given_back: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn give_back(&self) {
+        if !self.given_back.swap(true, Ordering::SeqCst) {
+            self.count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.give_back();
     }
 }
 
@@ -582,22 +611,14 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), SessionE
         ctx.stage(sid, "attached terminal");
         return attach(ctx, sid, a, reader, writer);
     }
-    if let Some(why) = refusal(ctx, &hello) {
-        return refuse(&writer, why);
-    }
-
-    if ctx.stop.load(Ordering::SeqCst)
-        || ctx.link.is_closed()
-        || ctx.holder_gone_within(Duration::ZERO)
-    {
+    let counted = match admit(ctx, &hello) {
+        Ok(c) => c,
+        Err(Admission::Refused(why)) => return refuse(&writer, why),
         // Closed before `Accepted`: the CLI leads a new start-up once this
         // Domain is down, instead of joining a sandbox that is gone.
-        return Err(SessionError::Stopping);
-    }
-    ctx.served.store(true, Ordering::SeqCst);
-    ctx.sessions.fetch_add(1, Ordering::SeqCst);
+        Err(Admission::Stopping) => return Err(SessionError::Stopping),
+    };
     ctx.stage(sid, "Client Session");
-    let _counted = Counted(&ctx.sessions);
     let tty = hello.tty.clone();
     // The session's own variables (`lazaret run -e`, `pass_env`) win over
     // the profile's; Lazaret's own names stay Lazaret's. They reach runsc
@@ -609,7 +630,7 @@ fn serve(ctx: &SessionCtx, sid: &str, stream: UnixStream) -> Result<(), SessionE
     let (env, anchor) = session_env(ctx, sid, &hello, &workdir)?;
     let (entry, gate, replies) = session_entry(&writer, anchor, tty.is_some());
     let (_registration, notice) = Registration::new(ctx, sid, entry);
-    let (bridge, latch) = session_bridge(ctx, sid, &hello, &workdir, env);
+    let (bridge, latch) = session_bridge(ctx, (sid, &counted), &hello, &workdir, env);
 
     // The first record is Accepted; a notice (no Host Escalation in this
     // Domain any more) follows it.
@@ -663,7 +684,7 @@ fn session_entry(
 /// run.
 fn session_bridge<'a>(
     ctx: &SessionCtx,
-    sid: &'a str,
+    (sid, counted): (&'a str, &'a Counted<'a>),
     hello: &Hello,
     workdir: &str,
     env: Vec<String>,
@@ -689,6 +710,7 @@ fn session_bridge<'a>(
     });
     let bridge = Bridge {
         sid,
+        counted,
         process,
         ending: Ending::new(sid),
         shown: hello.argv.clone(),
@@ -739,18 +761,55 @@ fn answer_control(ctx: &SessionCtx, c: Control) -> ServerMsg {
     }
 }
 
-/// Why a new session of this `hello` cannot run in this Domain, if it
-/// cannot.
-fn refusal(ctx: &SessionCtx, hello: &Hello) -> Option<String> {
+/// Why a Client Session is not admitted.
+enum Admission {
+    /// It cannot run in this Domain: the client is told why.
+    Refused(String),
+    /// The Domain is stopping: the client starts a new one once it is down.
+    Stopping,
+}
+
+/// Admits a Client Session of `hello` into this Domain, counted until its
+/// command ends, or says why not. A `hello` of another configuration is
+/// refused while a Client Session runs; with none running (`keep_alive`
+/// holds the Domain up, or its last session has just ended) the Domain
+/// stops for it, so that its CLI starts one with the new configuration.
+fn admit<'c>(ctx: &'c SessionCtx, hello: &Hello) -> Result<Counted<'c>, Admission> {
     if hello.detach && hello.tty.is_none() {
-        return Some("a detached session needs a terminal size (the CLI sends one)".into());
+        return Err(Admission::Refused(
+            "a detached session needs a terminal size (the CLI sends one)".into(),
+        ));
     }
+    let _one = lock(&ctx.admit);
     if hello.config_fingerprint != ctx.input.config_fingerprint {
-        return Some(
-            "the Domain is running with a different configuration (the config file changed since it started): end its sessions, or wait for them to end, then run again".into(),
-        );
+        let running = ctx.sessions_now();
+        if running != 0 {
+            return Err(Admission::Refused(format!(
+                "the Domain is running with a different configuration (the config file changed since it started) and {running} session(s) still run in it (`lazaret ps`): end them, or wait for them to end, then run again"
+            )));
+        }
+        let ended = lock(&ctx.ended).len();
+        if ended != 0 {
+            return Err(Admission::Refused(format!(
+                "the Domain is running with a different configuration (the config file changed since it started) and keeps what {ended} ended detached session(s) wrote (`lazaret ps`): collect it with `lazaret attach`, or `lazaret stop` the Domain, then run again"
+            )));
+        }
+        if !ctx.stop.swap(true, Ordering::SeqCst) {
+            log("a session came with another configuration and no Client Session runs: stopping, so that its CLI starts the Domain with that configuration");
+        }
+        return Err(Admission::Stopping);
     }
-    unpublished(&hello.ports, &ctx.input.network.ports)
+    if let Some(why) = unpublished(&hello.ports, &ctx.input.network.ports) {
+        return Err(Admission::Refused(why));
+    }
+    if ctx.stop.load(Ordering::SeqCst)
+        || ctx.link.is_closed()
+        || ctx.holder_gone_within(Duration::ZERO)
+    {
+        return Err(Admission::Stopping);
+    }
+    ctx.served.store(true, Ordering::SeqCst);
+    Ok(Counted::new(&ctx.sessions))
 }
 
 /// The session's environment (the profile's, then the session's own
@@ -1073,6 +1132,7 @@ fn finish_session(
     exit: Option<BridgeExit>,
 ) {
     lazaret_helpers::timeline::mark("coordinator", "session-bridge-exited");
+    bridge.counted.give_back();
     let (sid, ending) = (bridge.sid, &bridge.ending);
     let memory = exit.and_then(|e| e.memory);
     let exit = exit.map(|e| e.status);
@@ -1186,6 +1246,8 @@ use crate::attach::{Sink, Writer};
 /// record of how the session ends.
 struct Bridge<'a> {
     sid: &'a str,
+    /// The session's count in `sessions`, given back once its command ended.
+    counted: &'a Counted<'a>,
     process: SessionProcess,
     ending: Ending,
     /// The command as the client gave it, for `lazaret ps`.

@@ -358,3 +358,90 @@ fn polling_ps_does_not_keep_an_idle_domain_up() {
     let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log")).unwrap();
     assert!(log.contains("no Client Session left"), "{log}");
 }
+
+/// A changed configuration takes effect on the next `lazaret run`: right
+/// after the last session ended (its coordinator may still be winding
+/// down when the CLI returns), and while `keep_alive` holds an idle Domain
+/// up. While a session runs, a run with another configuration is refused
+/// and says why, and the running session goes on.
+#[test]
+fn a_changed_configuration_takes_effect_on_the_next_run() {
+    let env = require_env!();
+    let ws = env.workspace("config-change");
+    let id = ws.domain_id("default");
+    let config = |keep: &str, value: &str| {
+        ws.write_config(&format!(
+            "[profiles.default]\n{keep}env = {{ CHANGED = \"{value}\" }}\n"
+        ));
+    };
+    let run = |want: &str| {
+        let out = ws.run_sh("echo $CHANGED");
+        assert!(
+            out.status.success(),
+            "the run with {want}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), format!("{want}\n"));
+    };
+    // Back to back, each run with the value its configuration gives.
+    for i in 0..8 {
+        config("", &format!("v{i}"));
+        run(&format!("v{i}"));
+    }
+
+    // keep_alive holds the idle Domain up; a new configuration replaces it.
+    let keep = "keep_alive = \"5m\"\n";
+    config(keep, "kept");
+    run("kept");
+    assert!(
+        !lazaret_tests::processes_mentioning(&id).is_empty(),
+        "keep_alive did not keep the Domain up"
+    );
+    config(keep, "new");
+    run("new");
+    let log = std::fs::read_to_string(ws.domain_root("default").join("coordinator.log")).unwrap();
+    assert!(
+        log.contains("a session came with another configuration and no Client Session runs"),
+        "{log}"
+    );
+
+    // While a session runs, another configuration is refused.
+    let session = ws
+        .lazaret(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e /workspace/.end ]; do sleep 0.1; done; echo $CHANGED",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(60), || {
+        let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
+        })
+    }));
+    config(keep, "other");
+    let out = ws.run_sh("echo $CHANGED");
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("running with a different configuration")
+            && err.contains("1 session(s) still run in it"),
+        "{err}"
+    );
+    assert!(ws.host_sh("touch .end").status.success());
+    let out = session.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "new\n");
+
+    let out = ws.lazaret(&["stop"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_domain_gone(&id);
+    lazaret_tests::assert_lifecycle_replays(&ws.domain_root("default"));
+}
