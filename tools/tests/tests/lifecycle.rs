@@ -7,6 +7,16 @@ use lazaret_tests::{assert_domain_gone, eventually, require_env, text};
 use std::process::Stdio;
 use std::time::Duration;
 
+/// Whether `lazaret ps --json` shows Domain `id` serving one session.
+fn one_session(ws: &lazaret_tests::Workspace<'_>, id: &str) -> bool {
+    let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array().is_some_and(|a| {
+        a.iter()
+            .any(|d| d["domain_id"] == id && d["session_count"] == 1)
+    })
+}
+
 #[test]
 fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
     let env = require_env!();
@@ -18,14 +28,9 @@ fn ps_shows_a_running_domain_stop_ends_it_and_logs_are_timestamped() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(60), || {
-        let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v.as_array().is_some_and(|a| {
-            a.iter()
-                .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
-        })
-    }));
+    assert!(eventually(Duration::from_secs(60), || one_session(
+        &ws, &id
+    )));
     let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let row = v
@@ -418,14 +423,9 @@ fn a_changed_configuration_takes_effect_on_the_next_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(60), || {
-        let out = ws.lazaret(&["ps", "--json"]).output().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v.as_array().is_some_and(|a| {
-            a.iter()
-                .any(|d| d["domain_id"] == id.as_str() && d["session_count"] == 1)
-        })
-    }));
+    assert!(eventually(Duration::from_secs(60), || one_session(
+        &ws, &id
+    )));
     config(keep, "other");
     let out = ws.run_sh("echo $CHANGED");
     assert!(!out.status.success(), "{}", text(&out.stdout));
