@@ -769,6 +769,9 @@ enum Admission {
     Stopping,
 }
 
+/// The start of the refusal of a session of another configuration.
+const OTHER_CONFIGURATION: &str = "the Domain is running with a different configuration (the config file changed since it started)";
+
 /// Admits a Client Session of `hello` into this Domain, counted until its
 /// command ends, or says why not. A `hello` of another configuration is
 /// refused while a Client Session runs; with none running (`keep_alive`
@@ -785,13 +788,13 @@ fn admit<'c>(ctx: &'c SessionCtx, hello: &Hello) -> Result<Counted<'c>, Admissio
         let running = ctx.sessions_now();
         if running != 0 {
             return Err(Admission::Refused(format!(
-                "the Domain is running with a different configuration (the config file changed since it started) and {running} session(s) still run in it (`lazaret ps`): end them, or wait for them to end, then run again"
+                "{OTHER_CONFIGURATION} and {running} session(s) still run in it (`lazaret ps`): end them, or wait for them to end, then run again"
             )));
         }
         let ended = lock(&ctx.ended).len();
         if ended != 0 {
             return Err(Admission::Refused(format!(
-                "the Domain is running with a different configuration (the config file changed since it started) and keeps what {ended} ended detached session(s) wrote (`lazaret ps`): collect it with `lazaret attach`, or `lazaret stop` the Domain, then run again"
+                "{OTHER_CONFIGURATION} and keeps what {ended} ended detached session(s) wrote (`lazaret ps`): collect it with `lazaret attach`, or `lazaret stop` the Domain, then run again"
             )));
         }
         if !ctx.stop.swap(true, Ordering::SeqCst) {
